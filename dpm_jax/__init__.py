@@ -1,0 +1,28 @@
+"""dpm_jax: differentially private clustering with DPM in pure-functional JAX.
+
+DPM (000_e63c772e1db0dbd8.txt, "DPM: Clustering Sensitive Data through
+Separation") recursively splits the data through sparse regions chosen by the
+exponential mechanism and returns DP cluster centres without being told k.
+
+    import jax, dpm_jax
+    res = dpm_jax.cluster(jax.random.key(0), X, dpm_jax.Budget(epsilon=1.0, delta=1e-6),
+                          bounds=(-100.0, 100.0))
+"""
+
+from dpm_jax.api import ClusterResult, cluster
+from dpm_jax.budget import Budget, Ledger, LedgerEntry
+from dpm_jax.config import DPMConfig
+from dpm_jax.mechanisms import derive_key
+from dpm_jax.tree import SplitTree
+
+__all__ = [
+    "Budget",
+    "ClusterResult",
+    "DPMConfig",
+    "Ledger",
+    "LedgerEntry",
+    "SplitTree",
+    "cluster",
+    "derive_key",
+]
+__version__ = "0.1.0"

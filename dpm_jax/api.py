@@ -1,0 +1,216 @@
+"""``cluster``: validation, key derivation and the orchestration of DPM (Algorithm 1).
+
+Data flows one way: validate -> clip to the public bounds -> noisy total count
+(line 7) -> split interval size (line 8, Algorithm 2) -> the padded recursion
+(lines 10, 13-28) -> DP centres of the leaves (line 11).
+
+Key path of every mechanism (see :func:`dpm_jax.mechanisms.derive_key`):
+  root count            derive_key(key, "count", 0)
+  interval size         derive_key(key, "interval")
+  split choice, level l derive_key(key, "split", l)
+  child counts of the nodes of level l   derive_key(key, "count", l + 1)
+  leaf sums             derive_key(key, "average")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpm_jax.averaging import leaf_centers, leaf_sum_sensitivity
+from dpm_jax.budget import Budget, Ledger, allocate, build_ledger
+from dpm_jax.config import DPMConfig
+from dpm_jax.interval import estimate_split_interval_size
+from dpm_jax.mechanisms import analytic_gaussian_sigma, derive_key, noisy_count
+from dpm_jax.tree import SplitTree, build_tree
+
+__all__ = ["ClusterResult", "cluster"]
+
+BOUNDS_REQUIRED = (
+    "bounds are required: pass the public range of the data as bounds=(lo, hi) (scalars or "
+    "per-dimension arrays). DPM's sensitivities and split candidates depend on them, and reading "
+    "them from the data (min/max) would leak the extreme points and void the privacy guarantee. "
+    "Use domain knowledge (e.g. pixel values are in (0, 255)) or a range fixed before seeing the data.")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterResult:
+    """Output of :func:`cluster`; a JAX pytree (the ledger is static metadata).
+
+    Differentially private (released under the Budget):
+      centers: (2**tau_r, d) cluster centres; rows where ``valid`` is False are NaN.
+      counts: (2**tau_r,) noisy cluster sizes (the DP weights); 0 where not valid.
+      valid: (2**tau_r,) bool, marks the real clusters.
+      k: number of clusters found (int32 scalar).
+      tree: the split tree (:class:`dpm_jax.tree.SplitTree`).
+      split_interval_size: (d,) beta in data units (Algorithm 2).
+      leaf_node: (2**tau_r,) heap id in ``tree`` of each cluster (0 where not valid).
+    NOT differentially private (a function of each individual point):
+      labels_nonprivate: (n,) cluster slot of every input point; do not publish.
+    Static:
+      ledger: the privacy ledger (:class:`dpm_jax.budget.Ledger`).
+    """
+
+    centers: jax.Array
+    counts: jax.Array
+    valid: jax.Array
+    k: jax.Array
+    tree: SplitTree
+    split_interval_size: jax.Array
+    leaf_node: jax.Array
+    labels_nonprivate: jax.Array
+    ledger: Ledger = dataclasses.field(metadata=dict(static=True))
+
+
+jax.tree_util.register_dataclass(
+    ClusterResult,
+    data_fields=["centers", "counts", "valid", "k", "tree", "split_interval_size", "leaf_node",
+                 "labels_nonprivate"],
+    meta_fields=["ledger"])
+
+
+def _is_tracer(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _validate_key(key) -> None:
+    if isinstance(key, jax.Array) or isinstance(key, np.ndarray):
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            if key.shape == ():
+                return
+        elif key.dtype == np.uint32 and key.shape == (2,):
+            return
+    raise TypeError(
+        "key must be a single JAX PRNG key, e.g. jax.random.key(0) or jax.random.PRNGKey(0) "
+        f"(got {type(key).__name__} with shape {getattr(key, 'shape', None)} and dtype "
+        f"{getattr(key, 'dtype', None)}); to run several keys use jax.vmap")
+
+
+def _validate_points(X) -> jax.Array:
+    if isinstance(X, (list, tuple)):
+        X = np.asarray(X)
+    if not hasattr(X, "shape") or not hasattr(X, "dtype"):
+        raise TypeError(f"X must be an array of shape (n, d), got {type(X).__name__}")
+    if X.ndim != 2:
+        raise ValueError(f"X must have rank 2 (n points, d dimensions), got shape {tuple(X.shape)}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise ValueError(f"X is empty: shape {tuple(X.shape)}; need at least one point and one dimension")
+    if not (jnp.issubdtype(X.dtype, jnp.floating) or jnp.issubdtype(X.dtype, jnp.integer)) \
+            or jnp.issubdtype(X.dtype, jnp.bool_):
+        raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
+    if not _is_tracer(X):
+        finite = np.isfinite(np.asarray(X, dtype=np.float64))
+        if not finite.all():
+            row, col = np.argwhere(~finite)[0]
+            raise ValueError(f"X contains NaN or inf (first at row {row}, column {col}); "
+                             "remove or impute those values before clustering")
+    return jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
+
+
+def _validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
+    if bounds is None:
+        raise ValueError(BOUNDS_REQUIRED)
+    if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
+        raise ValueError(f"bounds must be a pair (lo, hi), got {bounds!r}")
+    lower, upper = bounds
+    arrays = []
+    for name, value in (("lo", lower), ("hi", upper)):
+        if _is_tracer(value):
+            arrays.append(jnp.broadcast_to(jnp.asarray(value, jnp.float32), (d,)))
+            continue
+        value = np.asarray(value, dtype=np.float64)
+        if value.ndim > 1 or (value.ndim == 1 and value.shape[0] != d):
+            raise ValueError(f"bounds {name} must be a scalar or have shape ({d},), got shape {value.shape}")
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"bounds {name} must be finite, got {value}")
+        arrays.append(jnp.broadcast_to(jnp.asarray(value, jnp.float32), (d,)))
+    if not (_is_tracer(lower) or _is_tracer(upper)):
+        if not np.all(np.asarray(arrays[0]) < np.asarray(arrays[1])):
+            raise ValueError(f"bounds need lo < hi in every dimension, got lo={lower}, hi={upper}")
+    return arrays[0], arrays[1]
+
+
+def _validate_mask(point_mask, n: int) -> jax.Array:
+    if point_mask is None:
+        return jnp.ones(n, bool)
+    if not hasattr(point_mask, "shape") or point_mask.shape != (n,):
+        raise ValueError(f"point_mask must have shape ({n},), got {getattr(point_mask, 'shape', None)}")
+    return jnp.asarray(point_mask, bool)
+
+
+def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(),
+            point_mask: Any = None) -> ClusterResult:
+    """Cluster ``X`` under (epsilon, delta)-DP with DPM, without being told k.
+
+    Args:
+      key: a JAX PRNG key; every noise draw is derived from it (module docstring).
+      X: (n, d) data. Values outside ``bounds`` are clipped to them.
+      budget: the total :class:`Budget`; the ledger of the result adds up to it.
+      bounds: public (lo, hi), scalars or (d,) arrays. Required: see BOUNDS_REQUIRED.
+      config: hyper-parameters (:class:`DPMConfig`, paper defaults).
+      point_mask: optional (n,) bool; False marks padding points, which are ignored.
+        Use it to batch data sets of different sizes under ``jax.vmap``.
+
+    Returns:
+      A :class:`ClusterResult`. ``np.asarray(r.centers)[np.asarray(r.valid)]``
+      are the k centres.
+
+    Works under ``jax.jit`` (with ``budget`` and ``config`` static) and ``jax.vmap``
+    (over keys, data sets, masks). Value checks on X and bounds (NaN, lo < hi) run
+    only when they are concrete, i.e. outside of jit/vmap tracing.
+    """
+    _validate_key(key)
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
+    if not isinstance(config, DPMConfig):
+        raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
+    points = _validate_points(X)
+    n, d = points.shape
+    lower, upper = _validate_bounds(bounds, d)
+    mask = _validate_mask(point_mask, n)
+
+    allocation = allocate(budget, config)
+    sigma_unit = analytic_gaussian_sigma(allocation.average_epsilon, allocation.average_delta, 1.0)
+    concrete_bounds = not (_is_tracer(lower) or _is_tracer(upper))
+    average_sensitivity = float(leaf_sum_sensitivity(lower, upper)) if concrete_bounds else None
+    ledger = build_ledger(allocation, config, average_sensitivity, sigma_unit)
+
+    arrays = _cluster_arrays(key, points, mask, lower, upper, budget=budget, config=config,
+                             sigma_unit=sigma_unit)
+    return ClusterResult(**arrays, ledger=ledger)
+
+
+@functools.partial(jax.jit, static_argnames=("budget", "config", "sigma_unit"))
+def _cluster_arrays(key, points, mask, lower, upper, *, budget: Budget, config: DPMConfig,
+                    sigma_unit: float):
+    allocation = allocate(budget, config)
+    points = jnp.clip(points, lower, upper)  # per-record map: DP is unaffected
+    unit_points = (points - lower) / (upper - lower)
+
+    # Algorithm 1, line 7: n~ = |D| + Lap(1/eps_cnt_0).
+    root_count = noisy_count(derive_key(key, "count", 0), jnp.sum(mask), allocation.count_epsilons[0])
+    # Line 8: Algorithm 2.
+    beta, _ = estimate_split_interval_size(
+        derive_key(key, "interval"), unit_points, mask, root_count, allocation.interval_epsilon,
+        config.sigma_grid, config.percentile, config.interval_factor)
+    # Lines 10, 13-28.
+    tree, leaves = build_tree(key, unit_points, mask, lower, upper, root_count, beta, allocation,
+                              config)
+    # Line 11.
+    centers, _ = leaf_centers(derive_key(key, "average"), points, mask, leaves.point_slot,
+                              leaves.noisy_count, leaves.valid, lower, upper, sigma_unit)
+    return dict(
+        centers=centers,
+        counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
+        valid=leaves.valid,
+        k=jnp.sum(leaves.valid).astype(jnp.int32),
+        tree=tree,
+        split_interval_size=beta * (upper - lower),
+        leaf_node=leaves.node,
+        labels_nonprivate=leaves.point_slot,
+    )

@@ -1,0 +1,111 @@
+"""Hyper-parameters of DPM with the paper's defaults.
+
+Every number here is *public*: it must not be read from the private data. The
+defaults are those of Section 6.1 of the DPM paper (000_e63c772e1db0dbd8.txt):
+tau_r = 7, tau_e = n~ / 2**tau_r, t = 0.3, q = 1/12, alpha = 5 (Section 5.2),
+epsilon = 0.04 eps_int + 0.18 eps_cnt + 0.18 eps_exp + 0.6 eps_avg and
+delta = 0.2 delta_cnt + 0.8 delta_avg.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+__all__ = ["DPMConfig", "DEFAULT_SIGMA_GRID"]
+
+# Candidate standard deviations for the split interval size estimation
+# (Algorithm 2, "sigmas"), as fractions of each dimension's public range.
+# The authors' code uses sigma in {0.5, 1.0, ..., 29.5} on data with range 200;
+# expressed relative to the range that is {0.0025, 0.005, ..., 0.1475}.
+DEFAULT_SIGMA_GRID: tuple[float, ...] = tuple(float(v) for v in np.arange(1, 60) * 0.0025)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class DPMConfig:
+    """All hyper-parameters of DPM (Algorithm 1 and 2).
+
+    Attributes:
+      tau_r: maximum recursion depth; at most ``2**tau_r`` clusters (Section 6.1).
+      tau_e: minimum noisy size of both children for a split to be applied
+        (Algorithm 1, line 18). ``None`` means the paper's default
+        ``n~ / 2**tau_r`` computed from the noisy total count.
+      alpha: weight of the emptiness in the score (Definition 7, Section 5.2).
+      t, q: centreness parameters (Definition 6); need ``t >= 2q > 0``, ``q < 1/2``.
+      epsilon_shares: fractions of epsilon for (interval size, counts, split
+        choices, averaging); must sum to 1 (Section 6.1).
+      delta_shares: fractions of delta for (counts, averaging); must sum to 1.
+      percentile: the percentile of neighbour gaps used by Algorithm 2 (65).
+      sigma_grid: candidate sigmas for Algorithm 2 as fractions of the range.
+      interval_factor: beta = interval_factor * sigma* (Section 3.5: 1/2).
+    """
+
+    tau_r: int = 7
+    tau_e: float | None = None
+    alpha: float = 5.0
+    t: float = 0.3
+    q: float = 1.0 / 12.0
+    epsilon_shares: tuple[float, float, float, float] = (0.04, 0.18, 0.18, 0.6)
+    delta_shares: tuple[float, float] = (0.2, 0.8)
+    percentile: float = 65.0
+    sigma_grid: tuple[float, ...] = DEFAULT_SIGMA_GRID
+    interval_factor: float = 0.5
+
+    def __post_init__(self):
+        if not isinstance(self.tau_r, (int, np.integer)) or isinstance(self.tau_r, bool):
+            raise TypeError(f"tau_r must be an integer, got {type(self.tau_r).__name__}")
+        if self.tau_r < 1:
+            raise ValueError(f"tau_r must be >= 1, got {self.tau_r}")
+        if self.tau_r > 16:
+            raise ValueError(f"tau_r must be <= 16 (2**tau_r padded clusters), got {self.tau_r}")
+        for name in ("alpha", "t", "q", "percentile", "interval_factor"):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value):
+                raise TypeError(f"{name} must be a finite real number, got {value!r}")
+        if self.tau_e is not None and (not _is_real(self.tau_e) or not math.isfinite(self.tau_e)):
+            raise TypeError(f"tau_e must be None or a finite real number, got {self.tau_e!r}")
+        if self.alpha <= 0:
+            raise ValueError(f"alpha must be > 0 (Definition 7), got {self.alpha}")
+        if not 0 < self.q < 0.5:
+            raise ValueError(f"q must satisfy 0 < q < 1/2 (Definition 6), got {self.q}")
+        if self.t < 2 * self.q:
+            raise ValueError(
+                f"t must satisfy t >= 2q (Definition 6: valid centreness parameters), got t={self.t}, q={self.q}")
+        if self.t > 1:
+            raise ValueError(f"t must be <= 1 (minimum inner centreness is 1 - t), got {self.t}")
+        if not 0 < self.percentile < 100:
+            raise ValueError(f"percentile must be in (0, 100), got {self.percentile}")
+        if self.interval_factor <= 0:
+            raise ValueError(f"interval_factor must be > 0, got {self.interval_factor}")
+        _check_shares("epsilon_shares", self.epsilon_shares, 4)
+        _check_shares("delta_shares", self.delta_shares, 2)
+        grid = self.sigma_grid
+        if len(grid) < 1 or not all(_is_real(s) and math.isfinite(s) and s > 0 for s in grid):
+            raise ValueError("sigma_grid must be a non-empty sequence of positive finite numbers")
+        if list(grid) != sorted(grid):
+            raise ValueError("sigma_grid must be sorted in increasing order")
+
+    @property
+    def max_clusters(self) -> int:
+        """Padded number of clusters: ``2**tau_r`` leaves at most."""
+        return 2 ** self.tau_r
+
+    @property
+    def max_splits_per_dim(self) -> int:
+        """Static number of split candidates per dimension (the smallest sigma's)."""
+        return int(math.ceil(1.0 / (self.interval_factor * self.sigma_grid[0]) - 1e-9))
+
+
+def _check_shares(name, shares, length):
+    if not isinstance(shares, tuple) or len(shares) != length:
+        raise ValueError(f"{name} must be a tuple of {length} numbers, got {shares!r}")
+    if not all(_is_real(s) and math.isfinite(s) and s > 0 for s in shares):
+        raise ValueError(f"{name} must all be positive finite numbers, got {shares!r}")
+    if not math.isclose(math.fsum(shares), 1.0, rel_tol=0, abs_tol=1e-9):
+        raise ValueError(f"{name} must sum to 1, got {shares!r} (sum {math.fsum(shares)!r})")
