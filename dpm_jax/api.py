@@ -121,17 +121,18 @@ def _validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
     arrays = []
     for name, value in (("lo", lower), ("hi", upper)):
         if _is_tracer(value):
-            arrays.append(jnp.broadcast_to(jnp.asarray(value, jnp.float32), (d,)))
+            arrays.append(value)
             continue
         value = np.asarray(value, dtype=np.float64)
         if value.ndim > 1 or (value.ndim == 1 and value.shape[0] != d):
             raise ValueError(f"bounds {name} must be a scalar or have shape ({d},), got shape {value.shape}")
         if not np.all(np.isfinite(value)):
             raise ValueError(f"bounds {name} must be finite, got {value}")
-        arrays.append(jnp.broadcast_to(jnp.asarray(value, jnp.float32), (d,)))
-    if not (_is_tracer(lower) or _is_tracer(upper)):
-        if not np.all(np.asarray(arrays[0]) < np.asarray(arrays[1])):
+        arrays.append(np.broadcast_to(value, (d,)))
+    if not (_is_tracer(arrays[0]) or _is_tracer(arrays[1])):
+        if not np.all(arrays[0] < arrays[1]):
             raise ValueError(f"bounds need lo < hi in every dimension, got lo={lower}, hi={upper}")
+    arrays = [jnp.broadcast_to(jnp.asarray(a, jnp.float32), (d,)) for a in arrays]
     return arrays[0], arrays[1]
 
 
