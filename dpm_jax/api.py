@@ -4,12 +4,12 @@ Data flows one way: validate -> clip to the public bounds -> noisy total count
 (line 7) -> split interval size (line 8, Algorithm 2) -> the padded recursion
 (lines 10, 13-28) -> DP centres of the leaves (line 11).
 
-Key path of every mechanism (see :func:`dpm_jax.mechanisms.derive_key`):
-  root count            derive_key(key, "count", 0)
-  interval size         derive_key(key, "interval")
-  split choice, level l derive_key(key, "split", l)
-  child counts of the nodes of level l   derive_key(key, "count", l + 1)
-  leaf sums             derive_key(key, "average")
+Key path of every mechanism (see :func:`dpm_jax.mechanisms.derive_key`); each
+stream is drawn once, as one array in heap layout (element i belongs to node i):
+  counts of all nodes   count_noise(derive_key(key, "count"), heap_count_epsilons(...))
+  interval size         exponential_mechanism(derive_key(key, "interval"), ...)
+  split choices         uniform(derive_key(key, "split"), (2**tau_r,))
+  leaf sums             gaussian_noise(derive_key(key, "average"), (2**tau_r, d), sigma)
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax.averaging import leaf_centers, leaf_sum_sensitivity
-from dpm_jax.budget import Budget, Ledger, allocate, build_ledger
+from dpm_jax.budget import Budget, Ledger, allocate, build_ledger, heap_count_epsilons
 from dpm_jax.config import DPMConfig
 from dpm_jax.interval import estimate_split_interval_size
-from dpm_jax.mechanisms import analytic_gaussian_sigma, derive_key, noisy_count
+from dpm_jax.mechanisms import analytic_gaussian_sigma, count_noise, derive_key
 from dpm_jax.tree import SplitTree, build_tree
 
 __all__ = ["ClusterResult", "cluster"]
@@ -190,18 +190,24 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
 def _cluster_arrays(key, points, mask, lower, upper, *, budget: Budget, config: DPMConfig,
                     sigma_unit: float):
     allocation = allocate(budget, config)
+    # When X is closed over by a caller's jit/vmap it becomes a compile-time constant,
+    # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
+    # seconds for 100k points); the barrier keeps the data opaque to the compiler.
+    points = jax.lax.optimization_barrier(points)
     points = jnp.clip(points, lower, upper)  # per-record map: DP is unaffected
     unit_points = (points - lower) / (upper - lower)
 
-    # Algorithm 1, line 7: n~ = |D| + Lap(1/eps_cnt_0).
-    root_count = noisy_count(derive_key(key, "count", 0), jnp.sum(mask), allocation.count_epsilons[0])
+    # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level).
+    noise = count_noise(derive_key(key, "count"), heap_count_epsilons(allocation))
+    root_count = jnp.sum(mask) + noise[1]
     # Line 8: Algorithm 2.
     beta, _ = estimate_split_interval_size(
         derive_key(key, "interval"), unit_points, mask, root_count, allocation.interval_epsilon,
-        config.sigma_grid, config.percentile, config.interval_factor)
+        config)
     # Lines 10, 13-28.
-    tree, leaves = build_tree(key, unit_points, mask, lower, upper, root_count, beta, allocation,
-                              config)
+    split_uniforms = jax.random.uniform(derive_key(key, "split"), (config.max_clusters,))
+    tree, leaves = build_tree(split_uniforms, noise, unit_points, mask, lower, upper, root_count, beta,
+                              allocation, config)
     # Line 11.
     centers, _ = leaf_centers(derive_key(key, "average"), points, mask, leaves.point_slot,
                               leaves.noisy_count, leaves.valid, lower, upper, sigma_unit)

@@ -3,7 +3,8 @@
 Paper (000_e63c772e1db0dbd8.txt):
   * Section 3.3, Equation 2: within the counts (and within the split choices) the
     level-i budget is proportional to sqrt(2**i) (Algorithm 1, lines 4-5).
-  * Equation 1: the count offset lambda_i = -ln(2 delta_cnt_i) / eps_cnt_i.
+  * Equation 1: the count offset lambda_i with P[n~ - lambda_i > |S|] <= delta_cnt_i
+    (:func:`dpm_jax.mechanisms.count_offset`).
   * Section 4.4, Corollary 4 and Theorem 1: sequential composition over levels and
     mechanisms, parallel composition over the disjoint nodes of one level.
   * Section 6.1: the default shares 0.04/0.18/0.18/0.6 of epsilon and 0.2/0.8 of delta.
@@ -23,8 +24,10 @@ import math
 from typing import NamedTuple
 
 from dpm_jax.config import DPMConfig, _is_real
+from dpm_jax.mechanisms import count_offset
 
-__all__ = ["Budget", "Allocation", "LedgerEntry", "Ledger", "allocate", "build_ledger", "level_weights"]
+__all__ = ["Budget", "Allocation", "LedgerEntry", "Ledger", "allocate", "build_ledger",
+           "heap_count_epsilons", "level_weights"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +94,21 @@ def allocate(budget: Budget, config: DPMConfig) -> Allocation:
     count_epsilons = _split_exactly(eps_cnt, level_weights(config.tau_r + 1))
     split_epsilons = _split_exactly(eps_exp, level_weights(config.tau_r))
     count_deltas = _split_exactly(delta_cnt, [1.0 / (config.tau_r + 1)] * (config.tau_r + 1))
-    count_offsets = tuple(-math.log(2.0 * d) / e for d, e in zip(count_deltas, count_epsilons))
+    count_offsets = tuple(count_offset(e, d) for d, e in zip(count_deltas, count_epsilons))
     return Allocation(eps_int, count_epsilons, split_epsilons, eps_avg, count_deltas, delta_avg,
                       count_offsets)
+
+
+def heap_count_epsilons(allocation: Allocation) -> tuple[float, ...]:
+    """epsilon_cnt of every tree node in heap layout (node i is at level floor(log2 i)).
+
+    Element 0 is unused padding (given level 0's value so the array stays positive).
+    """
+    levels = len(allocation.count_epsilons)
+    per_node = [allocation.count_epsilons[0]]
+    for level in range(levels):
+        per_node.extend([allocation.count_epsilons[level]] * 2**level)
+    return tuple(per_node)
 
 
 class LedgerEntry(NamedTuple):
@@ -162,23 +177,24 @@ def build_ledger(allocation: Allocation, config: DPMConfig, average_sensitivity:
         LedgerEntry("count/level0", "laplace", 0, allocation.count_epsilons[0],
                     allocation.count_deltas[0], 1.0,
                     f"count; offset lambda={allocation.count_offsets[0]:.4g}",
-                    1.0 / allocation.count_epsilons[0], ("count", 0)),
+                    1.0 / allocation.count_epsilons[0], ("count", "heap[1]")),
         LedgerEntry("interval_size", "exponential", None, allocation.interval_epsilon, 0.0, 2.0,
-                    "gap-count utility (Lemma 1)", None, ("interval", 0)),
+                    "gap-count utility (Lemma 1)", None, ("interval",)),
     ]
     for level in range(config.tau_r):
         entries.append(LedgerEntry(
             f"split/level{level}", "exponential", level, allocation.split_epsilons[level], 0.0,
             None, f"{score_rule}, lambda={allocation.count_offsets[level]:.4g}", None,
-            ("split", level)))
+            ("split", f"heap[{2**level}:{2**(level + 1)}]")))
         entries.append(LedgerEntry(
             f"count/level{level + 1}", "laplace", level + 1, allocation.count_epsilons[level + 1],
             allocation.count_deltas[level + 1], 1.0,
             f"count; offset lambda={allocation.count_offsets[level + 1]:.4g}",
-            1.0 / allocation.count_epsilons[level + 1], ("count", level + 1)))
+            1.0 / allocation.count_epsilons[level + 1],
+            ("count", f"heap[{2**(level + 1)}:{2**(level + 2)}]")))
     scale = None if average_sensitivity is None else average_sensitivity * average_sigma_per_unit
     entries.append(LedgerEntry(
         "leaf_sums", "gaussian", None, allocation.average_epsilon, allocation.average_delta,
         average_sensitivity, f"L2 norm of a mid-shifted point; sigma = {average_sigma_per_unit:.4g} x sensitivity",
-        scale, ("average", 0)))
+        scale, ("average",)))
     return Ledger(entries)

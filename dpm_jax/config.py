@@ -14,13 +14,8 @@ import math
 
 import numpy as np
 
-__all__ = ["DPMConfig", "DEFAULT_SIGMA_GRID"]
+__all__ = ["DPMConfig"]
 
-# Candidate standard deviations for the split interval size estimation
-# (Algorithm 2, "sigmas"), as fractions of each dimension's public range.
-# The authors' code uses sigma in {0.5, 1.0, ..., 29.5} on data with range 200;
-# expressed relative to the range that is {0.0025, 0.005, ..., 0.1475}.
-DEFAULT_SIGMA_GRID: tuple[float, ...] = tuple(float(v) for v in np.arange(1, 60) * 0.0025)
 
 
 def _is_real(value) -> bool:
@@ -42,8 +37,14 @@ class DPMConfig:
         choices, averaging); must sum to 1 (Section 6.1).
       delta_shares: fractions of delta for (counts, averaging); must sum to 1.
       percentile: the percentile of neighbour gaps used by Algorithm 2 (65).
-      sigma_grid: candidate sigmas for Algorithm 2 as fractions of the range.
+      sigma_step, num_sigmas: the candidate sigmas of Algorithm 2 ("sigmas") are
+        sigma_step * (1, 2, ..., num_sigmas), as fractions of each dimension's
+        public range. The authors' code uses sigma in {0.5, 1.0, ..., 29.5} on data
+        of range 200, i.e. the defaults 0.0025 and 59.
       interval_factor: beta = interval_factor * sigma* (Section 3.5: 1/2).
+      interval_max_dims: Algorithm 2 sorts every dimension; above this many
+        dimensions it uses this many, drawn uniformly at random with the interval
+        key (data-independent, so privacy is unaffected). ``None``: all of them.
     """
 
     tau_r: int = 7
@@ -54,8 +55,10 @@ class DPMConfig:
     epsilon_shares: tuple[float, float, float, float] = (0.04, 0.18, 0.18, 0.6)
     delta_shares: tuple[float, float] = (0.2, 0.8)
     percentile: float = 65.0
-    sigma_grid: tuple[float, ...] = DEFAULT_SIGMA_GRID
+    sigma_step: float = 0.0025
+    num_sigmas: int = 59
     interval_factor: float = 0.5
+    interval_max_dims: int | None = 16
 
     def __post_init__(self):
         if not isinstance(self.tau_r, (int, np.integer)) or isinstance(self.tau_r, bool):
@@ -64,7 +67,7 @@ class DPMConfig:
             raise ValueError(f"tau_r must be >= 1, got {self.tau_r}")
         if self.tau_r > 16:
             raise ValueError(f"tau_r must be <= 16 (2**tau_r padded clusters), got {self.tau_r}")
-        for name in ("alpha", "t", "q", "percentile", "interval_factor"):
+        for name in ("alpha", "t", "q", "percentile", "interval_factor", "sigma_step"):
             value = getattr(self, name)
             if not _is_real(value) or not math.isfinite(value):
                 raise TypeError(f"{name} must be a finite real number, got {value!r}")
@@ -85,11 +88,14 @@ class DPMConfig:
             raise ValueError(f"interval_factor must be > 0, got {self.interval_factor}")
         _check_shares("epsilon_shares", self.epsilon_shares, 4)
         _check_shares("delta_shares", self.delta_shares, 2)
-        grid = self.sigma_grid
-        if len(grid) < 1 or not all(_is_real(s) and math.isfinite(s) and s > 0 for s in grid):
-            raise ValueError("sigma_grid must be a non-empty sequence of positive finite numbers")
-        if list(grid) != sorted(grid):
-            raise ValueError("sigma_grid must be sorted in increasing order")
+        if self.sigma_step <= 0:
+            raise ValueError(f"sigma_step must be > 0, got {self.sigma_step}")
+        for name in ("num_sigmas", "interval_max_dims"):
+            value = getattr(self, name)
+            if value is None and name == "interval_max_dims":
+                continue
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
     @property
     def max_clusters(self) -> int:
@@ -97,9 +103,14 @@ class DPMConfig:
         return 2 ** self.tau_r
 
     @property
+    def sigma_grid(self) -> np.ndarray:
+        """The candidate sigmas of Algorithm 2, fractions of the range."""
+        return self.sigma_step * np.arange(1, self.num_sigmas + 1)
+
+    @property
     def max_splits_per_dim(self) -> int:
         """Static number of split candidates per dimension (the smallest sigma's)."""
-        return int(math.ceil(1.0 / (self.interval_factor * self.sigma_grid[0]) - 1e-9))
+        return int(math.ceil(1.0 / (self.interval_factor * self.sigma_step) - 1e-9))
 
 
 def _check_shares(name, shares, length):

@@ -30,7 +30,9 @@ have sensitivity 2 for d > 1. Averaging the *counts* over dimensions, as here, d
 
 Every coordinate is first quantised to 2**30 levels of its public range (a
 per-record map, so DP is unaffected): integer sorts are several times faster than
-float sorts in XLA on CPU.
+float sorts in XLA on CPU. Above ``config.interval_max_dims`` dimensions a random,
+data-independent subset of dimensions is sorted (the sort dominates the run time
+at d = 100); the counts are averaged over that subset, which keeps sensitivity 2.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import exponential_mechanism
 
-__all__ = ["gaussian_gap_constant", "gap_counts_below", "estimate_split_interval_size",
-           "PERCENTILE_SENSITIVITY"]
+__all__ = ["gaussian_gap_constant", "gap_counts_below", "interval_dimensions",
+           "estimate_split_interval_size", "PERCENTILE_SENSITIVITY"]
 
 PERCENTILE_SENSITIVITY = 2.0  # Lemma 1
 _QUANTISATION_LEVELS = 2**30
@@ -78,13 +81,19 @@ def gaussian_gap_constant(percentile: float) -> float:
     return 0.5 * (low + high)
 
 
-def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, thresholds: jnp.ndarray):
-    """C(y) for every threshold: neighbour gaps < y, averaged over dimensions.
+def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshold_step,
+                     num_thresholds: int) -> jnp.ndarray:
+    """C(y_g) for y_g = threshold_step * g, g = 1..num_thresholds (an arithmetic grid).
+
+    C(y) is the number of neighbour gaps smaller than y, averaged over dimensions.
+    Each gap is bucketed by one division (its first threshold above it), so one
+    histogram of the gaps gives all counts: no search over the thresholds.
 
     Args:
       unit_points: (n, d) points scaled to [0, 1] per dimension.
       point_mask: (n,) bool, False for padding points (ignored).
-      thresholds: (G,) increasing thresholds in the same unit scale.
+      threshold_step: y_1, in the same unit scale (may be traced).
+      num_thresholds: G (static).
     Returns:
       (G,) float32 average counts.
     """
@@ -92,36 +101,48 @@ def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshol
     levels = jnp.floor(unit_points * _QUANTISATION_LEVELS).astype(jnp.int32)
     levels = jnp.where(point_mask[:, None], levels, _SENTINEL)
     ordered = jnp.sort(levels, axis=0)
-    gaps = ordered[1:] - ordered[:-1]  # (n-1, d); rows past the real points are padding
+    gaps = (ordered[1:] - ordered[:-1]).astype(jnp.float32)  # (n-1, d); padding rows at the end
     real_gaps = jnp.arange(n - 1) < jnp.sum(point_mask) - 1
-    # integer gap v < y  <=>  v < ceil(y)
-    integer_thresholds = jnp.ceil(thresholds * _QUANTISATION_LEVELS).astype(jnp.int32)
-    bucket = jnp.searchsorted(integer_thresholds, gaps, side="right")
-    bucket = jnp.where(real_gaps[:, None], bucket, thresholds.shape[0])
-    histogram = jnp.zeros(thresholds.shape[0] + 1, jnp.int32).at[bucket.reshape(-1)].add(1)
-    return jnp.cumsum(histogram)[:-1].astype(jnp.float32) / d
+    # gap < y_g = g y_1  <=>  g > gap / y_1  <=>  g >= floor(gap / y_1) + 1
+    first_threshold_above = jnp.floor(gaps / (threshold_step * _QUANTISATION_LEVELS)) + 1.0
+    bucket = jnp.where(real_gaps[:, None], jnp.minimum(first_threshold_above, num_thresholds + 1),
+                       num_thresholds + 1).astype(jnp.int32)
+    histogram = jnp.zeros(num_thresholds + 2, jnp.int32).at[bucket.reshape(-1)].add(1)
+    return jnp.cumsum(histogram)[1:-1].astype(jnp.float32) / d
+
+
+def interval_dimensions(key: jax.Array, d: int, max_dims: int | None) -> jnp.ndarray | None:
+    """The dimensions Algorithm 2 sorts: all, or ``max_dims`` drawn without replacement.
+
+    The draw uses only the key, never the data, so the choice is public.
+    """
+    if max_dims is None or d <= max_dims:
+        return None
+    return jax.random.choice(key, d, (max_dims,), replace=False)
 
 
 def estimate_split_interval_size(key: jax.Array, unit_points: jnp.ndarray, point_mask: jnp.ndarray,
-                                 n_tilde, epsilon: float, sigma_grid: tuple[float, ...],
-                                 percentile: float, interval_factor: float):
-    """Algorithm 2: a DP choice of sigma* from ``sigma_grid``; returns (beta, index).
+                                 n_tilde, epsilon: float, config: DPMConfig):
+    """Algorithm 2: a DP choice of sigma* from the sigma grid; returns (beta, index).
 
     Privacy: one exponential mechanism with utility sensitivity 2 (Lemma 1, see the
     module docstring): (epsilon, 0)-DP. ``n_tilde`` is the released root count
-    (post-processing, Lemma 2).
+    (post-processing, Lemma 2). The key is split into (dimension choice, selection).
 
     Returns:
       beta as a fraction of each dimension's range (scalar), and the chosen grid index.
     """
-    sigmas = jnp.asarray(sigma_grid, jnp.float32)
+    dims_key, select_key = jax.random.split(key)
+    dims = interval_dimensions(dims_key, unit_points.shape[1], config.interval_max_dims)
+    if dims is not None:
+        unit_points = unit_points[:, dims]
     n_ref = jnp.maximum(n_tilde, 2.0)
-    thresholds = gaussian_gap_constant(percentile) * sigmas / n_ref
-    counts = gap_counts_below(unit_points, point_mask, thresholds)
-    target = percentile / 100.0 * (n_ref - 1.0)
+    threshold_step = gaussian_gap_constant(config.percentile) * config.sigma_step / n_ref
+    counts = gap_counts_below(unit_points, point_mask, threshold_step, config.num_sigmas)
+    target = config.percentile / 100.0 * (n_ref - 1.0)
     utility = -jnp.abs(counts - target)
     _, index = exponential_mechanism(
-        key, utility.reshape(1, 1, -1), jnp.ones((1, 1, sigmas.shape[0]), bool), epsilon,
+        select_key, utility.reshape(1, 1, -1), jnp.ones((1, 1, config.num_sigmas), bool), epsilon,
         jnp.asarray([PERCENTILE_SENSITIVITY], jnp.float32))
-    index = index[0]
-    return interval_factor * sigmas[index], index
+    sigma = config.sigma_step * (index[0] + 1).astype(jnp.float32)
+    return config.interval_factor * sigma, index[0]

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from dpm_jax._arrays import cumsum_last
+
 __all__ = ["candidate_statistics", "emptiness", "centreness", "split_scores", "score_sensitivity"]
 
 
 def candidate_statistics(half_bin_counts: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """From (..., 2B) half-bin counts to (interval counts |s_j|, ranks r_j), each (..., B)."""
     interval_counts = half_bin_counts[..., 0::2] + half_bin_counts[..., 1::2]
-    ranks = jnp.cumsum(half_bin_counts, axis=-1)[..., 0::2]
+    ranks = cumsum_last(half_bin_counts)[..., 0::2]
     return interval_counts, ranks
 
 

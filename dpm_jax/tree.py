@@ -31,10 +31,10 @@ import jax.numpy as jnp
 
 from dpm_jax.budget import Allocation
 from dpm_jax.config import DPMConfig
-from dpm_jax.mechanisms import derive_key, exponential_mechanism, noisy_count
+from dpm_jax.mechanisms import select_with_uniforms
 from dpm_jax.scoring import score_sensitivity, split_scores
 
-__all__ = ["SplitTree", "Leaves", "build_tree"]
+__all__ = ["SplitTree", "Leaves", "build_tree", "half_bin_indices", "level_histogram"]
 
 
 class SplitTree(NamedTuple):
@@ -73,18 +73,37 @@ def half_bin_indices(unit_points: jnp.ndarray, beta, num_splits) -> jnp.ndarray:
     return jnp.clip(index, 0, 2 * num_splits - 1)
 
 
-def build_tree(key: jax.Array, unit_points: jnp.ndarray, point_mask: jnp.ndarray,
-               lower: jnp.ndarray, upper: jnp.ndarray, root_count, beta,
+def level_histogram(dim_bin: jax.Array, point_node: jax.Array, point_active: jax.Array,
+                    num_nodes: int, d: int, max_splits: int) -> jax.Array:
+    """(num_nodes, d, 2 max_splits) half-bin counts of the active points of every node.
+
+    ``dim_bin[i, p] = i * 2 max_splits + half-bin of point p in dimension i``.
+    """
+    block = d * 2 * max_splits
+    # Inactive points get an index past the end, which mode="drop" discards (a
+    # negative index would wrap around to the last bin).
+    flat = jnp.where(point_active[None, :], point_node[None, :] * block + dim_bin, num_nodes * block)
+    counts = jnp.zeros(num_nodes * block, jnp.int32).at[flat.reshape(-1)].add(1, mode="drop")
+    return counts.reshape(num_nodes, d, 2 * max_splits)
+
+
+def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: jnp.ndarray,
+               point_mask: jnp.ndarray, lower: jnp.ndarray, upper: jnp.ndarray, root_count, beta,
                allocation: Allocation, config: DPMConfig) -> tuple[SplitTree, Leaves]:
     """Run BuildClustering on all levels (Algorithm 1, lines 13-28).
 
+    The randomness comes in pre-drawn, in heap layout (row/element i belongs to
+    tree node i, index 0 unused), so that each draw has a documented place:
+
     Args:
-      key: the caller's key; per-level keys are derive_key(key, "split", l) and
-        derive_key(key, "count", l + 1).
+      split_uniforms: (2**tau_r,) U[0, 1) values driving the exponential
+        mechanism of each inner node (:func:`dpm_jax.mechanisms.select_with_uniforms`).
+      count_noise: (2**(tau_r+1),) noise of the count mechanism of every node,
+        each drawn with its level's epsilon_cnt; node 1's is the root count's.
       unit_points: (n, d) points scaled to [0, 1] by the public bounds.
       point_mask: (n,) bool, padding points are False.
       lower, upper: (d,) public bounds (to report split positions in data units).
-      root_count: n~ of the whole data set (released, level 0 count).
+      root_count: n~ of the whole data set (|D| + count_noise[1], Algorithm 1 line 7).
       beta: split interval size as a fraction of the range (released).
       allocation: the per-level budgets and offsets.
       config: hyper-parameters.
@@ -94,39 +113,34 @@ def build_tree(key: jax.Array, unit_points: jnp.ndarray, point_mask: jnp.ndarray
     max_splits = config.max_splits_per_dim
     num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
     half_bins = half_bin_indices(unit_points, beta, num_splits)
+    # Position of every (dim, half-bin) inside one node's (d, 2B) block, fixed for all levels.
+    dim_bin = jnp.arange(d, dtype=jnp.int32)[:, None] * (2 * max_splits) + half_bins
     tau_e = root_count / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
     candidate_valid = jnp.arange(max_splits) < num_splits
-    num_heap = 2 ** (tau_r + 1)
-
-    tree_count = jnp.zeros(num_heap, jnp.float32).at[1].set(root_count)
-    tree_reached = jnp.zeros(num_heap, bool).at[1].set(True)
-    tree_is_split = jnp.zeros(num_heap, bool)
-    tree_dim = jnp.full(num_heap, -1, jnp.int32)
-    tree_position = jnp.full(num_heap, jnp.nan, jnp.float32)
-    leaf_count = jnp.zeros(2**tau_r, jnp.float32)
-    leaf_valid = jnp.zeros(2**tau_r, bool)
-    leaf_node = jnp.zeros(2**tau_r, jnp.int32)
+    # Per-level pieces of the heap arrays, concatenated once at the end (level l
+    # occupies heap ids 2**l .. 2**(l+1) - 1; index 0 is padding).
+    level_count, level_reached, level_split, level_dim, level_position, level_leaf = (
+        [jnp.zeros(1, jnp.float32)], [jnp.zeros(1, bool)], [jnp.zeros(1, bool)],
+        [jnp.full(1, -1, jnp.int32)], [jnp.full(1, jnp.nan, jnp.float32)], [jnp.zeros(1, bool)])
 
     point_node = jnp.zeros(n, jnp.int32)  # local index at the current level
     point_active = point_mask
     node_count = jnp.reshape(root_count, (1,)).astype(jnp.float32)
     node_active = jnp.ones(1, bool)
-    dims = jnp.arange(d, dtype=jnp.int32)[:, None]
 
     for level in range(tau_r + 1):
         num_nodes = 2**level
-        heap_ids = num_nodes + jnp.arange(num_nodes)
+        level_count.append(jnp.where(node_active, node_count, 0.0))
+        level_reached.append(node_active)
         if level == tau_r:  # Algorithm 1, line 14: maximal depth, every active node is a leaf
-            leaf_count, leaf_valid, leaf_node = _record_leaves(
-                leaf_count, leaf_valid, leaf_node, node_active, node_count, heap_ids, level, tau_r)
+            level_split.append(jnp.zeros(num_nodes, bool))
+            level_dim.append(jnp.full(num_nodes, -1, jnp.int32))
+            level_position.append(jnp.full(num_nodes, jnp.nan, jnp.float32))
+            level_leaf.append(node_active)
             break
 
-        # 1. half-bin counts per (dim, node): one scatter-add, dim-major for locality.
-        flat = (dims * num_nodes + point_node[None, :]) * (2 * max_splits) + half_bins
-        flat = jnp.where(point_active[None, :], flat, -1)
-        counts = jnp.zeros(d * num_nodes * 2 * max_splits, jnp.int32).at[flat.reshape(-1)].add(
-            1, mode="drop")
-        counts = counts.reshape(d, num_nodes, 2 * max_splits).transpose(1, 0, 2)
+        # 1. half-bin counts per (node, dim): one scatter-add over the (d, n) index array.
+        counts = level_histogram(dim_bin, point_node, point_active, num_nodes, d, max_splits)
 
         # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
         scores = split_scores(counts.astype(jnp.float32), node_count[:, None], config.t, config.q,
@@ -135,9 +149,9 @@ def build_tree(key: jax.Array, unit_points: jnp.ndarray, point_mask: jnp.ndarray
         valid = jnp.broadcast_to(valid, scores.shape)
         sensitivity = score_sensitivity(node_count, allocation.count_offsets[level], config.t,
                                         config.q, config.alpha)
-        split_dim, split_index = exponential_mechanism(
-            derive_key(key, "split", level), scores, valid, allocation.split_epsilons[level],
-            sensitivity)
+        split_dim, split_index = select_with_uniforms(
+            split_uniforms[num_nodes:2 * num_nodes], scores, valid,
+            allocation.split_epsilons[level], sensitivity)
 
         # 4. route: right child iff the coordinate lies above s*, i.e. half-bin >= 2j* + 1.
         point_bins = half_bins[split_dim[point_node], jnp.arange(n)]
@@ -145,43 +159,42 @@ def build_tree(key: jax.Array, unit_points: jnp.ndarray, point_mask: jnp.ndarray
         child = 2 * point_node + go_right.astype(jnp.int32)
 
         # 5. noisy child counts and the stopping rule (lines 16-18).
-        child_true = jnp.zeros(2 * num_nodes, jnp.int32).at[jnp.where(point_active, child, -1)].add(
-            1, mode="drop")
-        child_count = noisy_count(derive_key(key, "count", level + 1), child_true,
-                                  allocation.count_epsilons[level + 1])
+        child_true = jnp.zeros(2 * num_nodes, jnp.int32).at[
+            jnp.where(point_active, child, 2 * num_nodes)].add(1, mode="drop")
+        child_count = child_true + count_noise[2 * num_nodes:4 * num_nodes]
         children_large = (child_count[0::2] >= tau_e) & (child_count[1::2] >= tau_e)
         applied = node_active & children_large
 
         position_unit = (split_index.astype(jnp.float32) + 0.5) * beta
         position = lower[split_dim] + position_unit * (upper - lower)[split_dim]
-        tree_dim = tree_dim.at[heap_ids].set(jnp.where(node_active, split_dim, -1))
-        tree_position = tree_position.at[heap_ids].set(jnp.where(node_active, position, jnp.nan))
-        tree_is_split = tree_is_split.at[heap_ids].set(applied)
-        child_ids = 2 * num_nodes + jnp.arange(2 * num_nodes)
-        child_reached = jnp.repeat(applied, 2)
-        tree_reached = tree_reached.at[child_ids].set(child_reached)
-        tree_count = tree_count.at[child_ids].set(jnp.where(child_reached, child_count, 0.0))
-
-        leaf_count, leaf_valid, leaf_node = _record_leaves(
-            leaf_count, leaf_valid, leaf_node, node_active & ~applied, node_count, heap_ids, level,
-            tau_r)
+        level_split.append(applied)
+        level_dim.append(jnp.where(node_active, split_dim, -1))
+        level_position.append(jnp.where(node_active, position, jnp.nan))
+        level_leaf.append(node_active & ~applied)
 
         point_split = applied[point_node]
         point_node = 2 * point_node + (go_right & point_split).astype(jnp.int32)
         point_active = point_active & point_split
         node_count = child_count
-        node_active = child_reached
+        node_active = jnp.repeat(applied, 2)
 
-    tree = SplitTree(tree_count, tree_reached, tree_is_split, tree_dim, tree_position)
-    leaves = Leaves(leaf_count, leaf_valid, leaf_node, point_node)
-    return tree, leaves
+    tree = SplitTree(*(jnp.concatenate(parts) for parts in (
+        level_count, level_reached, level_split, level_dim, level_position)))
+    return tree, _leaves_by_slot(tree, jnp.concatenate(level_leaf), point_node, tau_r)
 
 
-def _record_leaves(leaf_count, leaf_valid, leaf_node, becomes_leaf, node_count, heap_ids, level,
-                   tau_r):
-    """A leaf at local index j of ``level`` takes slot j << (tau_r - level)."""
-    slots = jnp.arange(2**level) << (tau_r - level)
-    leaf_count = leaf_count.at[slots].set(jnp.where(becomes_leaf, node_count, leaf_count[slots]))
-    leaf_valid = leaf_valid.at[slots].set(becomes_leaf | leaf_valid[slots])
-    leaf_node = leaf_node.at[slots].set(jnp.where(becomes_leaf, heap_ids, leaf_node[slots]))
-    return leaf_count, leaf_valid, leaf_node
+def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, tau_r: int) -> Leaves:
+    """Gather the leaves into their slots: local index j at level l -> slot j << (tau_r - l).
+
+    Slots of different levels coincide only for nodes on one left-most path, of
+    which exactly one is a leaf, so a masked scatter-add places every leaf alone.
+    """
+    heap = jnp.arange(2 ** (tau_r + 1))
+    level = jnp.floor(jnp.log2(jnp.maximum(heap, 1))).astype(jnp.int32)
+    slot = (heap - 2**level) << (tau_r - level)
+    slot = jnp.where(is_leaf, slot, 2**tau_r)  # non-leaves are dropped
+    num_slots = 2**tau_r
+    count = jnp.zeros(num_slots, jnp.float32).at[slot].add(tree.noisy_count, mode="drop")
+    valid = jnp.zeros(num_slots, bool).at[slot].set(True, mode="drop")
+    node = jnp.zeros(num_slots, jnp.int32).at[slot].add(heap.astype(jnp.int32), mode="drop")
+    return Leaves(count, valid, node, point_slot)

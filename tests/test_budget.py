@@ -1,0 +1,91 @@
+"""Budget allocation and the ledger (Algorithm 1 lines 4-6, Equation 2, Theorem 1)."""
+
+import math
+
+import pytest
+
+import dpm_jax
+from dpm_jax import Budget, DPMConfig
+from dpm_jax.budget import allocate, build_ledger, heap_count_epsilons, level_weights
+from dpm_jax.mechanisms import count_offset
+
+CONFIGS = [
+    DPMConfig(),
+    DPMConfig(tau_r=1),
+    DPMConfig(tau_r=3, epsilon_shares=(0.1, 0.3, 0.3, 0.3), delta_shares=(0.5, 0.5)),
+    DPMConfig(tau_r=10, epsilon_shares=(0.01, 0.09, 0.4, 0.5)),
+]
+BUDGETS = [Budget(1.0, 1e-6), Budget(0.1, 1e-9), Budget(7.3, 0.01), Budget(1e-3, 0.5)]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_ledger_adds_up_exactly_to_the_budget(config, budget):
+    allocation = allocate(budget, config)
+    ledger = build_ledger(allocation, config, 1.0, 1.0)
+    assert math.isclose(ledger.total_epsilon, budget.epsilon, rel_tol=1e-12)
+    assert math.isclose(ledger.total_delta, budget.delta, rel_tol=1e-12)
+    # one count entry per count level (tau_r + 1), one split entry per split level (tau_r)
+    names = [e.name for e in ledger]
+    assert sum(n.startswith("count/") for n in names) == config.tau_r + 1
+    assert sum(n.startswith("split/") for n in names) == config.tau_r
+    assert names.count("interval_size") == 1 and names.count("leaf_sums") == 1
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_shares_and_per_level_weights(config):
+    budget = Budget(2.0, 1e-5)
+    a = allocate(budget, config)
+    eps_int, eps_cnt, eps_exp, eps_avg = (budget.epsilon * s for s in config.epsilon_shares)
+    assert math.isclose(a.interval_epsilon, eps_int)
+    assert math.isclose(math.fsum(a.count_epsilons), eps_cnt, rel_tol=1e-12)
+    assert math.isclose(math.fsum(a.split_epsilons), eps_exp, rel_tol=1e-12)
+    assert math.isclose(a.average_epsilon, eps_avg, rel_tol=1e-12)
+    # Equation 2: eps_i proportional to sqrt(2**i), so consecutive ratios are sqrt(2).
+    for parts in (a.count_epsilons, a.split_epsilons):
+        for low, high in zip(parts, parts[1:]):
+            assert math.isclose(high / low, math.sqrt(2), rel_tol=1e-9)
+    # delta: 0.2 for the counts, split evenly over the tau_r + 1 count levels.
+    assert all(math.isclose(d, budget.delta * config.delta_shares[0] / (config.tau_r + 1))
+               for d in a.count_deltas)
+    assert math.isclose(a.average_delta, budget.delta * config.delta_shares[1])
+    # Equation 1 offsets, through the count mechanism's own offset rule.
+    for offset, e, d in zip(a.count_offsets, a.count_epsilons, a.count_deltas):
+        assert offset == count_offset(e, d) and offset > 0
+
+
+def test_level_weights_sum_to_one():
+    for levels in (1, 2, 8, 17):
+        weights = level_weights(levels)
+        assert math.isclose(sum(weights), 1.0)
+        assert len(weights) == levels
+
+
+def test_heap_count_epsilons_follow_the_levels():
+    config = DPMConfig(tau_r=3)
+    a = allocate(Budget(1.0, 1e-6), config)
+    per_node = heap_count_epsilons(a)
+    assert len(per_node) == 2 ** (config.tau_r + 1)
+    for node in range(1, len(per_node)):
+        assert per_node[node] == a.count_epsilons[node.bit_length() - 1]
+
+
+@pytest.mark.parametrize("epsilon, delta, error", [
+    (0.0, 1e-6, ValueError), (-1.0, 1e-6, ValueError), (1.0, 0.0, ValueError), (1.0, 1.0, ValueError),
+    (float("inf"), 1e-6, ValueError), (float("nan"), 1e-6, ValueError), ("1", 1e-6, TypeError),
+    (1.0, None, TypeError),
+])
+def test_invalid_budget(epsilon, delta, error):
+    with pytest.raises(error):
+        Budget(epsilon, delta)
+
+
+def test_ledger_table_and_dicts():
+    config = DPMConfig(tau_r=2)
+    ledger = build_ledger(allocate(Budget(1.0, 1e-6), config), config, 3.0, 2.0)
+    text = ledger.table()
+    assert "leaf_sums" in text and "split/level1" in text and "total" in text
+    rows = ledger.to_dicts()
+    assert math.isclose(sum(r["epsilon"] for r in rows), 1.0)
+    assert rows[-1]["noise_scale"] == 6.0  # sensitivity 3 x sigma per unit 2
+    assert isinstance(ledger, dpm_jax.Ledger)

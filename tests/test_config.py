@@ -1,0 +1,52 @@
+"""DPMConfig: the paper's defaults and clear errors for invalid hyper-parameters."""
+
+import math
+
+import pytest
+
+from dpm_jax import DPMConfig
+
+
+def test_defaults_are_the_papers():
+    config = DPMConfig()
+    # Section 6.1 and Section 5.2.
+    assert config.tau_r == 7 and config.tau_e is None
+    assert config.alpha == 5.0 and config.t == 0.3 and math.isclose(config.q, 1 / 12)
+    assert config.epsilon_shares == (0.04, 0.18, 0.18, 0.6)
+    assert config.delta_shares == (0.2, 0.8)
+    assert config.percentile == 65.0 and config.interval_factor == 0.5
+    # The authors' sigmas 0.5, 1.0, ..., 29.5 on a range of 200.
+    assert len(config.sigma_grid) == 59
+    assert math.isclose(config.sigma_grid[0] * 200, 0.5) and math.isclose(config.sigma_grid[-1] * 200, 29.5)
+    assert config.max_clusters == 128
+    assert config.max_splits_per_dim == 800  # 1 / (0.5 * 0.0025)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(t=0.1, q=0.1), "t >= 2q"),
+    (dict(q=0.5), "q must satisfy"),
+    (dict(q=0.0), "q must satisfy"),
+    (dict(alpha=0.0), "alpha must be > 0"),
+    (dict(alpha=-1.0), "alpha must be > 0"),
+    (dict(tau_r=0), "tau_r must be >= 1"),
+    (dict(epsilon_shares=(0.1, 0.2, 0.3, 0.3)), "epsilon_shares must sum to 1"),
+    (dict(delta_shares=(0.5, 0.6)), "delta_shares must sum to 1"),
+    (dict(epsilon_shares=(0.5, 0.5, 0.0, 0.0)), "positive"),
+    (dict(percentile=100.0), "percentile"),
+    (dict(sigma_step=0.0), "sigma_step"),
+    (dict(num_sigmas=0), "num_sigmas"),
+    (dict(interval_max_dims=0), "interval_max_dims"),
+])
+def test_invalid_values_raise_value_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DPMConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(tau_r=2.5), dict(alpha="5"), dict(t=float("nan")), dict(tau_r=True)])
+def test_wrong_types_raise_type_error(kwargs):
+    with pytest.raises(TypeError):
+        DPMConfig(**kwargs)
+
+
+def test_config_is_hashable_for_jit():
+    assert hash(DPMConfig()) == hash(DPMConfig())
