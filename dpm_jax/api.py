@@ -132,7 +132,8 @@ def _validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
     if not (_is_tracer(arrays[0]) or _is_tracer(arrays[1])):
         if not np.all(arrays[0] < arrays[1]):
             raise ValueError(f"bounds need lo < hi in every dimension, got lo={lower}, hi={upper}")
-    arrays = [jnp.broadcast_to(jnp.asarray(a, jnp.float32), (d,)) for a in arrays]
+    # Concrete bounds stay NumPy (float32) so the ledger can state numbers under jit too.
+    arrays = [a if _is_tracer(a) else np.asarray(a, np.float32) for a in arrays]
     return arrays[0], arrays[1]
 
 
@@ -179,6 +180,8 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
     sigma_unit = analytic_gaussian_sigma(allocation.average_epsilon, allocation.average_delta, 1.0)
     concrete_bounds = not (_is_tracer(lower) or _is_tracer(upper))
     average_sensitivity = float(leaf_sum_sensitivity(lower, upper)) if concrete_bounds else None
+    lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (d,))
+    upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (d,))
     ledger = build_ledger(allocation, config, average_sensitivity, sigma_unit)
 
     arrays = _cluster_arrays(key, points, mask, lower, upper, budget=budget, config=config,

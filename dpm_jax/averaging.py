@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpm_jax.mechanisms import gaussian_noise
 
 __all__ = ["leaf_sum_sensitivity", "leaf_centers"]
 
 
-def leaf_sum_sensitivity(lower: jnp.ndarray, upper: jnp.ndarray):
-    """L2 sensitivity of one leaf sum of mid-shifted points: ||(upper - lower)/2||_2."""
-    return jnp.sqrt(jnp.sum(((upper - lower) / 2.0) ** 2))
+def leaf_sum_sensitivity(lower, upper):
+    """L2 sensitivity of one leaf sum of mid-shifted points: ||(upper - lower)/2||_2.
+
+    NumPy in, NumPy out (so concrete bounds give a number for the ledger); JAX
+    arrays give a JAX scalar.
+    """
+    xp = np if isinstance(lower, np.ndarray) and isinstance(upper, np.ndarray) else jnp
+    return xp.sqrt(xp.sum(((upper - lower) / 2.0) ** 2))
 
 
 def leaf_centers(key: jax.Array, points: jnp.ndarray, point_mask: jnp.ndarray,
