@@ -24,5 +24,15 @@ __all__ = [
     "SplitTree",
     "cluster",
     "derive_key",
+    "DPMClustering",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The scikit-learn estimator is imported lazily: scikit-learn is not a dependency.
+    if name == "DPMClustering":
+        from dpm_jax.sklearn import DPMClustering
+
+        return DPMClustering
+    raise AttributeError(f"module 'dpm_jax' has no attribute {name!r}")

@@ -13,14 +13,16 @@ How each mechanism is sampled, and what floating point leaves (docs/privacy.md):
   ideal distribution is bounded (total variation <= 7e-18 per draw), so the
   low-order-bit attacks on floating-point Laplace samplers (Mironov 2012) do not apply.
 * Exponential mechanism: inverse-CDF sampling of float32 weights
-  exp(eps (f - max f) / (2 Delta)) with float32 uniforms (:func:`select_with_uniforms`).
-  A float32 uniform takes 2**23 values, so every selection probability is realised
-  only up to an absolute error of about 2**-23 (plus the float32 rounding of the
-  weights and their cumulative sums); a candidate whose probability is below that
-  resolution can be selected with probability 0 under one data set and ~2**-23
-  under its neighbour. The sampler is therefore (eps, delta_fp)-DP with a delta_fp of
-  order (#groups + #candidates per group) * 2**-23 per call, not (eps, 0)-DP, and
-  this delta_fp is not in the ledger.
+  exp(eps (f - max f) / (2 Delta)), one float32 uniform per row against their
+  float32 cumulative sum (:func:`select_with_uniforms`). A float32 uniform takes
+  2**23 values and the cumulative sums carry a relative rounding error of about
+  1e-6, so each selection probability is realised only up to an absolute error of
+  order 1e-6 of the row's total; a candidate whose ideal probability is below that
+  can be selected with probability 0 under one data set and ~1e-6 under its
+  neighbour. The sampler is therefore (eps, delta_fp)-DP rather than (eps, 0)-DP,
+  with delta_fp bounded by (1 + e^eps) times the total-variation error, at most
+  about #candidates * 2e-6 per row (typically far less: only rows whose mass is
+  spread over many tiny candidates come near it). delta_fp is not in the ledger.
 * Gaussian: JAX's float32 normal sampler, sqrt(2) erfinv(u) of a float32 uniform u
   on a 2**-22 grid of (-1, 1) (:func:`gaussian_noise`). Its support is a finite set
   of floats in [-5.42, 5.17] standard deviations: the ideal tail beyond it
@@ -374,7 +376,10 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     def privacy_loss_delta(sigma):
         a = sensitivity / (2.0 * sigma)
         b = epsilon * sigma / sensitivity
-        return _std_normal_cdf(a - b) - math.exp(epsilon) * _std_normal_cdf(-a - b)
+        tail = _std_normal_cdf(-a - b)
+        # e^epsilon * tail in log space: no overflow for large epsilon.
+        scaled_tail = 0.0 if tail == 0.0 else math.exp(min(epsilon + math.log(tail), 700.0))
+        return _std_normal_cdf(a - b) - scaled_tail
 
     low, high = 1e-12 * sensitivity, sensitivity
     while privacy_loss_delta(high) > delta:

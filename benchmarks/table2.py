@@ -1,0 +1,416 @@
+"""Reproduce Tables 2 and 3 of the DPM paper: quality and speed of DPM against its baselines.
+
+    python benchmarks/table2.py --datasets synth-10d,synth-100d,digits,china-pixels \\
+        --runs 20 --epsilon 1.0 --out results.json
+
+Protocol (000_e63c772e1db0dbd8.txt, Sections 6.1 and 6.2):
+  * every algorithm runs ``--runs`` times per data set with epsilon = ``--epsilon``
+    and delta = 1 / (n sqrt(n)); the baselines get the number of classes (for an
+    unlabelled data set, the k of the best reference below), DPM does not;
+  * references for the KMeans distance: ``--reference-runs`` non-private k-means
+    runs (n_init=1), the ``--references`` best by silhouette score kept;
+  * metrics of every run, computed in float64 on the nearest-valid-centre labels
+    (the authors' evaluation labels points the same way): inertia (squared
+    distances), silhouette score on ``--silhouette-sample`` points (the authors
+    use 10,000), clustering accuracy (labelled data only), normalised KMeans
+    distance, the number of clusters k and the seconds of the run. JAX programs
+    are compiled by a warm-up run first, reported as ``first_run_seconds``.
+
+Algorithms (``--algorithms``, default all available):
+  dpm             dpm_jax.cluster
+  dp-lloyd        dpm_jax.baselines.dp_lloyd (Su et al.'s DP k-means, JAX)
+  kmeans          dpm_jax.baselines.kmeans (k-means++ and Lloyd, JAX, n_init=1)
+  kmeans-sklearn  scikit-learn's KMeans (n_init=1), the authors' non-private baseline
+  diffprivlib     diffprivlib's KMeans, the authors' DP-Lloyd; skipped when it cannot
+                  be imported (diffprivlib 0.6 imports scikit-learn internals that
+                  scikit-learn >= 1.6 no longer has)
+  dpm-numpy       the plain NumPy DPM of tests/reference_dpm.py, the sequential
+                  speed baseline; skipped when that file is absent
+
+Outputs: ``--out`` (JSON rows), the same path with ``.md`` (Markdown tables) and
+``.png`` (a figure comparing the algorithms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dpm_jax
+from dpm_jax import baselines, metrics
+from dpm_jax.datasets import Dataset, load_dataset
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", "dpm", "dpm-numpy")
+METRICS = ("silhouette", "accuracy", "inertia", "kmeans_distance", "k", "seconds")
+METRIC_TITLES = {"silhouette": "Silh. score (up)", "accuracy": "Accuracy (up)", "inertia": "Inertia (down)",
+                 "kmeans_distance": "Norm. KMeans dist. (down)", "k": "k", "seconds": "Seconds per run"}
+# Candidate k of the reference search for data sets without labels (Section 6.1, UCI Gas).
+UNLABELLED_K_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Clustering:
+    """What one run of one algorithm released: padded centres and their valid mask."""
+
+    centers: np.ndarray
+    valid: np.ndarray
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One data set prepared for the comparison."""
+
+    dataset: Dataset
+    num_clusters: int  # given to the baselines
+    num_classes: int | None
+    references: baselines.KMeansReferences
+    budget: dpm_jax.Budget
+
+
+# --------------------------------------------------------------------- progress
+class ProgressBar:
+    """A one-line progress bar on stderr: ``[#####-----] 12/40 label  3.2 s``."""
+
+    def __init__(self, total: int, width: int = 30):
+        self.total, self.width, self.done, self.start = total, width, 0, time.perf_counter()
+
+    def advance(self, label: str) -> None:
+        self.done += 1
+        filled = self.width * self.done // max(self.total, 1)
+        elapsed = time.perf_counter() - self.start
+        sys.stderr.write(f"\r[{'#' * filled}{'-' * (self.width - filled)}] {self.done}/{self.total} "
+                         f"{label:<36.36} {elapsed:7.1f} s")
+        if self.done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+# ------------------------------------------------------------------- algorithms
+# A runner maps (key, task) to (centres (slots, d), valid (slots,)) of one run.
+def _run_dpm(key, task: Task):
+    result = dpm_jax.cluster(key, task.dataset.points, task.budget, bounds=task.dataset.bounds)
+    return result.centers, result.valid
+
+
+def _all_valid(centers, task: Task):
+    return centers, np.ones(task.num_clusters, bool)
+
+
+def _run_dp_lloyd(key, task: Task):
+    data = task.dataset
+    result = baselines.dp_lloyd(key, data.points, task.num_clusters, task.budget.epsilon, data.bounds,
+                                num_points_public=len(data.points))
+    return _all_valid(result.centers, task)
+
+
+def _run_kmeans(key, task: Task):
+    return _all_valid(baselines.kmeans(key, task.dataset.points, task.num_clusters).centers, task)
+
+
+def _seed(key) -> int:
+    return int(jax.random.randint(key, (), 0, 2**31 - 1))
+
+
+def _run_kmeans_sklearn(key, task: Task):
+    from sklearn.cluster import KMeans
+
+    model = KMeans(n_clusters=task.num_clusters, n_init=1, random_state=_seed(key))
+    return _all_valid(model.fit(task.dataset.points).cluster_centers_, task)
+
+
+def _run_diffprivlib(key, task: Task):
+    from diffprivlib.models import KMeans
+
+    data = task.dataset
+    d = data.points.shape[1]
+    bounds = tuple(np.broadcast_to(np.asarray(b, float), (d,)) for b in data.bounds)
+    model = KMeans(epsilon=task.budget.epsilon, bounds=bounds, n_clusters=task.num_clusters,
+                   random_state=_seed(key))
+    return _all_valid(model.fit(data.points).cluster_centers_, task)
+
+
+def _load_numpy_reference():
+    """The module tests/reference_dpm.py, or None when it is absent or has no ``reference_dpm``."""
+    path = REPOSITORY / "tests" / "reference_dpm.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("reference_dpm", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module if hasattr(module, "reference_dpm") else None
+
+
+def _run_dpm_numpy(key, task: Task):
+    """tests/reference_dpm.py's ``reference_dpm(rng, X, epsilon, delta, bounds, config)["centers"]``."""
+    data = task.dataset
+    result = _load_numpy_reference().reference_dpm(np.random.default_rng(_seed(key)), data.points,
+                                                   task.budget.epsilon, task.budget.delta, data.bounds,
+                                                   dpm_jax.DPMConfig())
+    centers = np.asarray(result["centers"], float)
+    return centers, np.ones(len(centers), bool)
+
+
+def run_timed(runner: Callable, key, task: Task) -> Clustering:
+    """One run of ``runner``, timed until its arrays are ready."""
+    start = time.perf_counter()
+    centers, valid = jax.block_until_ready(runner(key, task))
+    return Clustering(np.asarray(centers), np.asarray(valid), time.perf_counter() - start)
+
+
+RUNNERS: dict[str, Callable] = {
+    "dpm": _run_dpm, "dp-lloyd": _run_dp_lloyd, "kmeans": _run_kmeans,
+    "kmeans-sklearn": _run_kmeans_sklearn, "diffprivlib": _run_diffprivlib, "dpm-numpy": _run_dpm_numpy,
+}
+COMPILED = {"dpm", "dp-lloyd", "kmeans"}  # JAX programs: a warm-up run compiles them
+
+
+def unavailable_reason(algorithm: str) -> str | None:
+    """Why ``algorithm`` cannot run here, or None."""
+    if algorithm == "kmeans-sklearn":
+        return None if importlib.util.find_spec("sklearn") else "scikit-learn is not installed"
+    if algorithm == "diffprivlib":
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                import diffprivlib.models  # noqa: F401
+        except Exception as error:  # ImportError, or its imports of scikit-learn internals failing
+            return f"diffprivlib cannot be imported ({type(error).__name__}: {error})"
+        return None
+    if algorithm == "dpm-numpy":
+        return None if _load_numpy_reference() else "tests/reference_dpm.py with reference_dpm() is absent"
+    return None
+
+
+# ---------------------------------------------------------------------- metrics
+def evaluate(key, task: Task, clustering: Clustering, silhouette_sample: int) -> dict[str, float]:
+    """All metrics of one clustering, in float64 (module docstring)."""
+    data = task.dataset
+    with jax.enable_x64(True):
+        points = jnp.asarray(data.points, jnp.float64)
+        centers = jnp.asarray(clustering.centers, jnp.float64)
+        valid = jnp.asarray(clustering.valid)
+        assignment = metrics.assign_to_centers(points, centers, valid)
+        num_slots = centers.shape[0]
+        values = {
+            "inertia": float(jnp.sum(assignment.squared_distances)),
+            "silhouette": float(metrics.sampled_silhouette_score(key, points, assignment.labels, num_slots,
+                                                                 silhouette_sample)),
+            "kmeans_distance": float(metrics.normalised_kmeans_distance(
+                centers, valid, jnp.asarray(task.references.centers), jnp.asarray(task.references.valid),
+                data.bounds)),
+            "k": float(np.sum(clustering.valid)),
+            "seconds": clustering.seconds,
+        }
+        if task.num_classes is not None:
+            values["accuracy"] = float(metrics.clustering_accuracy(
+                assignment.labels, jnp.asarray(data.labels), num_slots, task.num_classes))
+    return values
+
+
+def summarise(values: list[dict[str, float]]) -> dict[str, dict[str, float] | None]:
+    """Mean and (population) standard deviation of every metric over the runs."""
+    summary = {}
+    for name in METRICS:
+        column = [v[name] for v in values if name in v]
+        summary[name] = (None if not column else
+                         {"mean": float(np.mean(column)), "std": float(np.std(column)), "values": column})
+    return summary
+
+
+# ------------------------------------------------------------------------ tasks
+def prepare(key, name: str, epsilon: float, reference_runs: int, num_references: int,
+            silhouette_sample: int) -> Task:
+    """Load a data set, fix the budget and compute its Section 6.2 references."""
+    data = load_dataset(name)
+    n = len(data.points)
+    budget = dpm_jax.Budget(epsilon=epsilon, delta=1.0 / (n * math.sqrt(n)))
+    if data.labels is not None:
+        num_classes = int(np.max(data.labels)) + 1
+        grid = (num_classes,)
+    else:
+        num_classes, grid = None, UNLABELLED_K_GRID
+    runs_per_k = max(1, math.ceil(reference_runs / len(grid)))
+    references = baselines.kmeans_references(key, data.points, grid, runs_per_k, num_references,
+                                             silhouette_sample)
+    num_clusters = num_classes if num_classes is not None else references.best_num_clusters
+    return Task(data, num_clusters, num_classes, references, budget)
+
+
+def run_benchmark(datasets: list[str], algorithms: list[str], runs: int, epsilon: float, seed: int,
+                  reference_runs: int, num_references: int, silhouette_sample: int) -> dict:
+    """Every algorithm ``runs`` times on every data set; returns the JSON document."""
+    root = jax.random.key(seed)
+    rows, notes = [], {}
+    progress = ProgressBar(len(datasets) * (1 + runs * len(algorithms)))
+    for dataset_index, name in enumerate(datasets):
+        dataset_key = jax.random.fold_in(root, dataset_index)
+        task = prepare(jax.random.fold_in(dataset_key, 0), name, epsilon, reference_runs, num_references,
+                       silhouette_sample)
+        progress.advance(f"{name}: references")
+        for algorithm_index, algorithm in enumerate(algorithms):
+            algorithm_key = jax.random.fold_in(dataset_key, 1 + algorithm_index)
+            runner = RUNNERS[algorithm]
+            first_run_seconds = None
+            if algorithm in COMPILED:
+                first_run_seconds = run_timed(runner, jax.random.fold_in(algorithm_key, runs), task).seconds
+            values = []
+            for run in range(runs):
+                run_key, metric_key = jax.random.split(jax.random.fold_in(algorithm_key, run))
+                clustering = run_timed(runner, run_key, task)
+                values.append(evaluate(metric_key, task, clustering, silhouette_sample))
+                progress.advance(f"{name}: {algorithm} {run + 1}/{runs}")
+            rows.append({"dataset": name, "algorithm": algorithm, "runs": runs,
+                         "num_clusters_given": None if algorithm.startswith("dpm") else task.num_clusters,
+                         "first_run_seconds": first_run_seconds, **summarise(values)})
+        notes[name] = {"n": len(task.dataset.points), "d": task.dataset.points.shape[1],
+                       "bounds": list(task.dataset.bounds), "delta": task.budget.delta,
+                       "num_classes": task.num_classes, "num_clusters_given": task.num_clusters,
+                       "reference_k": task.references.num_clusters.tolist(),
+                       "reference_silhouette": task.references.silhouette.tolist()}
+    return {"rows": rows, "datasets": notes, "machine": machine_description(),
+            "config": {"runs": runs, "epsilon": epsilon, "seed": seed, "reference_runs": reference_runs,
+                       "references": num_references, "silhouette_sample": silhouette_sample,
+                       "algorithms": algorithms}}
+
+
+def machine_description() -> dict:
+    """Where the numbers were measured."""
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "jax": jax.__version__,
+            "devices": [str(device) for device in jax.devices()]}
+
+
+# ----------------------------------------------------------------------- output
+def _cell(summary: dict | None, name: str) -> str:
+    if summary is None:
+        return "N/A"
+    mean, std = summary["mean"], summary["std"]
+    if name == "inertia":
+        return f"{mean:.1e} ± {std:.1e}"
+    if name == "k":
+        return f"{mean:.1f} ± {std:.1f}"
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+def markdown(document: dict) -> str:
+    """One Markdown table per data set: metrics as rows, algorithms as columns (like Table 2)."""
+    lines = []
+    machine = document["machine"]
+    lines.append(f"Measured on {machine['processor']}, {machine['cpu_count']} CPU cores, "
+                 f"{', '.join(machine['devices'])}; jax {machine['jax']}. "
+                 f"{document['config']['runs']} runs, epsilon = {document['config']['epsilon']}, "
+                 "delta = 1/(n sqrt(n)); mean ± std.\n")
+    for name, info in document["datasets"].items():
+        rows = [r for r in document["rows"] if r["dataset"] == name]
+        given = "unlabelled, k from the reference search" if info["num_classes"] is None else "classes"
+        lines.append(f"### {name} (n = {info['n']}, d = {info['d']}, bounds {tuple(info['bounds'])}, "
+                     f"baselines get k = {info['num_clusters_given']} ({given}))\n")
+        lines.append("| metric | " + " | ".join(r["algorithm"] for r in rows) + " |")
+        lines.append("|---|" + "---|" * len(rows))
+        for metric in METRICS:
+            lines.append(f"| {METRIC_TITLES[metric]} | " + " | ".join(_cell(r[metric], metric) for r in rows) + " |")
+        first_cells = ["-" if r["first_run_seconds"] is None else f"{r['first_run_seconds']:.1f}" for r in rows]
+        lines.append("| First run, compile included (s) | " + " | ".join(first_cells) + " |\n")
+    return "\n".join(lines)
+
+
+def figure(document: dict, path: Path) -> None:
+    """Bars with standard-deviation whiskers: one panel per metric, data sets on the x axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(document["datasets"])
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in document["rows"]))
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+    width = 0.8 / max(len(algorithms), 1)
+    for axis, metric in zip(axes.flat, ("silhouette", "accuracy", "kmeans_distance", "inertia", "k", "seconds"),
+                            strict=True):
+        for index, algorithm in enumerate(algorithms):
+            means, stds = [], []
+            for name in datasets:
+                row = next((r for r in document["rows"] if r["dataset"] == name and r["algorithm"] == algorithm),
+                           None)
+                summary = None if row is None else row[metric]
+                means.append(np.nan if summary is None else summary["mean"])
+                stds.append(0.0 if summary is None else summary["std"])
+            positions = np.arange(len(datasets)) + (index - (len(algorithms) - 1) / 2) * width
+            axis.bar(positions, means, width, yerr=stds, capsize=2, label=algorithm)
+        axis.set_xticks(np.arange(len(datasets)), datasets, rotation=20, fontsize=8)
+        axis.set_title(METRIC_TITLES[metric], fontsize=10)
+        if metric in ("inertia", "seconds"):
+            axis.set_yscale("log")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(algorithms), fontsize=9)
+    fig.suptitle(f"epsilon = {document['config']['epsilon']}, {document['config']['runs']} runs "
+                 f"({document['machine']['cpu_count']} CPU cores)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", default="synth-10d,synth-100d,digits,china-pixels",
+                        help="comma-separated names (dpm_jax.datasets.DATASETS)")
+    parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                        help="comma-separated; unavailable ones are skipped with a note")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference-runs", type=int, default=40,
+                        help="non-private k-means runs searched for the KMeans distance references")
+    parser.add_argument("--references", type=int, default=20, help="references kept (Section 6.2: 20)")
+    parser.add_argument("--silhouette-sample", type=int, default=10_000)
+    parser.add_argument("--out", type=Path, default=Path("results.json"))
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite the .md and .png of an existing --out JSON")
+    args = parser.parse_args(argv)
+    if args.render:
+        write_reports(json.loads(args.out.read_text()), args.out)
+        return 0
+
+    algorithms = []
+    for algorithm in args.algorithms.split(","):
+        if algorithm not in RUNNERS:
+            parser.error(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+        reason = unavailable_reason(algorithm)
+        if reason:
+            print(f"skipping {algorithm}: {reason}", file=sys.stderr)
+        else:
+            algorithms.append(algorithm)
+    document = run_benchmark(args.datasets.split(","), algorithms, args.runs, args.epsilon, args.seed,
+                             args.reference_runs, args.references, args.silhouette_sample)
+    args.out.write_text(json.dumps(document, indent=1))
+    write_reports(document, args.out)
+    return 0
+
+
+def write_reports(document: dict, out: Path) -> None:
+    """The Markdown tables (printed too) and the figure beside the JSON file ``out``."""
+    table = markdown(document)
+    out.with_suffix(".md").write_text(table)
+    figure(document, out.with_suffix(".png"))
+    print(table)
+    print(f"wrote {out.with_suffix('.md')} and {out.with_suffix('.png')}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

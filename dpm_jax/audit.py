@@ -1,0 +1,385 @@
+"""Empirical privacy audit: a statistical *lower* bound on the epsilon a mechanism spends.
+
+A mechanism M is (epsilon, delta)-DP only if, for neighbouring data sets A and B and
+every output event E,
+
+    P[M(A) in E] <= e^epsilon P[M(B) in E] + delta   (and A, B swapped).
+
+:func:`audit` runs M many times on A and on B (``jax.vmap`` over keys, in batches),
+counts how often each event occurs, and turns the counts into one-sided
+Clopper-Pearson bounds: with p_hi_lower a lower confidence bound of the larger
+probability and p_lo_upper an upper confidence bound of the smaller one,
+
+    epsilon >= ln((p_hi_lower - delta) / p_lo_upper).
+
+It does this for every event, its complement, and both directions. The 4 one-sided
+bounds per event (lower and upper, for A and for B; the complement reuses them)
+are taken at level (1 - confidence) / (4 * #events) each, so by Bonferroni all of
+them, and hence every reported bound and their maximum, hold simultaneously with
+probability >= ``confidence`` over the mechanism's randomness. A correct mechanism
+therefore reports ``epsilon_lower_bound > claimed epsilon`` with probability at
+most 1 - confidence; a result above the claim is evidence of a privacy bug.
+
+An audit can only show violations, never prove privacy: the bound is as strong as
+the data sets and events chosen. Good pairs put the differing point where it moves
+released statistics the most (e.g. far from all other points, at the bounds), and
+good events are tails of the released quantities it moves. :func:`far_point_neighbours`
+and the event constructors below build such pairs and events for :func:`dpm_jax.cluster`;
+:func:`split_step_mechanism` isolates one split choice of the tree (library pieces,
+public n~) so that the exponential mechanism can be audited on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpm_jax import mechanisms
+from dpm_jax.budget import Budget
+from dpm_jax.config import DPMConfig
+from dpm_jax.scoring import score_sensitivity, split_scores
+from dpm_jax.tree import half_bin_indices, level_histogram
+
+__all__ = [
+    "AuditResult",
+    "EventAudit",
+    "audit",
+    "clopper_pearson_bounds",
+    "epsilon_lower_bound",
+    "far_point_neighbours",
+    "cluster_mechanism",
+    "split_step_mechanism",
+    "node_count_at_least",
+    "num_clusters_equals",
+    "first_split_dim_equals",
+    "first_split_above",
+    "center_in_box",
+    "both",
+    "substituted",
+]
+
+Event = Callable[[Any], jax.Array]
+Mechanism = Callable[[jax.Array, Any], Any]
+
+
+class EventAudit(NamedTuple):
+    """The audit of one event.
+
+    Attributes:
+      name: the event's name.
+      count_a, count_b: how often it occurred in ``num_runs`` runs on A and on B.
+      interval_a, interval_b: simultaneous (lower, upper) Clopper-Pearson bounds of
+        P[E] under A and under B (each side at level (1 - confidence) / (4 #events)).
+      epsilon_lower_bound: the best of the four bounds (E or not E, A over B or B
+        over A), clipped at 0.
+      direction: which of the four attained it, e.g. "P_b(E) / P_a(E)".
+    """
+
+    name: str
+    count_a: int
+    count_b: int
+    interval_a: tuple[float, float]
+    interval_b: tuple[float, float]
+    epsilon_lower_bound: float
+    direction: str
+
+
+class AuditResult(NamedTuple):
+    """Result of :func:`audit`.
+
+    Attributes:
+      epsilon_lower_bound: max over events; with probability >= ``confidence`` the
+        mechanism is not (epsilon, delta)-DP for any epsilon below it.
+      per_event: one :class:`EventAudit` per event, in the order given.
+      num_runs: runs on each data set.
+      confidence: the simultaneous confidence of all bounds.
+      delta: the delta the bounds are computed for.
+    """
+
+    epsilon_lower_bound: float
+    per_event: tuple[EventAudit, ...]
+    num_runs: int
+    confidence: float
+    delta: float
+
+    def table(self) -> str:
+        """A plain-text table of the per-event results."""
+        lines = [f"{'event':<34}{'count A':>9}{'count B':>9}  {'P_A interval':<21}"
+                 f"{'P_B interval':<21}{'eps_lb':>8}  direction"]
+        for e in self.per_event:
+            lines.append(f"{e.name:<34.34}{e.count_a:>9}{e.count_b:>9}  "
+                         f"[{e.interval_a[0]:.4f}, {e.interval_a[1]:.4f}]  "
+                         f"[{e.interval_b[0]:.4f}, {e.interval_b[1]:.4f}]  "
+                         f"{e.epsilon_lower_bound:>7.3f}  {e.direction}")
+        lines.append(f"epsilon lower bound {self.epsilon_lower_bound:.4f} at confidence "
+                     f"{self.confidence} (delta={self.delta:g}, {self.num_runs} runs per data set)")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dictionary."""
+        return dict(epsilon_lower_bound=self.epsilon_lower_bound, num_runs=self.num_runs,
+                    confidence=self.confidence, delta=self.delta,
+                    per_event=[e._asdict() for e in self.per_event])
+
+
+# ---------------------------------------------------------------------- statistics
+def clopper_pearson_bounds(count: int, num_runs: int, level: float) -> tuple[float, float]:
+    """One-sided Clopper-Pearson bounds (lower, upper) of a binomial proportion.
+
+    Each holds with probability >= 1 - ``level`` on its own:
+    lower = Beta^{-1}(level; k, n - k + 1) (0 if k = 0),
+    upper = Beta^{-1}(1 - level; k + 1, n - k) (1 if k = n).
+    """
+    from scipy.stats import beta  # scipy is needed only for auditing
+
+    if not 0 <= count <= num_runs or num_runs < 1:
+        raise ValueError(f"need 0 <= count <= num_runs and num_runs >= 1, got {count}, {num_runs}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    lower = 0.0 if count == 0 else float(beta.ppf(level, count, num_runs - count + 1))
+    upper = 1.0 if count == num_runs else float(beta.isf(level, count + 1, num_runs - count))
+    return lower, upper
+
+
+def _log_ratio_bound(p_high_lower: float, p_low_upper: float, delta: float) -> float:
+    """ln((p_high_lower - delta) / p_low_upper), or -inf where it is not defined."""
+    if p_high_lower - delta <= 0 or p_low_upper <= 0:
+        return -math.inf
+    return math.log((p_high_lower - delta) / p_low_upper)
+
+
+def epsilon_lower_bound(count_a: int, count_b: int, num_runs: int, delta: float = 0.0,
+                        level: float = 0.05) -> tuple[float, str, tuple, tuple]:
+    """The best epsilon lower bound one event's counts give, over E / not E and directions.
+
+    Args:
+      count_a, count_b: occurrences of E in ``num_runs`` runs on A and on B.
+      num_runs: runs per data set.
+      delta: the delta of the (epsilon, delta) claim being tested.
+      level: the level of each of the four one-sided Clopper-Pearson bounds.
+    Returns:
+      (bound clipped at 0, direction, (lower, upper) for A, (lower, upper) for B).
+    """
+    a_low, a_high = clopper_pearson_bounds(count_a, num_runs, level)
+    b_low, b_high = clopper_pearson_bounds(count_b, num_runs, level)
+    candidates = {
+        "P_a(E) / P_b(E)": _log_ratio_bound(a_low, b_high, delta),
+        "P_b(E) / P_a(E)": _log_ratio_bound(b_low, a_high, delta),
+        "P_a(not E) / P_b(not E)": _log_ratio_bound(1 - a_high, 1 - b_low, delta),
+        "P_b(not E) / P_a(not E)": _log_ratio_bound(1 - b_high, 1 - a_low, delta),
+    }
+    direction = max(candidates, key=candidates.get)
+    return max(0.0, candidates[direction]), direction, (a_low, a_high), (b_low, b_high)
+
+
+# ------------------------------------------------------------------------ sampling
+def _event_counter(mechanism: Mechanism, events: tuple[Event, ...], num_runs: int,
+                   batch_size: int) -> Callable[[jax.Array, Any], np.ndarray]:
+    """``count(key, dataset)``: how often each event occurs in ``num_runs`` runs.
+
+    One jitted batch function serves both data sets (compiled once per shape).
+    """
+    batch_size = max(1, min(batch_size, num_runs))
+    num_batches = -(-num_runs // batch_size)
+
+    def one_run(run_key, data):
+        output = mechanism(run_key, data)
+        return jnp.stack([jnp.reshape(jnp.asarray(event(output), bool), ()) for event in events])
+
+    @jax.jit
+    def batch_counts(batch_keys, start, data):
+        occurred = jax.vmap(one_run, in_axes=(0, None))(batch_keys, data)
+        counted = (start + jnp.arange(batch_size)) < num_runs  # drop the runs past num_runs
+        return jnp.sum(occurred & counted[:, None], axis=0, dtype=jnp.int32)
+
+    def count(key, dataset):
+        keys = jax.random.split(key, num_batches * batch_size).reshape(num_batches, batch_size)
+        totals = np.zeros(len(events), np.int64)
+        for b in range(num_batches):
+            totals += np.asarray(batch_counts(keys[b], b * batch_size, dataset))
+        return totals
+
+    return count
+
+
+def audit(key: jax.Array, mechanism: Mechanism, dataset_a: Any, dataset_b: Any,
+          events: Mapping[str, Event], num_runs: int, *, delta: float = 0.0,
+          confidence: float = 0.95, batch_size: int = 8192) -> AuditResult:
+    """Audit ``mechanism`` on the neighbouring data sets A and B (module docstring).
+
+    Args:
+      key: PRNG key; the runs on A use split(key)[0], those on B split(key)[1].
+      mechanism: ``mechanism(key, dataset) -> output`` (any pytree), jit/vmap-able.
+        The data sets are passed as traced arguments (``cluster`` then skips its
+        value checks, so check the data sets beforehand).
+      dataset_a, dataset_b: neighbouring data sets (any pytrees; shapes may differ,
+        each shape is compiled once).
+      events: name -> ``event(output) -> bool scalar``.
+      num_runs: runs per data set.
+      delta: the delta of the claim to test (0 for pure DP).
+      confidence: simultaneous confidence of all bounds (Bonferroni over 4 one-sided
+        bounds per event).
+      batch_size: runs per compiled batch (memory).
+
+    Returns:
+      :class:`AuditResult`.
+    """
+    if not events:
+        raise ValueError("audit needs at least one event")
+    if int(num_runs) < 1:
+        raise ValueError(f"num_runs must be >= 1, got {num_runs}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not 0 <= delta < 1:
+        raise ValueError(f"delta must be in [0, 1), got {delta}")
+    names = tuple(events)
+    functions = tuple(events[name] for name in names)
+    key_a, key_b = jax.random.split(key)
+    count = _event_counter(mechanism, functions, int(num_runs), batch_size)
+    counts_a, counts_b = count(key_a, dataset_a), count(key_b, dataset_b)
+    level = (1.0 - confidence) / (4 * len(names))
+    per_event = []
+    for name, count_a, count_b in zip(names, counts_a, counts_b):
+        bound, direction, interval_a, interval_b = epsilon_lower_bound(
+            int(count_a), int(count_b), int(num_runs), delta, level)
+        per_event.append(EventAudit(name, int(count_a), int(count_b), interval_a, interval_b,
+                                    bound, direction))
+    best = max(e.epsilon_lower_bound for e in per_event)
+    return AuditResult(best, tuple(per_event), int(num_runs), float(confidence), float(delta))
+
+
+# ------------------------------------------------------- neighbours and mechanisms
+def far_point_neighbours(points, bounds, corner: str = "upper", masked: bool = False):
+    """(A, B): A = ``points``, B = A plus one point at a corner of the public bounds.
+
+    The extra point is as far from a cluster near the opposite corner as the bounds
+    allow, so it lands alone in its own region of every split.
+
+    With ``masked=True`` both data sets are ``(X, mask)`` pairs over the same array
+    X = B, the extra point masked out in A: one shape, so :func:`audit` compiles the
+    mechanism once (``cluster`` treats a masked point as absent).
+    """
+    points = np.asarray(points, np.float32)
+    if points.ndim != 2 or corner not in ("upper", "lower"):
+        raise ValueError("points must be (n, d) and corner 'upper' or 'lower'")
+    lower, upper = (np.broadcast_to(np.asarray(b, np.float32), (points.shape[1],)) for b in bounds)
+    extended = np.concatenate([points, (upper if corner == "upper" else lower)[None, :]])
+    if not masked:
+        return points, extended
+    present = np.ones(len(extended), bool)
+    return (extended, np.arange(len(extended)) < len(points)), (extended, present)
+
+
+def cluster_mechanism(budget: Budget, bounds, config: DPMConfig = DPMConfig()) -> Mechanism:
+    """``mechanism(key, data)``: :func:`dpm_jax.cluster` of ``data`` = X or (X, point_mask)."""
+    from dpm_jax.api import cluster
+
+    def mechanism(key, data):
+        points, mask = data if isinstance(data, tuple) else (data, None)
+        return cluster(key, points, budget, bounds=bounds, config=config, point_mask=mask)
+
+    return mechanism
+
+
+def split_step_mechanism(n_tilde: float, epsilon: float, beta: float,
+                         config: DPMConfig = DPMConfig(), offset: float = 0.0) -> Mechanism:
+    """One split choice of the tree, built from the library's pieces, for auditing.
+
+    ``mechanism(key, unit_points) -> (dim, candidate)``: the half-bin histogram of
+    the points (``tree.half_bin_indices`` and ``tree.level_histogram``, one node),
+    the scores ``scoring.split_scores`` with the *public* noisy count ``n_tilde``,
+    the sensitivity ``scoring.score_sensitivity(n_tilde, offset, ...)`` and
+    ``mechanisms.exponential_mechanism`` (looked up at call time, so a test can
+    substitute a broken variant). Conditioned on n~, the tree's split choice is this
+    mechanism; its claim is (epsilon, 0)-DP. ``offset=0`` gives the smallest
+    sensitivity that is still valid for a fixed n~ (the tree uses lambda_level >= 0,
+    which is more conservative).
+    """
+    num_splits = math.ceil(1.0 / beta - 1e-6)
+
+    def mechanism(key, unit_points):
+        n, d = unit_points.shape
+        half_bins = half_bin_indices(unit_points, beta, num_splits)
+        dim_bin = jnp.arange(d, dtype=jnp.int32)[:, None] * (2 * num_splits) + half_bins
+        histogram = level_histogram(dim_bin, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1, d,
+                                    num_splits)
+        count = jnp.full((1,), n_tilde, jnp.float32)
+        scores = split_scores(histogram.astype(jnp.float32), count[:, None], config.t, config.q,
+                              config.alpha)
+        sensitivity = score_sensitivity(count, offset, config.t, config.q, config.alpha)
+        dim, candidate = mechanisms.exponential_mechanism(
+            key, scores, jnp.ones(scores.shape, bool), epsilon, sensitivity)
+        return dim[0], candidate[0]
+
+    return mechanism
+
+
+# --------------------------------------------------------------------------- events
+def node_count_at_least(node: int, threshold: float) -> Event:
+    """The released noisy count of heap node ``node`` (1 = root) is >= ``threshold``."""
+    return lambda result: result.tree.noisy_count[node] >= threshold
+
+
+def num_clusters_equals(k: int) -> Event:
+    """Exactly ``k`` clusters were released."""
+    return lambda result: result.k == k
+
+
+def first_split_dim_equals(dim: int) -> Event:
+    """The root's split was drawn in dimension ``dim``."""
+    return lambda result: result.tree.split_dim[1] == dim
+
+
+def first_split_above(position: float) -> Event:
+    """The root's split position is above ``position`` (data units)."""
+    return lambda result: result.tree.split_position[1] > position
+
+
+def center_in_box(lower, upper) -> Event:
+    """Some released (valid) centre lies in the box [lower, upper]."""
+    lower, upper = jnp.asarray(lower, jnp.float32), jnp.asarray(upper, jnp.float32)
+
+    def event(result):
+        inside = jnp.all((result.centers >= lower) & (result.centers <= upper), axis=-1)
+        return jnp.any(inside & result.valid)
+
+    return event
+
+
+def both(first: Event, second: Event) -> Event:
+    """The intersection of two events."""
+    return lambda output: jnp.logical_and(first(output), second(output))
+
+
+# ------------------------------------------------------------------ broken variants
+@contextlib.contextmanager
+def substituted(original: Callable, replacement: Callable) -> Iterator[None]:
+    """Within the block, every dpm_jax module attribute that *is* ``original`` is
+    ``replacement`` (e.g. a deliberately broken mechanism to check that an audit
+    catches it); JAX's compilation caches are cleared on entry and exit so no
+    compiled ``cluster`` of the other variant is reused. Not thread-safe.
+    """
+    replaced = []
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name == "dpm_jax" or name.startswith("dpm_jax.")):
+            for attribute, value in list(vars(module).items()):
+                if value is original:
+                    replaced.append((module, attribute))
+    if not replaced:
+        raise ValueError(f"{original!r} is not held by any dpm_jax module")
+    jax.clear_caches()
+    for module, attribute in replaced:
+        setattr(module, attribute, replacement)
+    try:
+        yield
+    finally:
+        for module, attribute in replaced:
+            setattr(module, attribute, original)
+        jax.clear_caches()

@@ -1,0 +1,431 @@
+"""The ``dpm-jax`` command line: cluster a file, run the synthetic demo, run the benchmark.
+
+    dpm-jax cluster data.csv --epsilon 1 --delta 1e-6 --bounds -100 100 --out release.json
+    dpm-jax demo --n 20000 --d 10
+    dpm-jax bench ...
+
+``cluster`` writes the *release* of one DPM run (000_e63c772e1db0dbd8.txt,
+Algorithm 1): the DP centres, their noisy sizes, the split tree, the split interval
+size and the privacy ledger, together with the public inputs (budget, bounds,
+hyper-parameters). Nothing computed from individual points without noise (labels,
+the exact number of rows) goes into it. Results go to stdout or to files written
+atomically; status messages go to stderr. Bad input ends the command with exit
+status 1 (2 for a malformed command line) and a one-line message, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import importlib
+import json
+import math
+import os
+import secrets
+import sys
+import tempfile
+import time
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import numpy as np
+
+from dpm_jax.api import ClusterResult, cluster
+from dpm_jax.budget import Budget
+from dpm_jax.config import DPMConfig
+
+__all__ = ["main", "key_from_seed", "read_points", "release_to_dict"]
+
+PROG = "dpm-jax"
+MAX_SEED = 2**32
+# Scalar hyper-parameters of DPMConfig exposed as options: (field, type, help).
+CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
+    ("tau_r", int, "maximum recursion depth; at most 2**tau_r clusters"),
+    ("tau_e", float, "minimum noisy child size for a split (default n~ / 2**tau_r)"),
+    ("alpha", float, "weight of emptiness in the split score (Definition 7)"),
+    ("t", float, "centreness parameter t (Definition 6)"),
+    ("q", float, "centreness parameter q (Definition 6)"),
+    ("percentile", float, "percentile of neighbour gaps for the split interval size (Algorithm 2)"),
+    ("sigma_step", float, "Algorithm 2's candidate sigmas are sigma_step * (1..num_sigmas) of the range"),
+    ("num_sigmas", int, "number of candidate sigmas of Algorithm 2"),
+    ("interval_factor", float, "split interval size = interval_factor * sigma* (Section 3.5)"),
+    ("interval_max_dims", int, "Algorithm 2 uses at most this many randomly chosen dimensions"),
+)
+
+
+class CommandError(Exception):
+    """A user error: reported as one line on stderr with a non-zero exit status."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors become one-line :class:`CommandError`."""
+
+    def error(self, message: str):
+        raise CommandError(f"{message} (see {self.prog} --help)", status=2)
+
+
+class Points(NamedTuple):
+    """Points read from a file and the names of their columns."""
+
+    values: np.ndarray  # (n, d) float64
+    columns: tuple[str, ...]
+
+
+# ----------------------------------------------------------------------------- keys
+def key_from_seed(seed: int | None) -> jax.Array:
+    """The PRNG key of one DP release.
+
+    ``seed=None`` draws 64 bits from the operating system (:mod:`secrets`): the right
+    choice for a real release, as anyone who knows the seed can recompute the noise
+    and subtract it. An integer in ``[0, 2**32)`` gives ``jax.random.key(seed)``, so a
+    run can be reproduced with :func:`dpm_jax.cluster` and audited along the key paths
+    of the ledger; keep such a seed as secret as the data.
+    """
+    if seed is None:
+        words = np.array([secrets.randbits(32), secrets.randbits(32)], dtype=np.uint32)
+        return jax.random.wrap_key_data(words, impl="threefry2x32")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be None or an integer, got {type(seed).__name__}")
+    if not 0 <= seed < MAX_SEED:
+        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+    return jax.random.key(int(seed))
+
+
+# ----------------------------------------------------------------------------- input
+def read_points(path: str) -> Points:
+    """Read an (n, d) numeric table from ``.npy``, ``.csv`` (header optional) or ``.parquet``.
+
+    Raises:
+      OSError: the file cannot be read.
+      ValueError: unknown format, a non-numeric, missing, NaN or infinite value, or not
+        a 2-D table.
+    """
+    extension = os.path.splitext(path)[1].lower()
+    readers = {".npy": _read_npy, ".csv": _read_csv, ".parquet": _read_parquet}
+    if extension not in readers:
+        raise ValueError(f"unsupported input format {extension or '(none)'!r} of {path}: "
+                         "use .npy, .csv or .parquet")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"input file not found: {path}")
+    points = readers[extension](path)
+    if points.values.ndim != 2 or 0 in points.values.shape:
+        raise ValueError(f"{path} must hold a non-empty 2-D table (n points x d columns), "
+                         f"got shape {points.values.shape}")
+    finite = np.isfinite(points.values)
+    if not finite.all():
+        row, column = np.argwhere(~finite)[0]
+        raise ValueError(f"{path}: data row {row} (counting from 0), column {points.columns[column]!r} "
+                         f"is {points.values[row, column]}; remove or impute missing and infinite "
+                         "values before clustering")
+    return points
+
+
+def _default_columns(d: int) -> tuple[str, ...]:
+    return tuple(f"x{i}" for i in range(d))
+
+
+def _read_npy(path: str) -> Points:
+    values = np.load(path, allow_pickle=False)
+    if not (np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)):
+        raise ValueError(f"{path} must hold numbers, got dtype {values.dtype}")
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim == 1:
+        raise ValueError(f"{path} holds a 1-D array of shape {values.shape}; "
+                         "save the data as (n, d), e.g. X.reshape(-1, 1) for one column")
+    return Points(values, _default_columns(values.shape[1]) if values.ndim == 2 else ())
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_csv(path: str) -> Points:
+    """Comma-separated numbers; the first row is a header iff one of its fields is not a number."""
+    with open(path, newline="") as file:
+        first_row = next(csv.reader(file), None)
+    if first_row is None:
+        raise ValueError(f"{path} is empty")
+    has_header = not all(_is_number(field) for field in first_row)
+    try:
+        values = np.loadtxt(path, delimiter=",", skiprows=int(has_header), ndmin=2,
+                            dtype=np.float64)
+    except ValueError as error:  # numpy names the row and column of a bad field
+        raise ValueError(f"{path}: {error}".rstrip(".") + " (all columns must be numeric)") from None
+    columns = tuple(name.strip() for name in first_row) if has_header else _default_columns(len(first_row))
+    return Points(values, columns)
+
+
+def _read_parquet(path: str) -> Points:
+    try:
+        import pyarrow.parquet as parquet
+        import pyarrow.types as arrow_types
+    except ImportError:
+        raise ValueError("reading .parquet files needs pyarrow: pip install pyarrow "
+                         "(or convert the data to .npy or .csv)") from None
+    table = parquet.read_table(path)
+    for field in table.schema:
+        if not (arrow_types.is_integer(field.type) or arrow_types.is_floating(field.type)):
+            raise ValueError(f"{path}: column {field.name!r} has type {field.type}; "
+                             "all columns must be numeric")
+        if table.column(field.name).null_count:
+            raise ValueError(f"{path}: column {field.name!r} has missing values; "
+                             "remove or impute them before clustering")
+    values = np.column_stack([table.column(name).to_numpy().astype(np.float64)
+                              for name in table.column_names]) if table.num_columns else np.empty((0, 0))
+    return Points(values, tuple(table.column_names))
+
+
+# ----------------------------------------------------------------------------- output
+def _to_list(array) -> list:
+    return np.asarray(array).tolist()
+
+
+def release_to_dict(result: ClusterResult, budget: Budget, bounds: tuple[float, float],
+                    config: DPMConfig, columns: Sequence[str]) -> dict[str, Any]:
+    """The JSON-ready release of one run: DP outputs and public inputs only.
+
+    Contains the k valid centres, their noisy sizes, the heap id of each cluster's
+    leaf, the reached nodes of the split tree (with the split only where it was
+    applied), the split interval size and the ledger, whose epsilons and deltas add
+    up to ``budget``. The non-private ``labels_nonprivate`` are left out.
+    """
+    valid = np.asarray(result.valid)
+    tree = jax.tree.map(np.asarray, result.tree)
+    nodes = []
+    for node in np.flatnonzero(tree.reached):
+        split = bool(tree.is_split[node])
+        nodes.append(dict(
+            node=int(node),
+            noisy_count=float(tree.noisy_count[node]),
+            is_split=split,
+            split_dim=int(tree.split_dim[node]) if split else None,
+            split_position=float(tree.split_position[node]) if split else None,
+        ))
+    return dict(
+        columns=list(columns),
+        k=int(result.k),
+        centers=_to_list(np.asarray(result.centers)[valid]),
+        counts=_to_list(np.asarray(result.counts)[valid]),
+        leaf_nodes=_to_list(np.asarray(result.leaf_node)[valid]),
+        split_interval_size=_to_list(result.split_interval_size),
+        split_tree=nodes,
+        budget=dict(epsilon=budget.epsilon, delta=budget.delta),
+        bounds=dict(lower=bounds[0], upper=bounds[1]),
+        config=dataclasses.asdict(config),
+        ledger=result.ledger.to_dicts(),
+    )
+
+
+def _write_atomically(path: str, write) -> None:
+    """Call ``write(file)`` on a temporary file beside ``path``, then rename it to ``path``.
+
+    Readers see either no file or the complete one; on any error the temporary
+    file is removed and an existing ``path`` is left as it was.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
+                                         suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", newline="") as file:
+            write(file)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have given
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _check_writable(path: str | None) -> None:
+    """Fail before the (possibly long) run when an output's folder does not exist."""
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise CommandError(f"cannot write {path}: folder {directory} does not exist")
+    if os.path.isdir(path):
+        raise CommandError(f"cannot write {path}: it is a folder")
+
+
+def _write_centers_csv(file, columns: Sequence[str], centers: list) -> None:
+    writer = csv.writer(file)
+    writer.writerow(columns)
+    writer.writerows([[repr(float(v)) for v in row] for row in centers])
+
+
+# ----------------------------------------------------------------------------- commands
+def _status(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def _config(args: argparse.Namespace) -> DPMConfig:
+    """The hyper-parameters given on the command line, the paper's defaults for the rest."""
+    overrides = {name: getattr(args, name) for name, _, _ in CONFIG_OPTIONS
+                 if getattr(args, name) is not None}
+    return DPMConfig(**overrides)
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    if args.bounds is None:
+        raise CommandError("--bounds LO HI is required: the public range of the data, fixed "
+                           "without looking at it (reading it from the data would void the "
+                           "privacy guarantee)")
+    lower, upper = args.bounds
+    if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
+        raise CommandError(f"--bounds needs finite LO < HI, got {lower} {upper}")
+    budget, config = Budget(epsilon=args.epsilon, delta=args.delta), _config(args)
+    key = key_from_seed(args.seed)
+    _check_writable(args.out)
+    _check_writable(args.centers_csv)
+
+    points = read_points(args.input)
+    n, d = points.values.shape
+    _status(f"read {n} points x {d} columns from {args.input}; clustering under "
+            f"(epsilon={budget.epsilon:g}, delta={budget.delta:g})-DP"
+            + ("" if args.seed is not None else " with a fresh random seed"))
+    start = time.perf_counter()
+    result = cluster(key, points.values, budget, (lower, upper), config=config)
+    release = release_to_dict(result, budget, (lower, upper), config, points.columns)
+    seconds = time.perf_counter() - start
+
+    text = json.dumps(release, indent=2, allow_nan=False) + "\n"
+    if args.centers_csv is not None:
+        _write_atomically(args.centers_csv,
+                          lambda f: _write_centers_csv(f, points.columns, release["centers"]))
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        _write_atomically(args.out, lambda f: f.write(text))
+    written = [p for p in (args.out, args.centers_csv) if p is not None]
+    _status(f"k={release['k']} clusters in {seconds:.1f} s (including compilation); "
+            f"ledger total epsilon={result.ledger.total_epsilon:.6g}, "
+            f"delta={result.ledger.total_delta:.3g}"
+            + (f"; wrote {', '.join(written)}" if written else ""))
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from dpm_jax.datasets import synthetic_blobs
+    from dpm_jax.metrics import assign_to_centers, clustering_accuracy
+
+    if args.n < 1 or args.d < 1 or args.blobs < 1:
+        raise CommandError(f"--n, --d and --blobs must be >= 1, got {args.n}, {args.d}, {args.blobs}")
+    delta = args.delta if args.delta is not None else 1.0 / (args.n * math.sqrt(args.n))
+    budget, config = Budget(epsilon=args.epsilon, delta=delta), _config(args)
+    _status(f"generating {args.n} points in {args.d} dimensions around {args.blobs} blobs")
+    data = synthetic_blobs(args.n, args.d, num_blobs=args.blobs, seed=args.seed)
+    _status("clustering (the first call compiles, which takes a few seconds)")
+    start = time.perf_counter()
+    result = cluster(key_from_seed(args.seed), data.points, budget, data.bounds, config=config)
+    result.k.block_until_ready()
+    seconds = time.perf_counter() - start
+    nearest = assign_to_centers(data.points, result.centers, result.valid).labels
+    accuracy = float(clustering_accuracy(nearest, data.labels, config.max_clusters, args.blobs))
+    print(f"data: {data.name}, n={args.n}, d={args.d}, {args.blobs} blobs, bounds={data.bounds}")
+    print(f"budget: epsilon={budget.epsilon:g}, delta={budget.delta:.3g}")
+    print(f"clusters found: k={int(result.k)} (true: {args.blobs})")
+    print(f"accuracy (majority label of the nearest DP centre): {accuracy:.3f}")
+    print(f"time: {seconds:.2f} s including compilation")
+    print("privacy ledger:")
+    print(result.ledger.table())
+    return 0
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    try:
+        benchmark = importlib.import_module("dpm_jax.benchmark")
+    except ModuleNotFoundError as error:
+        if error.name != "dpm_jax.benchmark":
+            raise
+        raise CommandError("the speed benchmark is not available in this installation "
+                           "(module dpm_jax.benchmark is missing)") from None
+    status = benchmark.main(list(args.bench_args))
+    return 0 if status is None else int(status)
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    defaults = DPMConfig()
+    group = parser.add_argument_group("DPM hyper-parameters (public; paper defaults)")
+    for name, kind, text in CONFIG_OPTIONS:
+        default = getattr(defaults, name)
+        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
+                           metavar=kind.__name__.upper(),
+                           help=text if default is None else f"{text} (default {default:g})")
+
+
+def _seed(text: str) -> int:
+    seed = int(text)
+    if not 0 <= seed < MAX_SEED:
+        raise argparse.ArgumentTypeError(f"seed must be in [0, 2**32), got {seed}")
+    return seed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``dpm-jax`` (sub-commands cluster, demo, bench)."""
+    parser = _Parser(prog=PROG, description="Differentially private clustering with DPM.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
+
+    run = commands.add_parser(
+        "cluster", help="cluster a .npy, .csv or .parquet file under (epsilon, delta)-DP",
+        description="Cluster the rows of INPUT and write the DP release (centres, noisy "
+                    "counts, split tree, privacy ledger) as JSON to --out or stdout.")
+    run.add_argument("input", metavar="INPUT", help="an (n, d) table: .npy, .csv (header optional), .parquet")
+    run.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon > 0")
+    run.add_argument("--delta", type=float, required=True,
+                     help="total delta in (0, 1); well below 1/n, e.g. 1/(n sqrt n)")
+    run.add_argument("--bounds", type=float, nargs=2, metavar=("LO", "HI"), default=None,
+                     help="public range of every coordinate (required; never read it from the data)")
+    run.add_argument("--seed", type=_seed, default=None,
+                     help="integer seed for a reproducible run (keep it secret); default: fresh "
+                          "randomness from the operating system")
+    run.add_argument("--out", metavar="FILE", default=None,
+                     help="write the JSON release here (default stdout)")
+    run.add_argument("--centers-csv", metavar="FILE", default=None,
+                     help="also write the k centres as CSV")
+    _add_config_options(run)
+    run.set_defaults(handler=_run_cluster)
+
+    demo = commands.add_parser(
+        "demo", help="cluster synthetic Gaussian blobs and print k, accuracy and the ledger")
+    demo.add_argument("--n", type=int, default=20_000, help="number of points (default 20000)")
+    demo.add_argument("--d", type=int, default=10, help="dimensions (default 10)")
+    demo.add_argument("--blobs", type=int, default=64, help="number of blobs (default 64)")
+    demo.add_argument("--seed", type=_seed, default=0, help="seed of the data and of the noise (default 0)")
+    demo.add_argument("--epsilon", type=float, default=1.0, help="total epsilon (default 1)")
+    demo.add_argument("--delta", type=float, default=None, help="total delta (default 1/(n sqrt n))")
+    _add_config_options(demo)
+    demo.set_defaults(handler=_run_demo)
+
+    bench = commands.add_parser("bench", help="run the speed benchmark (arguments go to dpm_jax.benchmark)",
+                                add_help=False)
+    bench.set_defaults(handler=_run_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``dpm-jax`` and ``python -m dpm_jax``; returns the exit status."""
+    try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if args.command == "bench":
+            args.bench_args = extra  # every argument after "bench" belongs to the benchmark
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args.handler(args)
+    except CommandError as error:
+        status, message = error.status, str(error)
+    except (OSError, ValueError, TypeError) as error:
+        status, message = 1, str(error)
+    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+    return status

@@ -1,0 +1,262 @@
+"""The ``dpm-jax`` command line: formats, the JSON release, atomic outputs, one-line errors.
+
+Commands run in-process through ``main(argv)``; one subprocess checks ``python -m dpm_jax``.
+All clustering runs share one shape (256 x 3), tau_r and budget, hence one compiled
+program (the same as tests/test_sklearn.py uses); epsilon = 1000 keeps the noise
+negligible so that the assertions on the content of a release are about the plumbing.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import types
+
+import jax
+import numpy as np
+import pytest
+
+import dpm_jax
+from dpm_jax.cli import (CONFIG_OPTIONS, _config, _write_atomically, build_parser, key_from_seed, main,
+                         read_points)
+from dpm_jax.datasets import synthetic_blobs
+
+EPSILON, DELTA, TAU_R = 1000.0, 1e-6, 2
+BOUNDS = (-10.0, 10.0)
+DATA = synthetic_blobs(256, 3, num_blobs=3, box=(-8.0, 8.0), std=0.5, seed=3)
+ARGS = ["--epsilon", str(EPSILON), "--delta", str(DELTA), "--bounds", *map(str, BOUNDS),
+        "--tau-r", str(TAU_R), "--seed", "7"]
+
+
+def write_csv(path, values, header=None):
+    with open(path, "w") as file:
+        if header is not None:
+            file.write(",".join(header) + "\n")
+        for row in values:
+            file.write(",".join(repr(float(v)) for v in row) + "\n")
+    return str(path)
+
+
+def run(capsys, argv):
+    """(exit status, stdout, stderr lines) of ``dpm-jax argv``."""
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err.splitlines()
+
+
+def test_cluster_writes_a_consistent_release(tmp_path, capsys):
+    source = write_csv(tmp_path / "data.csv", DATA.points, header=["a", "b", "c"])
+    out, centers_csv = tmp_path / "release.json", tmp_path / "centers.csv"
+    status, stdout, stderr = run(capsys, ["cluster", source, *ARGS, "--out", out,
+                                          "--centers-csv", centers_csv])
+    assert status == 0 and stdout == ""
+    assert "k=" in stderr[-1] and "Traceback" not in "\n".join(stderr)
+
+    release = json.loads(out.read_text())
+    k = release["k"]
+    assert release["columns"] == ["a", "b", "c"]
+    assert len(release["centers"]) == len(release["counts"]) == len(release["leaf_nodes"]) == k >= 1
+    # The ledger adds up to the requested budget.
+    assert math.fsum(e["epsilon"] for e in release["ledger"]) == pytest.approx(EPSILON, rel=1e-12)
+    assert math.fsum(e["delta"] for e in release["ledger"]) == pytest.approx(DELTA, rel=1e-12)
+    assert release["budget"] == {"epsilon": EPSILON, "delta": DELTA}
+    assert release["config"]["tau_r"] == TAU_R
+    # The tree: its leaves are exactly the clusters, with the clusters' noisy counts.
+    nodes = {node["node"]: node for node in release["split_tree"]}
+    leaves = sorted(i for i, node in nodes.items() if not node["is_split"])
+    assert leaves == sorted(release["leaf_nodes"])
+    for node_id, count in zip(release["leaf_nodes"], release["counts"]):
+        assert nodes[node_id]["noisy_count"] == pytest.approx(count)
+    for i, node in nodes.items():
+        assert (node["split_dim"] is None) == (not node["is_split"])
+        if node["is_split"]:
+            assert {2 * i, 2 * i + 1} <= set(nodes)
+            assert BOUNDS[0] <= node["split_position"] <= BOUNDS[1]
+    assert np.all((np.array(release["centers"]) >= BOUNDS[0]) & (np.array(release["centers"]) <= BOUNDS[1]))
+    # Nothing per point is released.
+    assert "labels_nonprivate" not in release and "labels" not in release
+
+    # The centres CSV carries the input's column names and the same numbers.
+    lines = centers_csv.read_text().splitlines()
+    assert lines[0] == "a,b,c" and len(lines) == k + 1
+    np.testing.assert_array_equal(np.loadtxt(lines[1:], delimiter=","), np.array(release["centers"]))
+
+    # The seed reproduces the functional API.
+    result = dpm_jax.cluster(jax.random.key(7), DATA.points, dpm_jax.Budget(EPSILON, DELTA), BOUNDS,
+                             config=dpm_jax.DPMConfig(tau_r=TAU_R))
+    np.testing.assert_allclose(release["centers"], np.asarray(result.centers)[np.asarray(result.valid)],
+                               rtol=1e-6)
+
+
+def test_formats_agree(tmp_path, capsys):
+    np.save(tmp_path / "data.npy", DATA.points)
+    sources = [tmp_path / "data.npy", write_csv(tmp_path / "plain.csv", DATA.points),
+               write_csv(tmp_path / "named.csv", DATA.points, header=["a", "b", "c"])]
+    releases = []
+    for source in sources:
+        status, stdout, _ = run(capsys, ["cluster", source, *ARGS])
+        assert status == 0
+        releases.append(json.loads(stdout))  # without --out the release goes to stdout
+    assert releases[0]["columns"] == releases[1]["columns"] == ["x0", "x1", "x2"]
+    assert releases[2]["columns"] == ["a", "b", "c"]
+    assert releases[0]["centers"] == releases[1]["centers"] == releases[2]["centers"]
+
+
+def test_parquet(tmp_path):
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as parquet
+
+    path = tmp_path / "data.parquet"
+    parquet.write_table(pyarrow.table({"a": DATA.points[:, 0], "b": DATA.points[:, 1].astype(np.float64),
+                                       "c": np.round(DATA.points[:, 2]).astype(np.int64)}), path)
+    points = read_points(str(path))
+    assert points.columns == ("a", "b", "c")
+    np.testing.assert_allclose(points.values[:, :2], DATA.points[:, :2])
+    np.testing.assert_array_equal(points.values[:, 2], np.round(DATA.points[:, 2]))
+
+    parquet.write_table(pyarrow.table({"a": [1.0, 2.0], "name": ["x", "y"]}), path)
+    with pytest.raises(ValueError, match="column 'name'.*numeric"):
+        read_points(str(path))
+
+
+def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    path = tmp_path / "data.parquet"
+    path.write_bytes(b"PAR1")
+    status, _, stderr = run(capsys, ["cluster", path, *ARGS])
+    assert status == 1 and stderr == [stderr[0]] and "pip install pyarrow" in stderr[0]
+
+
+def make_input_files(folder):
+    """The input files of the bad-input cases, by name."""
+    files = {"good": write_csv(folder / "good.csv", DATA.points[:10]),
+             "missing": folder / "nope.csv", "text": folder / "text.csv", "nan": folder / "nan.csv",
+             "empty": folder / "empty.csv", "flat": folder / "flat.npy", "txt": folder / "data.txt"}
+    files["text"].write_text("a,b\n1.0,2.0\n3.0,hello\n")
+    files["nan"].write_text("1.0,2.0\nnan,4.0\n")
+    files["empty"].write_text("")
+    np.save(files["flat"], np.arange(5.0))
+    return files
+
+
+BUDGET = ["--epsilon", "1", "--delta", "1e-6"]
+GOOD_BOUNDS = ["--bounds", "-10", "10"]
+BAD_INPUTS = {  # name: (input file, options, a fragment of the expected message)
+    "missing file": ("missing", [*BUDGET, *GOOD_BOUNDS], "not found"),
+    "non-numeric column": ("text", [*BUDGET, *GOOD_BOUNDS], "hello"),
+    "NaN": ("nan", [*BUDGET, *GOOD_BOUNDS], "is nan"),
+    "bounds missing": ("good", BUDGET, "--bounds"),
+    "bounds reversed": ("good", [*BUDGET, "--bounds", "1", "0"], "LO < HI"),
+    "epsilon zero": ("good", ["--epsilon", "0", "--delta", "1e-6", *GOOD_BOUNDS], "epsilon"),
+    "epsilon negative": ("good", ["--epsilon", "-1", "--delta", "1e-6", *GOOD_BOUNDS], "epsilon"),
+    "epsilon not a number": ("good", ["--epsilon", "one", "--delta", "1e-6", *GOOD_BOUNDS], "--epsilon"),
+    "unknown format": ("txt", [*BUDGET, *GOOD_BOUNDS], ".npy, .csv or .parquet"),
+    "empty csv": ("empty", [*BUDGET, *GOOD_BOUNDS], "empty"),
+    "1-D npy": ("flat", [*BUDGET, *GOOD_BOUNDS], "1-D"),
+    "bad tau_r": ("good", [*BUDGET, *GOOD_BOUNDS, "--tau-r", "0"], "tau_r"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_fails_with_one_line_and_no_output(tmp_path, capsys, name):
+    source, options, fragment = BAD_INPUTS[name]
+    source = make_input_files(tmp_path)[source]
+    out = tmp_path / "out" / "release.json"
+    out.parent.mkdir()
+    before = sorted(os.listdir(tmp_path))
+    status, stdout, stderr = run(capsys, ["cluster", source, *options, "--out", out,
+                                          "--centers-csv", out.with_suffix(".csv")])
+    assert status != 0
+    assert len(stderr) == 1 and stderr[0].startswith("dpm-jax: error: "), stderr
+    assert fragment in stderr[0], stderr
+    assert stdout == ""
+    assert os.listdir(out.parent) == [] and sorted(os.listdir(tmp_path)) == before  # no partial or temp files
+
+
+def test_usage_errors_are_one_line(capsys):
+    for argv in ([], ["cluster"], ["frobnicate"], ["demo", "--n", "many"]):
+        status, _, stderr = run(capsys, argv)
+        assert status == 2 and len(stderr) == 1 and stderr[0].startswith("dpm-jax: error: "), stderr
+
+
+def test_missing_output_folder_fails_before_clustering(tmp_path, capsys):
+    source = write_csv(tmp_path / "data.csv", DATA.points)
+    status, _, stderr = run(capsys, ["cluster", source, *ARGS, "--out", tmp_path / "no" / "r.json"])
+    assert status == 1 and len(stderr) == 1 and "does not exist" in stderr[0]
+
+
+def test_atomic_write_leaves_old_file_or_nothing(tmp_path):
+    target = tmp_path / "release.json"
+
+    def fail_midway(file):
+        file.write("partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        _write_atomically(str(target), fail_midway)
+    assert os.listdir(tmp_path) == []
+    target.write_text("old")
+    with pytest.raises(OSError):
+        _write_atomically(str(target), fail_midway)
+    assert os.listdir(tmp_path) == ["release.json"] and target.read_text() == "old"
+    _write_atomically(str(target), lambda file: file.write("new"))
+    assert os.listdir(tmp_path) == ["release.json"] and target.read_text() == "new"
+    umask = os.umask(0o022)
+    try:
+        _write_atomically(str(target), lambda file: file.write("newer"))
+    finally:
+        os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o644  # as a plain open() would create it
+
+
+def test_demo_prints_k_accuracy_and_ledger(capsys):
+    status, stdout, stderr = run(capsys, ["demo", "--n", 256, "--d", 3, "--blobs", 3, "--seed", 3,
+                                          "--epsilon", EPSILON, "--delta", DELTA, "--tau-r", TAU_R])
+    assert status == 0
+    assert "clusters found: k=" in stdout and "accuracy" in stdout
+    accuracy = float(stdout.split("accuracy (majority label of the nearest DP centre): ")[1].split()[0])
+    assert 0.0 < accuracy <= 1.0
+    total = [line for line in stdout.splitlines() if line.startswith("total")]
+    assert len(total) == 1 and float(total[0].split()[1]) == pytest.approx(EPSILON)
+    assert all(line.startswith("dpm-jax: ") for line in stderr)  # status goes to stderr
+
+
+def test_bench_passes_its_arguments_to_the_benchmark(capsys, monkeypatch):
+    calls = []
+    fake = types.ModuleType("dpm_jax.benchmark")
+    fake.main = lambda argv: calls.append(argv) or 3
+    monkeypatch.setitem(sys.modules, "dpm_jax.benchmark", fake)
+    assert main(["bench", "--n", "10", "--help"]) == 3
+    assert calls == [["--n", "10", "--help"]]
+
+    monkeypatch.setitem(sys.modules, "dpm_jax.benchmark", None)  # not installed
+    status, _, stderr = run(capsys, ["bench"])
+    assert status == 1 and len(stderr) == 1 and "benchmark is not available" in stderr[0]
+
+
+def test_config_options_are_dpm_config_fields():
+    fields = {field.name for field in dataclasses.fields(dpm_jax.DPMConfig)}
+    assert {name for name, _, _ in CONFIG_OPTIONS} <= fields
+    args = build_parser().parse_args(["demo", "--tau-r", "3", "--alpha", "2.5"])
+    assert _config(args) == dpm_jax.DPMConfig(tau_r=3, alpha=2.5)
+
+
+def test_key_from_seed():
+    np.testing.assert_array_equal(jax.random.key_data(key_from_seed(123)),
+                                  jax.random.key_data(jax.random.key(123)))
+    fresh = [jax.random.key_data(key_from_seed(None)) for _ in range(2)]
+    assert not np.array_equal(*fresh)
+    for seed, error in ((-1, ValueError), (2**32, ValueError), (True, TypeError), ("1", TypeError)):
+        with pytest.raises(error):
+            key_from_seed(seed)
+
+
+def test_python_dash_m_runs_the_cli(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "dpm_jax", "cluster", str(tmp_path / "missing.npy"), "--epsilon", "1",
+         "--delta", "1e-6", "--bounds", "0", "1"], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 1
+    assert completed.stderr.strip().count("\n") == 0 and "not found" in completed.stderr

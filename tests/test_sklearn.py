@@ -1,0 +1,130 @@
+"""The scikit-learn estimator: conventions (scikit-learn's own checks), reproducibility
+against the functional API, cloning, pickling and Pipelines.
+
+Every fit here uses the same budget, tau_r and feature count, so the padded data
+(256 rows, see ``padded_size``) shares one compiled DPM program; scikit-learn's
+checks add one program per feature count they use (1, 2, 3, 4, 5, 10).
+"""
+
+import pickle
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+
+from sklearn.base import clone  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import FunctionTransformer  # noqa: E402
+from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
+
+import dpm_jax  # noqa: E402
+from dpm_jax.datasets import synthetic_blobs  # noqa: E402
+from dpm_jax.sklearn import CONFIG_FIELDS, MIN_PADDED_ROWS, DPMClustering, padded_size  # noqa: E402
+
+# epsilon = 1000 makes the noise negligible, so that scikit-learn's check_clustering
+# (adjusted Rand index > 0.4 on 55 points) tests the clustering logic, not the noise;
+# at epsilon = 1 the root count alone has Laplace noise of scale ~60 on 55 points.
+PARAMS = dict(epsilon=1000.0, delta=1e-6, bounds=(-10.0, 10.0), seed=0, tau_r=2)
+BLOBS = synthetic_blobs(200, 3, num_blobs=3, box=(-8.0, 8.0), std=0.5, seed=3)
+
+
+@parametrize_with_checks([DPMClustering(**PARAMS)])
+def test_sklearn_conventions(estimator, check):
+    """All of scikit-learn's estimator checks apply to a clusterer and pass; none is
+    marked as an expected failure. (check_array_api_input skips itself unless
+    SCIPY_ARRAY_API is set; DPMClustering takes NumPy-convertible input only.)"""
+    check(estimator)
+
+
+def fitted_model(**overrides) -> DPMClustering:
+    return DPMClustering(**{**PARAMS, **overrides}).fit(BLOBS.points)
+
+
+def test_fit_reproduces_the_functional_api():
+    """seed s gives jax.random.key(s); padding the rows to 256 must not change the release."""
+    model = fitted_model()
+    result = dpm_jax.cluster(jax.random.key(PARAMS["seed"]), BLOBS.points,
+                             dpm_jax.Budget(PARAMS["epsilon"], PARAMS["delta"]), PARAMS["bounds"],
+                             config=dpm_jax.DPMConfig(tau_r=PARAMS["tau_r"]))
+    valid = np.asarray(result.valid)
+    assert model.n_clusters_ == int(result.k) == len(model.cluster_centers_) == len(model.counts_)
+    np.testing.assert_allclose(model.cluster_centers_, np.asarray(result.centers)[valid],
+                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(model.counts_, np.asarray(result.counts)[valid], rtol=1e-5, atol=1e-3)
+    for fitted, direct in zip(model.split_tree_, result.tree):
+        np.testing.assert_allclose(fitted, np.asarray(direct), rtol=1e-5, atol=1e-3)
+    assert model.ledger_ == result.ledger
+    assert model.ledger_.total_epsilon == pytest.approx(PARAMS["epsilon"], rel=1e-12)
+    assert model.ledger_.total_delta == pytest.approx(PARAMS["delta"], rel=1e-12)
+
+
+def test_labels_are_the_nearest_dp_centre():
+    model = fitted_model()
+    distances = ((BLOBS.points[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(model.labels_, distances.argmin(1))
+    np.testing.assert_array_equal(model.predict(BLOBS.points), model.labels_)
+    np.testing.assert_array_equal(DPMClustering(**PARAMS).fit_predict(BLOBS.points), model.labels_)
+    # negligible noise: the three separated blobs are found
+    assert model.n_clusters_ == 3
+    errors = np.linalg.norm(model.cluster_centers_[:, None] - BLOBS.centers[None], axis=-1)
+    assert sorted(errors.argmin(1)) == [0, 1, 2] and errors.min(1).max() < 0.5
+
+
+def test_bounds_are_never_read_from_the_data():
+    with pytest.raises(ValueError, match="bounds are required"):
+        DPMClustering(seed=0).fit(BLOBS.points)
+
+
+@pytest.mark.parametrize("params, error", [
+    (dict(epsilon=0.0), ValueError),
+    (dict(delta=1.5), ValueError),
+    (dict(tau_r=0), ValueError),
+    (dict(q=0.4, t=0.3), ValueError),
+    (dict(seed=-1), ValueError),
+    (dict(seed=1.5), TypeError),
+])
+def test_invalid_parameters_fail_at_fit(params, error):
+    model = DPMClustering(**{**PARAMS, **params})  # scikit-learn validates in fit, not __init__
+    with pytest.raises(error):
+        model.fit(BLOBS.points)
+
+
+def test_parameters_mirror_dpm_config():
+    params = DPMClustering().get_params()
+    assert set(params) - {"epsilon", "delta", "bounds", "seed"} == set(CONFIG_FIELDS)
+    assert DPMClustering().dpm_config() == dpm_jax.DPMConfig()
+    config = DPMClustering(tau_r=5, epsilon_shares=[0.1, 0.2, 0.3, 0.4]).dpm_config()
+    assert config.tau_r == 5 and config.epsilon_shares == (0.1, 0.2, 0.3, 0.4)
+    hash(config)  # lists from a grid search become tuples: the config stays a static jit argument
+
+
+def test_padded_size():
+    assert padded_size(1) == padded_size(MIN_PADDED_ROWS) == MIN_PADDED_ROWS
+    assert padded_size(MIN_PADDED_ROWS + 1) == 2 * MIN_PADDED_ROWS
+    assert all(n <= padded_size(n) < max(2 * n, MIN_PADDED_ROWS + 1) for n in range(1, 3000, 37))
+
+
+def test_pipeline_clone_and_pickle():
+    """A data-independent preprocessing step keeps the public bounds meaningful."""
+    pipeline = make_pipeline(FunctionTransformer(np.negative), DPMClustering(**PARAMS))
+    labels = pipeline.fit_predict(BLOBS.points)
+    direct = DPMClustering(**PARAMS).fit(-BLOBS.points)
+    np.testing.assert_array_equal(labels, direct.labels_)
+
+    restored = pickle.loads(pickle.dumps(pipeline))
+    np.testing.assert_array_equal(restored.predict(BLOBS.points), pipeline.predict(BLOBS.points))
+    assert restored[-1].ledger_ == direct.ledger_
+
+    copy = clone(pipeline)
+    assert copy[-1].get_params() == pipeline[-1].get_params()
+    assert not hasattr(copy[-1], "cluster_centers_")
+
+
+def test_seed_none_draws_fresh_noise():
+    model = DPMClustering(**{**PARAMS, "seed": None})
+    assert model.__sklearn_tags__().non_deterministic
+    first = model.fit(BLOBS.points).cluster_centers_.copy()
+    second = model.fit(BLOBS.points).cluster_centers_
+    assert first.shape != second.shape or not np.allclose(first, second, rtol=0, atol=1e-6)
