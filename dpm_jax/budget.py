@@ -172,7 +172,7 @@ def build_ledger(allocation: Allocation, config: DPMConfig, average_sensitivity:
         are traced (then only the rule is recorded).
       average_sigma_per_unit: analytic Gaussian sigma for unit sensitivity.
     """
-    score_rule = f"(t/q+alpha)/max(n~-lambda,1), t/q+alpha={config.t / config.q + config.alpha:.4g}"
+    score_numerator = config.t / config.q + config.alpha  # Lemma 5: (t/q + alpha) / (n~ - lambda)
     entries = [
         LedgerEntry("count/level0", "laplace", 0, allocation.count_epsilons[0],
                     allocation.count_deltas[0], 1.0,
@@ -184,7 +184,7 @@ def build_ledger(allocation: Allocation, config: DPMConfig, average_sensitivity:
     for level in range(config.tau_r):
         entries.append(LedgerEntry(
             f"split/level{level}", "exponential", level, allocation.split_epsilons[level], 0.0,
-            None, f"{score_rule}, lambda={allocation.count_offsets[level]:.4g}", None,
+            None, f"{score_numerator:.4g}/max(n~-{allocation.count_offsets[level]:.4g},1)", None,
             ("split", f"heap[{2**level}:{2**(level + 1)}]")))
         entries.append(LedgerEntry(
             f"count/level{level + 1}", "laplace", level + 1, allocation.count_epsilons[level + 1],

@@ -1,7 +1,7 @@
 """The ``dpm-jax`` command line: cluster a file, run the synthetic demo, run the benchmark.
 
     dpm-jax cluster data.csv --epsilon 1 --delta 1e-6 --bounds -100 100 --out release.json
-    dpm-jax demo --n 20000 --d 10
+    dpm-jax demo --n 100000 --d 10
     dpm-jax bench ...
 
 ``cluster`` writes the *release* of one DPM run (000_e63c772e1db0dbd8.txt,
@@ -398,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo", help="cluster synthetic Gaussian blobs and print k, accuracy and the ledger")
-    demo.add_argument("--n", type=int, default=20_000, help="number of points (default 20000)")
+    demo.add_argument("--n", type=int, default=100_000, help="number of points (default 100000, the paper's Synth-10d)")
     demo.add_argument("--d", type=int, default=10, help="dimensions (default 10)")
     demo.add_argument("--blobs", type=int, default=64, help="number of blobs (default 64)")
     demo.add_argument("--seed", type=_seed, default=0, help="seed of the data and of the noise (default 0)")
