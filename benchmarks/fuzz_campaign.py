@@ -100,10 +100,22 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(args.seed)
     started = time.time()
     scenarios, cases, failures = [], 0, []
+    machine = (f"{platform.machine()} {os.cpu_count()} cores, {platform.system()}, "
+               f"jax {jax.__version__} on {jax.default_backend()}")
+
+    def write(report):
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "w") as handle:
+                json.dump(report, handle, indent=1)
+
     while time.time() - started < 60 * args.minutes:
         scenario = random_scenario(rng)
         description = dict(n=scenario.n, d=scenario.d, epsilon=scenario.budget.epsilon,
                            delta=scenario.budget.delta, config=repr(scenario.config))
+        print(f"[{time.time() - started:7.1f}s] scenario {len(scenarios) + 1:3d}: n={scenario.n:5d} "
+              f"d={scenario.d:3d} tau_r={scenario.config.tau_r} eps={scenario.budget.epsilon:.3g}",
+              end=" ", flush=True)
         tick = time.time()
         try:
             ran = fuzz_scenario(scenario, args.examples_per_scenario, seed=len(scenarios))
@@ -111,11 +123,12 @@ def main(argv=None) -> int:
             ran = 0
             failures.append(dict(scenario=description, error=repr(error),
                                  traceback=traceback.format_exc(limit=3)))
+        jax.clear_caches()  # every scenario compiles anew; keep the process small
         cases += ran
         scenarios.append(dict(description, cases=ran, seconds=round(time.time() - tick, 2)))
-        print(f"[{time.time() - started:7.1f}s] scenario {len(scenarios):3d}: n={scenario.n:5d} "
-              f"d={scenario.d:3d} tau_r={scenario.config.tau_r} eps={scenario.budget.epsilon:.3g} "
-              f"-> {ran} cases ({len(failures)} failures so far)", flush=True)
+        print(f"-> {ran} cases ({len(failures)} failures so far)", flush=True)
+        write(dict(machine=machine, seed=args.seed, finished=False, scenarios=len(scenarios),
+                   valid_cases=cases, failures=failures, scenario_log=scenarios))
     valid_seconds = time.time() - started
 
     invalid = {}
@@ -137,8 +150,7 @@ def main(argv=None) -> int:
             invalid[name] = dict(cases=len(checked), failure=repr(error))
 
     report = dict(
-        machine=f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
-                f"jax {jax.__version__} on {jax.default_backend()}",
+        machine=machine, finished=True,
         seed=args.seed, minutes=args.minutes, scenarios=len(scenarios), valid_cases=cases,
         valid_seconds=round(valid_seconds, 1), failures=failures, invalid=invalid,
         invalid_cases=sum(v["cases"] for v in invalid.values()), scenario_log=scenarios)
@@ -147,10 +159,7 @@ def main(argv=None) -> int:
           + ", ".join(f"{k}: {v['cases']}{' FAILED' if v['failure'] else ''}" for k, v in invalid.items()))
     for failure in failures:
         print("\nFAILURE", failure["scenario"], "\n", failure["traceback"])
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as handle:
-            json.dump(report, handle, indent=1)
+    write(report)
     return 1 if failures or any(v["failure"] for v in invalid.values()) else 0
 
 

@@ -38,8 +38,6 @@ import dataclasses
 import importlib.util
 import json
 import math
-import os
-import platform
 import sys
 import time
 import warnings
@@ -52,6 +50,7 @@ import numpy as np
 
 import dpm_jax
 from dpm_jax import baselines, metrics
+from dpm_jax.benchmark import machine_description
 from dpm_jax.datasets import Dataset, load_dataset
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -287,13 +286,6 @@ def run_benchmark(datasets: list[str], algorithms: list[str], runs: int, epsilon
             "config": {"runs": runs, "epsilon": epsilon, "seed": seed, "reference_runs": reference_runs,
                        "references": num_references, "silhouette_sample": silhouette_sample,
                        "algorithms": algorithms}}
-
-
-def machine_description() -> dict:
-    """Where the numbers were measured."""
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "python": platform.python_version(), "jax": jax.__version__,
-            "devices": [str(device) for device in jax.devices()]}
 
 
 # ----------------------------------------------------------------------- output

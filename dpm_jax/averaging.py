@@ -20,17 +20,29 @@ import numpy as np
 
 from dpm_jax.mechanisms import gaussian_noise
 
-__all__ = ["leaf_sum_sensitivity", "leaf_centers"]
+__all__ = ["bounds_middle", "leaf_sum_sensitivity", "leaf_centers"]
+
+
+def bounds_middle(lower, upper):
+    """The point every coordinate is shifted by before summing: (lower + upper) / 2."""
+    return (lower + upper) / 2.0
 
 
 def leaf_sum_sensitivity(lower, upper):
-    """L2 sensitivity of one leaf sum of mid-shifted points: ||(upper - lower)/2||_2.
+    """L2 sensitivity of one leaf sum of mid-shifted points, ~ ||(upper - lower)/2||_2.
 
-    NumPy in, NumPy out (so concrete bounds give a number for the ledger); JAX
-    arrays give a JAX scalar.
+    Computed as ||max(upper - m, m - lower)||_2 with the same float32 middle m the
+    sums use, times (1 + 2**-20): with m rounded, one side of the box can be a few
+    ulps longer than half the range, and the margin absorbs the rounding of this
+    formula itself. NumPy in, NumPy out (so concrete bounds give a number for the
+    ledger); JAX arrays give a JAX scalar.
     """
     xp = np if isinstance(lower, np.ndarray) and isinstance(upper, np.ndarray) else jnp
-    return xp.sqrt(xp.sum(((upper - lower) / 2.0) ** 2))
+    lower, upper = xp.asarray(lower, xp.float32), xp.asarray(upper, xp.float32)
+    middle = bounds_middle(lower, upper)
+    half_width = xp.maximum(upper - middle, middle - lower).astype(xp.float64 if xp is np else xp.float32)
+    largest = xp.max(half_width)  # scaled norm: no overflow of the squares for huge ranges
+    return largest * xp.sqrt(xp.sum((half_width / largest) ** 2)) * (1.0 + 2.0**-20)
 
 
 def leaf_centers(key: jax.Array, points: jnp.ndarray, point_mask: jnp.ndarray,
@@ -51,7 +63,7 @@ def leaf_centers(key: jax.Array, points: jnp.ndarray, point_mask: jnp.ndarray,
       (centers (slots, d), noise standard deviation).
     """
     num_slots = leaf_count.shape[0]
-    middle = (lower + upper) / 2.0
+    middle = bounds_middle(lower, upper)
     shifted = jnp.where(point_mask[:, None], points - middle, 0.0)
     sums = jax.ops.segment_sum(shifted, point_slot, num_segments=num_slots)
     sigma = sigma_per_unit_sensitivity * leaf_sum_sensitivity(lower, upper)

@@ -381,12 +381,15 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         scaled_tail = 0.0 if tail == 0.0 else math.exp(min(epsilon + math.log(tail), 700.0))
         return _std_normal_cdf(a - b) - scaled_tail
 
+    # Aim slightly below delta: near the root the float64 evaluation of the
+    # difference above cancels, and the margin keeps the true delta below target.
+    target = delta * (1.0 - 1e-9)
     low, high = 1e-12 * sensitivity, sensitivity
-    while privacy_loss_delta(high) > delta:
+    while privacy_loss_delta(high) > target:
         high *= 2.0
     for _ in range(200):
         mid = 0.5 * (low + high)
-        if privacy_loss_delta(mid) > delta:
+        if privacy_loss_delta(mid) > target:
             low = mid
         else:
             high = mid

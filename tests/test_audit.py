@@ -7,15 +7,15 @@ keys the outcome is deterministic). Each broken variant was checked to be caught
 with the fixed key and run count used here, with a wide margin (the expected bound
 of the broken variant is about twice the claim).
 
-Broken variants are injected without changing the library: ``patch_everywhere``
-replaces a function object in every dpm_jax module that imported it (monkeypatch
-undoes it) and ``jax.clear_caches()`` drops the compiled ``cluster``.
+Broken variants are injected without changing the library:
+``dpm_jax.audit.substituted`` replaces a function object in every dpm_jax module
+that imported it for the duration of a ``with`` block and clears JAX's caches, so
+the compiled ``cluster`` is rebuilt with the broken piece and discarded after.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -37,25 +37,6 @@ BOUNDS = (-1.0, 1.0)
 COUNT_CONFIG = dpm_jax.DPMConfig(tau_r=1, tau_e=-1e6, sigma_step=0.25, num_sigmas=1,
                                  epsilon_shares=(0.01, 0.97, 0.01, 0.01))
 N_POINTS = 20
-
-
-def patch_everywhere(monkeypatch, original, replacement):
-    """Replace ``original`` by ``replacement`` wherever a dpm_jax module holds it."""
-    found = False
-    for name, module in list(sys.modules.items()):
-        if name == "dpm_jax" or name.startswith("dpm_jax."):
-            for attribute, value in list(vars(module).items()):
-                if value is original:
-                    monkeypatch.setattr(module, attribute, replacement)
-                    found = True
-    assert found, f"{original} is not used by dpm_jax"
-    jax.clear_caches()
-
-
-@pytest.fixture
-def restore_caches():
-    yield
-    jax.clear_caches()  # compiled versions of the broken variants must not leak
 
 
 def count_audit() -> audit_lib.AuditResult:
@@ -158,15 +139,15 @@ def test_full_cluster_default_config_audit_stays_below_the_claim():
 
 
 # ------------------------------------------------------------ broken variants fail
-def test_audit_catches_halved_count_noise(monkeypatch, restore_caches):
+def test_audit_catches_halved_count_noise():
     """Noise scale 1/(2 eps) instead of 1/eps: the counts spend 2 x 0.97 epsilon."""
     original = mechanisms.count_noise
-    patch_everywhere(monkeypatch, original,
-                     lambda key, epsilon: original(key, 2.0 * np.asarray(epsilon, np.float64)))
-    assert count_audit().epsilon_lower_bound > CLAIMED.epsilon
+    halved = lambda key, epsilon: original(key, 2.0 * np.asarray(epsilon, np.float64))
+    with audit_lib.substituted(original, halved):
+        assert count_audit().epsilon_lower_bound > CLAIMED.epsilon
 
 
-def test_audit_catches_count_budget_reused_across_levels(monkeypatch, restore_caches):
+def test_audit_catches_count_budget_reused_across_levels():
     """Every count level spends the whole count budget instead of its share."""
     original = budget_lib.allocate
 
@@ -175,8 +156,18 @@ def test_audit_catches_count_budget_reused_across_levels(monkeypatch, restore_ca
         total = math.fsum(allocation.count_epsilons)
         return allocation._replace(count_epsilons=(total,) * len(allocation.count_epsilons))
 
-    patch_everywhere(monkeypatch, original, reused)
-    assert count_audit().epsilon_lower_bound > CLAIMED.epsilon
+    with audit_lib.substituted(original, reused):
+        assert count_audit().epsilon_lower_bound > CLAIMED.epsilon
+
+
+def test_substituted_restores_the_library():
+    original = mechanisms.count_noise
+    with audit_lib.substituted(original, lambda key, epsilon: None):
+        assert dpm_jax.api.count_noise is not original
+    assert dpm_jax.api.count_noise is original and mechanisms.count_noise is original
+    with pytest.raises(ValueError):
+        with audit_lib.substituted(lambda: None, lambda: None):
+            pass
 
 
 def split_step_audit() -> audit_lib.AuditResult:
@@ -201,13 +192,13 @@ def test_split_step_audit_stays_below_the_claim():
     assert 0.7 < result.epsilon_lower_bound <= CLAIMED.epsilon
 
 
-def test_audit_catches_exponential_mechanism_without_the_factor_2(monkeypatch):
+def test_audit_catches_exponential_mechanism_without_the_factor_2():
     """exp(eps f / Delta) as printed in Definition 4 (the paper's erratum)."""
     original = mechanisms.exponential_mechanism
-    monkeypatch.setattr(mechanisms, "exponential_mechanism",
-                        lambda key, scores, valid, epsilon, sensitivity: original(
-                            key, scores, valid, 2.0 * epsilon, sensitivity))
-    assert split_step_audit().epsilon_lower_bound > CLAIMED.epsilon
+    without_factor_2 = lambda key, scores, valid, epsilon, sensitivity: original(
+        key, scores, valid, 2.0 * epsilon, sensitivity)
+    with audit_lib.substituted(original, without_factor_2):
+        assert split_step_audit().epsilon_lower_bound > CLAIMED.epsilon
 
 
 @pytest.mark.parametrize("factor", [1.0, 2.0])

@@ -245,17 +245,7 @@ def test_analytic_gaussian_sigma_satisfies_balle_wang_and_is_near_minimal(epsilo
         assert sigma <= math.sqrt(2 * math.log(1.25 / delta)) * sensitivity / epsilon
 
 
-_FLOAT64_CANCELLATION = pytest.mark.xfail(strict=True, reason=(
-    "analytic_gaussian_sigma evaluates Phi(a-b) - e^eps Phi(-a-b) in float64; the bisection "
-    "converges onto the float64 root, where the exact delta is ~1e-15 (relative) above the "
-    "target, contradicting its docstring ('the returned sigma always satisfies the "
-    "condition'). Harmless in size; fix: bisect against delta * (1 - 1e-9) or return "
-    "high * (1 + 1e-9)."))
-
-
-@pytest.mark.parametrize("epsilon,delta,sensitivity", [
-    case if case[:2] not in ((5.0, 1e-3), (0.01, 0.5)) else pytest.param(*case, marks=_FLOAT64_CANCELLATION)
-    for case in BALLE_WANG_CASES])
+@pytest.mark.parametrize("epsilon,delta,sensitivity", BALLE_WANG_CASES)
 def test_analytic_gaussian_sigma_satisfies_balle_wang_exactly(epsilon, delta, sensitivity):
     """The documented claim, checked in 50-digit arithmetic without tolerance."""
     sigma = analytic_gaussian_sigma(epsilon, delta, sensitivity)
