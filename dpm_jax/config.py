@@ -42,6 +42,12 @@ class DPMConfig:
         public range. The authors' code uses sigma in {0.5, 1.0, ..., 29.5} on data
         of range 200, i.e. the defaults 0.0025 and 59.
       interval_factor: beta = interval_factor * sigma* (Section 3.5: 1/2).
+      max_splits_per_dim: cap on the number of split candidates per dimension
+        (Algorithm 1, line 9: numSplits = range / beta); beta is raised to
+        range / max_splits_per_dim where Algorithm 2 picks a smaller one. It fixes
+        the static size of the per-level histograms, so it bounds memory and time
+        (DESIGN: "cap the number of candidates"). The authors' grid alone would
+        allow 800.
       interval_max_dims: Algorithm 2 sorts every dimension; above this many
         dimensions it uses this many, drawn uniformly at random with the interval
         key (data-independent, so privacy is unaffected). ``None``: all of them.
@@ -59,6 +65,7 @@ class DPMConfig:
     num_sigmas: int = 59
     interval_factor: float = 0.5
     interval_max_dims: int | None = 16
+    max_splits_per_dim: int = 128
 
     def __post_init__(self):
         if not isinstance(self.tau_r, (int, np.integer)) or isinstance(self.tau_r, bool):
@@ -90,7 +97,7 @@ class DPMConfig:
         _check_shares("delta_shares", self.delta_shares, 2)
         if self.sigma_step <= 0:
             raise ValueError(f"sigma_step must be > 0, got {self.sigma_step}")
-        for name in ("num_sigmas", "interval_max_dims"):
+        for name in ("num_sigmas", "interval_max_dims", "max_splits_per_dim"):
             value = getattr(self, name)
             if value is None and name == "interval_max_dims":
                 continue
@@ -108,9 +115,9 @@ class DPMConfig:
         return self.sigma_step * np.arange(1, self.num_sigmas + 1)
 
     @property
-    def max_splits_per_dim(self) -> int:
-        """Static number of split candidates per dimension (the smallest sigma's)."""
-        return int(math.ceil(1.0 / (self.interval_factor * self.sigma_step) - 1e-9))
+    def finest_interval(self) -> float:
+        """The smallest split interval size beta (a fraction of the range) DPM uses."""
+        return max(self.interval_factor * self.sigma_step, 1.0 / self.max_splits_per_dim)
 
 
 def _check_shares(name, shares, length):

@@ -130,7 +130,8 @@ def estimate_split_interval_size(key: jax.Array, unit_points: jnp.ndarray, point
     (post-processing, Lemma 2). The key is split into (dimension choice, selection).
 
     Returns:
-      beta as a fraction of each dimension's range (scalar), and the chosen grid index.
+      beta = max(interval_factor * sigma*, 1 / max_splits_per_dim) as a fraction of
+      each dimension's range (scalar), and the chosen grid index.
     """
     dims_key, select_key = jax.random.split(key)
     dims = interval_dimensions(dims_key, unit_points.shape[1], config.interval_max_dims)
@@ -145,4 +146,6 @@ def estimate_split_interval_size(key: jax.Array, unit_points: jnp.ndarray, point
         select_key, utility.reshape(1, 1, -1), jnp.ones((1, 1, config.num_sigmas), bool), epsilon,
         jnp.asarray([PERCENTILE_SENSITIVITY], jnp.float32))
     sigma = config.sigma_step * (index[0] + 1).astype(jnp.float32)
-    return config.interval_factor * sigma, index[0]
+    # Post-processing: never more than max_splits_per_dim candidates per dimension.
+    beta = jnp.maximum(config.interval_factor * sigma, 1.0 / config.max_splits_per_dim)
+    return beta, index[0]

@@ -82,7 +82,8 @@ def reference_interval_size(rng, points, lower, upper, n_tilde, epsilon, config)
     gaps = np.diff(np.sort(unit, axis=0), axis=0)
     counts = np.array([np.mean(np.sum(gaps < y, axis=0)) if gaps.size else 0.0 for y in thresholds])
     utility = -np.abs(counts - config.percentile / 100.0 * (n_ref - 1.0))
-    return config.interval_factor * sigmas[_exponential(rng, utility, epsilon, 2.0)]
+    beta = config.interval_factor * sigmas[_exponential(rng, utility, epsilon, 2.0)]
+    return max(beta, 1.0 / config.max_splits_per_dim)
 
 
 def reference_dpm(rng: np.random.Generator, X, epsilon, delta, bounds, config):
@@ -96,7 +97,7 @@ def reference_dpm(rng: np.random.Generator, X, epsilon, delta, bounds, config):
 
     n_tilde = n + rng.laplace(0.0, 1.0 / eps_cnt[0])  # line 7
     beta = reference_interval_size(rng, X, lower, upper, n_tilde, eps_int, config)  # line 8
-    num_splits = min(math.ceil(1.0 / beta - 1e-6), config.max_splits_per_dim)  # line 9
+    num_splits = math.ceil(1.0 / beta - 1e-6)  # line 9
     tau_e = n_tilde / 2**config.tau_r if config.tau_e is None else config.tau_e
     clusters, weights = [], []
 

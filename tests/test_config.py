@@ -19,7 +19,8 @@ def test_defaults_are_the_papers():
     assert len(config.sigma_grid) == 59
     assert math.isclose(config.sigma_grid[0] * 200, 0.5) and math.isclose(config.sigma_grid[-1] * 200, 29.5)
     assert config.max_clusters == 128
-    assert config.max_splits_per_dim == 800  # 1 / (0.5 * 0.0025)
+    assert config.max_splits_per_dim == 128  # the cap; the grid alone would allow 1 / (0.5 * 0.0025) = 800
+    assert config.finest_interval == 1 / 128
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -36,6 +37,7 @@ def test_defaults_are_the_papers():
     (dict(sigma_step=0.0), "sigma_step"),
     (dict(num_sigmas=0), "num_sigmas"),
     (dict(interval_max_dims=0), "interval_max_dims"),
+    (dict(max_splits_per_dim=0), "max_splits_per_dim"),
 ])
 def test_invalid_values_raise_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
