@@ -84,27 +84,35 @@ class Task:
 
 # --------------------------------------------------------------------- progress
 class ProgressBar:
-    """A one-line progress bar on stderr: ``[#####-----] 12/40 label  3.2 s``."""
+    """A progress bar on stderr: ``[#####-----] 12/40 label  3.2 s``.
+
+    Redrawn in place on a terminal; one line per step when stderr is a file.
+    """
 
     def __init__(self, total: int, width: int = 30):
         self.total, self.width, self.done, self.start = total, width, 0, time.perf_counter()
+        self.in_place = sys.stderr.isatty()
 
     def advance(self, label: str) -> None:
         self.done += 1
         filled = self.width * self.done // max(self.total, 1)
         elapsed = time.perf_counter() - self.start
-        sys.stderr.write(f"\r[{'#' * filled}{'-' * (self.width - filled)}] {self.done}/{self.total} "
-                         f"{label:<36.36} {elapsed:7.1f} s")
-        if self.done == self.total:
-            sys.stderr.write("\n")
+        line = (f"[{'#' * filled}{'-' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{label:<36.36} {elapsed:7.1f} s")
+        finished = self.done == self.total or not self.in_place
+        sys.stderr.write(("\r" if self.in_place else "") + line + ("\n" if finished else ""))
         sys.stderr.flush()
 
 
 # ------------------------------------------------------------------- algorithms
 # A runner maps (key, task) to (centres (slots, d), valid (slots,)) of one run.
-def _run_dpm(key, task: Task):
-    result = dpm_jax.cluster(key, task.dataset.points, task.budget, bounds=task.dataset.bounds)
+def _run_dpm_arrays(key, points, task: Task):
+    result = dpm_jax.cluster(key, points, task.budget, bounds=task.dataset.bounds)
     return result.centers, result.valid
+
+
+def _run_dpm(key, task: Task):
+    return _run_dpm_arrays(key, task.dataset.points, task)
 
 
 def _all_valid(centers, task: Task):
@@ -170,6 +178,39 @@ def run_timed(runner: Callable, key, task: Task) -> Clustering:
     start = time.perf_counter()
     centers, valid = jax.block_until_ready(runner(key, task))
     return Clustering(np.asarray(centers), np.asarray(valid), time.perf_counter() - start)
+
+
+def run_algorithm(algorithm: str, keys: list, warm_up_key, task: Task,
+                  dpm_batch: int) -> tuple[float | None, list[Clustering]]:
+    """All runs of ``algorithm``, one per key, after a warm-up run that compiles JAX programs.
+
+    Returns the warm-up's seconds (None for programs that need no compiling) and the
+    runs. With ``dpm_batch`` > 1, DPM runs ``dpm_batch`` keys per ``jax.vmap`` call
+    (the last batch padded with repeated keys, so one shape is compiled) and every
+    run is charged the call's time divided by ``dpm_batch``; the warm-up is then one
+    batch.
+    """
+    if algorithm != "dpm" or dpm_batch == 1:
+        runner = RUNNERS[algorithm]
+        first = run_timed(runner, warm_up_key, task).seconds if algorithm in COMPILED else None
+        return first, [run_timed(runner, key, task) for key in keys]
+
+    data = task.dataset
+    batched = jax.jit(jax.vmap(lambda key, points: _run_dpm_arrays(key, points, task), in_axes=(0, None)))
+
+    def run_batch(batch_keys):
+        padded = jnp.stack(batch_keys + [batch_keys[-1]] * (dpm_batch - len(batch_keys)))
+        start = time.perf_counter()
+        centers, valid = jax.block_until_ready(batched(padded, data.points))
+        return np.asarray(centers), np.asarray(valid), time.perf_counter() - start
+
+    first = run_batch([warm_up_key])[2]
+    clusterings = []
+    for start in range(0, len(keys), dpm_batch):
+        batch_keys = keys[start:start + dpm_batch]
+        centers, valid, seconds = run_batch(batch_keys)
+        clusterings += [Clustering(centers[i], valid[i], seconds / dpm_batch) for i in range(len(batch_keys))]
+    return first, clusterings
 
 
 RUNNERS: dict[str, Callable] = {
@@ -252,7 +293,7 @@ def prepare(key, name: str, epsilon: float, reference_runs: int, num_references:
 
 
 def run_benchmark(datasets: list[str], algorithms: list[str], runs: int, epsilon: float, seed: int,
-                  reference_runs: int, num_references: int, silhouette_sample: int) -> dict:
+                  reference_runs: int, num_references: int, silhouette_sample: int, dpm_batch: int = 1) -> dict:
     """Every algorithm ``runs`` times on every data set; returns the JSON document."""
     root = jax.random.key(seed)
     rows, notes = [], {}
@@ -264,14 +305,13 @@ def run_benchmark(datasets: list[str], algorithms: list[str], runs: int, epsilon
         progress.advance(f"{name}: references")
         for algorithm_index, algorithm in enumerate(algorithms):
             algorithm_key = jax.random.fold_in(dataset_key, 1 + algorithm_index)
-            runner = RUNNERS[algorithm]
-            first_run_seconds = None
-            if algorithm in COMPILED:
-                first_run_seconds = run_timed(runner, jax.random.fold_in(algorithm_key, runs), task).seconds
+            run_keys, metric_keys = zip(*(jax.random.split(jax.random.fold_in(algorithm_key, run))
+                                          for run in range(runs)), strict=True)
+            first_run_seconds, clusterings = run_algorithm(algorithm, list(run_keys),
+                                                           jax.random.fold_in(algorithm_key, runs), task,
+                                                           dpm_batch)
             values = []
-            for run in range(runs):
-                run_key, metric_key = jax.random.split(jax.random.fold_in(algorithm_key, run))
-                clustering = run_timed(runner, run_key, task)
+            for run, (metric_key, clustering) in enumerate(zip(metric_keys, clusterings, strict=True)):
                 values.append(evaluate(metric_key, task, clustering, silhouette_sample))
                 progress.advance(f"{name}: {algorithm} {run + 1}/{runs}")
             rows.append({"dataset": name, "algorithm": algorithm, "runs": runs,
@@ -285,7 +325,7 @@ def run_benchmark(datasets: list[str], algorithms: list[str], runs: int, epsilon
     return {"rows": rows, "datasets": notes, "machine": machine_description(),
             "config": {"runs": runs, "epsilon": epsilon, "seed": seed, "reference_runs": reference_runs,
                        "references": num_references, "silhouette_sample": silhouette_sample,
-                       "algorithms": algorithms}}
+                       "algorithms": algorithms, "dpm_batch": dpm_batch}}
 
 
 # ----------------------------------------------------------------------- output
@@ -371,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="non-private k-means runs searched for the KMeans distance references")
     parser.add_argument("--references", type=int, default=20, help="references kept (Section 6.2: 20)")
     parser.add_argument("--silhouette-sample", type=int, default=10_000)
+    parser.add_argument("--dpm-batch", type=int, default=1,
+                        help="DPM runs per jax.vmap call (1: one call per run; no gain on CPU, try it on GPU)")
     parser.add_argument("--out", type=Path, default=Path("results.json"))
     parser.add_argument("--render", action="store_true",
                         help="only rewrite the .md and .png of an existing --out JSON")
@@ -388,8 +430,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipping {algorithm}: {reason}", file=sys.stderr)
         else:
             algorithms.append(algorithm)
+    if args.dpm_batch < 1:
+        parser.error("--dpm-batch must be >= 1")
     document = run_benchmark(args.datasets.split(","), algorithms, args.runs, args.epsilon, args.seed,
-                             args.reference_runs, args.references, args.silhouette_sample)
+                             args.reference_runs, args.references, args.silhouette_sample, args.dpm_batch)
     args.out.write_text(json.dumps(document, indent=1))
     write_reports(document, args.out)
     return 0

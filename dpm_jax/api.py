@@ -132,6 +132,10 @@ def _validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
     if not (_is_tracer(arrays[0]) or _is_tracer(arrays[1])):
         if not np.all(arrays[0] < arrays[1]):
             raise ValueError(f"bounds need lo < hi in every dimension, got lo={lower}, hi={upper}")
+        # the computation runs in float32: the range must survive that rounding
+        if not np.all(arrays[0].astype(np.float32) < arrays[1].astype(np.float32)):
+            raise ValueError(f"bounds lo={lower}, hi={upper} collapse to lo == hi in float32; "
+                             "rescale the data so the range is resolvable in single precision")
     # Concrete bounds stay NumPy (float32) so the ledger can state numbers under jit too.
     arrays = [a if _is_tracer(a) else np.asarray(a, np.float32) for a in arrays]
     return arrays[0], arrays[1]

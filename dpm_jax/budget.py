@@ -174,7 +174,7 @@ def build_ledger(allocation: Allocation, config: DPMConfig, average_sensitivity:
     """
     score_numerator = config.t / config.q + config.alpha  # Lemma 5: (t/q + alpha) / (n~ - lambda)
     entries = [
-        LedgerEntry("count/level0", "laplace", 0, allocation.count_epsilons[0],
+        LedgerEntry("count/level0", "discrete_laplace", 0, allocation.count_epsilons[0],
                     allocation.count_deltas[0], 1.0,
                     f"count; offset lambda={allocation.count_offsets[0]:.4g}",
                     1.0 / allocation.count_epsilons[0], ("count", "heap[1]")),
@@ -187,7 +187,7 @@ def build_ledger(allocation: Allocation, config: DPMConfig, average_sensitivity:
             None, f"{score_numerator:.4g}/max(n~-{allocation.count_offsets[level]:.4g},1)", None,
             ("split", f"heap[{2**level}:{2**(level + 1)}]")))
         entries.append(LedgerEntry(
-            f"count/level{level + 1}", "laplace", level + 1, allocation.count_epsilons[level + 1],
+            f"count/level{level + 1}", "discrete_laplace", level + 1, allocation.count_epsilons[level + 1],
             allocation.count_deltas[level + 1], 1.0,
             f"count; offset lambda={allocation.count_offsets[level + 1]:.4g}",
             1.0 / allocation.count_epsilons[level + 1],
