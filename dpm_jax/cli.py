@@ -51,6 +51,7 @@ CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
     ("num_sigmas", int, "number of candidate sigmas of Algorithm 2"),
     ("interval_factor", float, "split interval size = interval_factor * sigma* (Section 3.5)"),
     ("interval_max_dims", int, "Algorithm 2 uses at most this many randomly chosen dimensions"),
+    ("max_splits_per_dim", int, "cap on the split candidates per dimension (beta >= range / cap)"),
 )
 
 

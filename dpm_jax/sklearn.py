@@ -66,7 +66,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         reproducible (``jax.random.key(seed)``). Keep a seed secret: whoever knows it
         can remove the noise.
       tau_r, tau_e, alpha, t, q, epsilon_shares, delta_shares, percentile, sigma_step,
-        num_sigmas, interval_factor, interval_max_dims: the hyper-parameters of
+        num_sigmas, interval_factor, interval_max_dims, max_splits_per_dim: the hyper-parameters of
         :class:`dpm_jax.DPMConfig` (paper defaults, Section 6.1); all public.
 
     Attributes (differentially private):
@@ -90,7 +90,8 @@ class DPMClustering(ClusterMixin, BaseEstimator):
                  percentile: float = _DEFAULTS.percentile,
                  sigma_step: float = _DEFAULTS.sigma_step, num_sigmas: int = _DEFAULTS.num_sigmas,
                  interval_factor: float = _DEFAULTS.interval_factor,
-                 interval_max_dims: int | None = _DEFAULTS.interval_max_dims):
+                 interval_max_dims: int | None = _DEFAULTS.interval_max_dims,
+                 max_splits_per_dim: int = _DEFAULTS.max_splits_per_dim):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
@@ -107,6 +108,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         self.num_sigmas = num_sigmas
         self.interval_factor = interval_factor
         self.interval_max_dims = interval_max_dims
+        self.max_splits_per_dim = max_splits_per_dim
 
     def dpm_config(self) -> DPMConfig:
         """The :class:`dpm_jax.DPMConfig` of the current parameters (validated there)."""
