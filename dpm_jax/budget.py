@@ -144,13 +144,13 @@ class Ledger(tuple):
 
     def table(self) -> str:
         """A plain-text table, one line per entry."""
-        header = f"{'entry':<22}{'mechanism':<13}{'epsilon':>11}{'delta':>11}  {'sensitivity':<40}{'noise scale':>12}  key path"
+        header = f"{'entry':<16}{'mechanism':<18}{'epsilon':>10}{'delta':>11}  {'sensitivity':<46}{'noise scale':>12}  key path"
         lines = [header, "-" * len(header)]
         for e in self:
             scale = "-" if e.noise_scale is None else f"{e.noise_scale:.4g}"
             sens = e.sensitivity_rule if e.sensitivity is None else f"{e.sensitivity:.4g} ({e.sensitivity_rule})"
-            lines.append(f"{e.name:<22}{e.mechanism:<13}{e.epsilon:>11.5g}{e.delta:>11.3g}  {sens:<40.40}{scale:>12}  {e.key_path}")
-        lines.append(f"{'total':<35}{self.total_epsilon:>11.5g}{self.total_delta:>11.3g}")
+            lines.append(f"{e.name:<16}{e.mechanism:<18}{e.epsilon:>10.5g}{e.delta:>11.3g}  {sens:<46.46}{scale:>12}  {e.key_path}")
+        lines.append(f"{'total':<34}{self.total_epsilon:>10.5g}{self.total_delta:>11.3g}")
         return "\n".join(lines)
 
     def to_dicts(self) -> list[dict]:
@@ -195,6 +195,6 @@ def build_ledger(allocation: Allocation, config: DPMConfig, average_sensitivity:
     scale = None if average_sensitivity is None else average_sensitivity * average_sigma_per_unit
     entries.append(LedgerEntry(
         "leaf_sums", "gaussian", None, allocation.average_epsilon, allocation.average_delta,
-        average_sensitivity, f"L2 norm of a mid-shifted point; sigma = {average_sigma_per_unit:.4g} x sensitivity",
+        average_sensitivity, f"L2 of (point - middle); sigma={average_sigma_per_unit:.4g}x",
         scale, ("average",)))
     return Ledger(entries)
