@@ -104,7 +104,7 @@ def _validate_points(X) -> jax.Array:
             or jnp.issubdtype(X.dtype, jnp.bool_):
         raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
     if not _is_tracer(X):
-        finite = np.isfinite(np.asarray(X, dtype=np.float64))
+        finite = np.isfinite(np.asarray(X))  # no float64 copy of the data
         if not finite.all():
             row, col = np.argwhere(~finite)[0]
             raise ValueError(f"X contains NaN or inf (first at row {row}, column {col}); "
