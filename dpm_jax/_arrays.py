@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 
-__all__ = ["cumsum_last"]
+__all__ = ["cumsum_last", "looped_under_vmap", "bin_dtype"]
 
 _BLOCK = 32
 
@@ -27,3 +30,34 @@ def cumsum_last(x: jnp.ndarray) -> jnp.ndarray:
     strictly_upper = jnp.triu(jnp.ones((num_blocks, num_blocks), x.dtype), 1)
     offsets = jnp.matmul(within[..., -1], strictly_upper, precision=jax.lax.Precision.HIGHEST)
     return (within + offsets[..., None]).reshape(*lead, num_blocks * _BLOCK)[..., :length]
+
+
+def looped_under_vmap(function: Callable, *static_args) -> Callable:
+    """``function(*static_args, *arrays)``, which ``jax.vmap`` runs as a loop over the batch.
+
+    For the scatter-adds of the engine (histograms, leaf sums). Batched naively,
+    a scatter whose indices vary over a vmap axis but whose updates do not (vmap
+    over keys) materialises the updates and (batch, index) pairs for the whole
+    batch: several times the memory and run time of the scatters themselves. In a
+    loop each iteration scatters into its own output, unbatched arguments are
+    shared, not copied, and the total work is that of the unbatched calls.
+    """
+    return _looped(function, static_args)
+
+
+@functools.lru_cache(maxsize=None)
+def _looped(function: Callable, static_args: tuple) -> Callable:
+    # Cached so that repeated calls hand jit the same function object.
+    return jax.custom_batching.sequential_vmap(functools.partial(function, *static_args))
+
+
+def bin_dtype(num_bins: int):
+    """The smallest unsigned integer dtype that holds bin indices 0 .. num_bins - 1.
+
+    Bin indices of every coordinate are kept for the whole recursion; uint8 keeps
+    that array at a quarter of the data's size.
+    """
+    for dtype in (jnp.uint8, jnp.uint16):
+        if num_bins <= jnp.iinfo(dtype).max + 1:
+            return dtype
+    return jnp.int32

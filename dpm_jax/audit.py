@@ -306,9 +306,8 @@ def split_step_mechanism(n_tilde: float, epsilon: float, beta: float,
 
     def mechanism(key, unit_points):
         n, d = unit_points.shape
-        half_bins = half_bin_indices(unit_points, beta, num_splits)
-        dim_bin = jnp.arange(d, dtype=jnp.int32)[:, None] * (2 * num_splits) + half_bins
-        histogram = level_histogram(dim_bin, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1, d,
+        half_bins = half_bin_indices(unit_points, beta, num_splits, num_splits)
+        histogram = level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1,
                                     num_splits)
         count = jnp.full((1,), n_tilde, jnp.float32)
         scores = split_scores(histogram.astype(jnp.float32), count[:, None], config.t, config.q,

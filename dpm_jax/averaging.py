@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax._arrays import looped_under_vmap
 from dpm_jax.mechanisms import gaussian_noise
 
 __all__ = ["bounds_middle", "leaf_sum_sensitivity", "leaf_centers"]
@@ -65,9 +66,14 @@ def leaf_centers(key: jax.Array, points: jnp.ndarray, point_mask: jnp.ndarray,
     num_slots = leaf_count.shape[0]
     middle = bounds_middle(lower, upper)
     shifted = jnp.where(point_mask[:, None], points - middle, 0.0)
-    sums = jax.ops.segment_sum(shifted, point_slot, num_segments=num_slots)
+    # A loop under vmap: over keys the points are shared and only the slots differ.
+    sums = looped_under_vmap(_leaf_sums, num_slots)(shifted, point_slot)
     sigma = sigma_per_unit_sensitivity * leaf_sum_sensitivity(lower, upper)
     noisy_sums = sums + gaussian_noise(key, sums.shape, sigma)
     centers = middle + noisy_sums / jnp.maximum(leaf_count, 1.0)[:, None]
     centers = jnp.clip(centers, lower, upper)  # post-processing: centres lie in the public box
     return jnp.where(leaf_valid[:, None], centers, jnp.nan), sigma
+
+
+def _leaf_sums(num_slots: int, shifted, point_slot):
+    return jax.ops.segment_sum(shifted, point_slot, num_segments=num_slots)

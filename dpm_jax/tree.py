@@ -10,8 +10,10 @@ unrolled ones, which cuts the compile time by about the factor tau_r at the cost
 of scoring empty slots on shallow levels.
 
 One level:
-  1. one scatter-add of the active points' half-bin indices into
-     (d, nodes, 2B) counts (see :mod:`dpm_jax.scoring`);
+  1. half-bin counts per (node, dimension), (nodes, d, 2B) (see
+     :mod:`dpm_jax.scoring`): one scatter-add of the active points' half-bin
+     indices or, with many dimensions, the parent level's counts minus the
+     histogram of each node's smaller sibling (:func:`children_histogram`);
   2. scores for every (node, dimension, candidate), invalid ones masked;
   3. the exponential mechanism per node with epsilon_exp_l and
      Delta_f = (t/q + alpha) / max(n~ - lambda_l, 1) (Lemma 5);
@@ -33,12 +35,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dpm_jax._arrays import bin_dtype, looped_under_vmap
 from dpm_jax.budget import Allocation
 from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import select_with_uniforms
 from dpm_jax.scoring import score_sensitivity, split_scores
 
-__all__ = ["SplitTree", "Leaves", "build_tree", "half_bin_indices", "level_histogram"]
+_CHUNK_ELEMENTS = 2**20
+_SIBLING_MIN_DIMS = 32
+
+__all__ = ["SplitTree", "Leaves", "build_tree", "half_bin_indices", "level_histogram",
+           "children_histogram"]
 
 
 class SplitTree(NamedTuple):
@@ -71,24 +78,109 @@ class Leaves(NamedTuple):
     point_slot: jax.Array  # (n,) int32 slot of every point (NOT differentially private)
 
 
-def half_bin_indices(unit_points: jnp.ndarray, beta, num_splits) -> jnp.ndarray:
-    """(d, n) int32 half-interval index of every coordinate, in [0, 2 numSplits)."""
-    index = jnp.floor(unit_points.T / (0.5 * beta)).astype(jnp.int32)
-    return jnp.clip(index, 0, 2 * num_splits - 1)
+def half_bin_indices(unit_points: jnp.ndarray, beta, num_splits, max_splits: int) -> jnp.ndarray:
+    """(n, d) half-interval index of every coordinate, in [0, 2 numSplits).
+
+    Kept in the layout of the data (no transpose: a 100k x 100 int32 transpose
+    costs more than a tree level) and in the smallest dtype for 2 max_splits bins.
+    """
+    index = jnp.floor(unit_points / (0.5 * beta)).astype(jnp.int32)
+    return jnp.clip(index, 0, 2 * num_splits - 1).astype(bin_dtype(2 * max_splits))
 
 
-def level_histogram(dim_bin: jax.Array, point_node: jax.Array, point_active: jax.Array,
-                    num_nodes: int, d: int, max_splits: int) -> jax.Array:
+def level_histogram(half_bins: jax.Array, point_node: jax.Array, point_active: jax.Array,
+                    num_nodes: int, max_splits: int) -> jax.Array:
     """(num_nodes, d, 2 max_splits) half-bin counts of the active points of every node.
 
-    ``dim_bin[i, p] = i * 2 max_splits + half-bin of point p in dimension i``.
+    One scatter-add of n * d indices. Under ``jax.vmap`` it runs as a loop over the
+    batch (:func:`dpm_jax._arrays.looped_under_vmap`), so no batch-sized index
+    array is ever built and the shared ``half_bins`` are not copied.
     """
+    return looped_under_vmap(_level_histogram, num_nodes, max_splits)(half_bins, point_node,
+                                                                      point_active)
+
+
+def _level_histogram(num_nodes: int, max_splits: int, half_bins, point_node, point_active):
+    n, d = half_bins.shape
+    # Dimensions in chunks of about _CHUNK_ELEMENTS updates: the index buffer and the
+    # counts being written stay cache-sized (about twice as fast at 100k x 100 on CPU
+    # as one scatter over all n * d). The last chunk may overlap the one before; it
+    # rewrites the same counts.
+    chunk = max(1, min(d, _CHUNK_ELEMENTS // max(n, 1)))
+    if chunk == d:
+        return _histogram_of_dims(num_nodes, max_splits, half_bins, point_node, point_active)
+
+    def add_chunk(index, counts):
+        start = jnp.minimum(index * chunk, d - chunk)
+        part = _histogram_of_dims(num_nodes, max_splits,
+                                  jax.lax.dynamic_slice_in_dim(half_bins, start, chunk, axis=1),
+                                  point_node, point_active)
+        return jax.lax.dynamic_update_slice_in_dim(counts, part, start, axis=1)
+
+    return jax.lax.fori_loop(0, -(-d // chunk), add_chunk,
+                             jnp.zeros((num_nodes, d, 2 * max_splits), jnp.int32))
+
+
+def _histogram_of_dims(num_nodes: int, max_splits: int, half_bins, point_node, point_active):
+    d = half_bins.shape[1]
     block = d * 2 * max_splits
     # Inactive points get an index past the end, which mode="drop" discards (a
     # negative index would wrap around to the last bin).
-    flat = jnp.where(point_active[None, :], point_node[None, :] * block + dim_bin, num_nodes * block)
+    flat = jnp.where(point_active[:, None],
+                     point_node[:, None] * block + jnp.arange(d, dtype=jnp.int32) * (2 * max_splits)
+                     + half_bins.astype(jnp.int32),
+                     num_nodes * block)
     counts = jnp.zeros(num_nodes * block, jnp.int32).at[flat.reshape(-1)].add(1, mode="drop")
     return counts.reshape(num_nodes, d, 2 * max_splits)
+
+
+def children_histogram(parent_counts: jax.Array, child_true: jax.Array, half_bins: jax.Array,
+                       child_node: jax.Array, child_active: jax.Array, go_right: jax.Array,
+                       max_splits: int) -> jax.Array:
+    """The next level's half-bin counts from this level's, with half of the scatter work.
+
+    Every split node's points are partitioned by its two children, so a child's
+    counts are its parent's minus its sibling's: only the smaller child of every
+    node is histogrammed (at most n/2 points in all, gathered into a static n/2
+    buffer) and its sibling follows by subtraction. The counts are exact integers,
+    so the result equals :func:`level_histogram` of the children.
+
+    Args:
+      parent_counts: (width, d, 2B) this level's counts.
+      child_true: (2 width,) exact sizes of the children (local index 2p, 2p + 1).
+      half_bins: (n, d) half-bin indices.
+      child_node: (n,) local index of every point's child; child_active: (n,) bool,
+        the point's node was split.
+      go_right: (n,) bool, the point went to the right child.
+    Returns:
+      (width, d, 2B) counts of the children, by local index; slots of children of
+      unsplit nodes hold arbitrary values (they are inactive).
+
+    Under ``jax.vmap`` the whole computation runs as a loop over the batch: the
+    compaction (a cumulative sum and a scatter of n indices) batched would cost
+    more than the histogram it saves.
+    """
+    return looped_under_vmap(_children_histogram, max_splits)(
+        parent_counts, child_true, half_bins, child_node, child_active, go_right)
+
+
+def _children_histogram(max_splits: int, parent_counts, child_true, half_bins, child_node,
+                        child_active, go_right):
+    width = parent_counts.shape[0]
+    n = half_bins.shape[0]
+    smaller_is_right = child_true[1::2] < child_true[0::2]  # per parent, (width,)
+    parent = child_node // 2
+    in_smaller = child_active & (go_right == smaller_is_right[jnp.minimum(parent, width - 1)])
+    # Sum over parents of min(left, right) <= n // 2: the buffer always suffices.
+    capacity = max(n // 2, 1)
+    (point_index,) = jnp.nonzero(in_smaller, size=capacity, fill_value=0)
+    gathered_active = jnp.arange(capacity) < jnp.sum(in_smaller)
+    smaller_counts = _level_histogram(width, max_splits, half_bins[point_index],
+                                      child_node[point_index], gathered_active)
+    local = jnp.arange(width)
+    is_smaller = smaller_is_right[local // 2] == (local % 2 == 1)
+    sibling_counts = parent_counts[local // 2] - smaller_counts[local ^ 1]
+    return jnp.where(is_smaller[:, None, None], smaller_counts, sibling_counts)
 
 
 def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: jnp.ndarray,
@@ -116,9 +208,7 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
     tau_r = config.tau_r
     max_splits = config.max_splits_per_dim
     num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
-    half_bins = half_bin_indices(unit_points, beta, num_splits)
-    # Position of every (dim, half-bin) inside one node's (d, 2B) block, fixed for all levels.
-    dim_bin = jnp.arange(d, dtype=jnp.int32)[:, None] * (2 * max_splits) + half_bins
+    half_bins = half_bin_indices(unit_points, beta, num_splits, max_splits)
     tau_e = root_count / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
     candidate_valid = jnp.arange(max_splits) < num_splits
     width = 2 ** (tau_r - 1)  # nodes of the deepest split level; every level is padded to it
@@ -127,11 +217,13 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
 
     def split_level(state, level_inputs):
         """Lines 15-18 for the (at most ``width``) nodes of one level; heap id = 2**level + local."""
-        point_node, point_active, node_count, node_active = state
+        point_node, point_active, node_count, node_active, carried_counts = state
         level, epsilon, offset = level_inputs
         first = jnp.left_shift(1, level)
-        # 1. half-bin counts per (node, dim): one scatter-add over the (d, n) index array.
-        counts = level_histogram(dim_bin, point_node, point_active, width, d, max_splits)
+        # 1. half-bin counts per (node, dim): carried from the previous level (and the
+        # root's built before the scan) with sibling subtraction, else one histogram here.
+        counts = (carried_counts if use_siblings
+                  else level_histogram(half_bins, point_node, point_active, width, max_splits))
         # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
         scores = split_scores(counts.astype(jnp.float32), node_count[:, None], config.t, config.q,
                               config.alpha)
@@ -140,7 +232,7 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
         split_dim, split_index = select_with_uniforms(
             jax.lax.dynamic_slice(uniforms, (first,), (width,)), scores, valid, epsilon, sensitivity)
         # 4. route: right child iff the coordinate lies above s*, i.e. half-bin >= 2j* + 1.
-        point_bins = half_bins[split_dim[point_node], jnp.arange(n)]
+        point_bins = half_bins[jnp.arange(n), split_dim[point_node]].astype(jnp.int32)
         go_right = point_bins >= 2 * split_index[point_node] + 1
         child = 2 * point_node + go_right.astype(jnp.int32)
         # 5. noisy child counts and the stopping rule (lines 16-18).
@@ -155,15 +247,32 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
                     jnp.where(node_active, split_dim, -1), jnp.where(node_active, position, jnp.nan),
                     node_active & ~applied, child_count, child_active)
         point_split = applied[point_node]
-        state = (2 * point_node + (go_right & point_split).astype(jnp.int32), point_active & point_split,
-                 child_count[:width], child_active[:width])
+        next_node = 2 * point_node + (go_right & point_split).astype(jnp.int32)
+        next_active = point_active & point_split
+        # The deepest level has no next level (and its children need not fit in ``width``);
+        # level is not batched under vmap, so this stays a real branch.
+        next_counts = carried_counts  # empty without sibling subtraction
+        if use_siblings:
+            next_counts = jax.lax.cond(
+                level < tau_r - 1,
+                lambda: children_histogram(counts, child_true, half_bins, next_node, next_active,
+                                           go_right, max_splits),
+                lambda: counts)
+        state = (next_node, next_active, child_count[:width], child_active[:width], next_counts)
         return state, released
 
+    # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
+    # few, carrying the counts from level to level costs more than it saves under vmap
+    # (measured at 10 and 100 dimensions, benchmarks/speed.py).
+    use_siblings = d >= _SIBLING_MIN_DIMS
+    root_counts = (level_histogram(half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
+                   if use_siblings else jnp.zeros(0, jnp.int32))
     initial = (jnp.zeros(n, jnp.int32), point_mask,
-               jnp.zeros(width, jnp.float32).at[0].set(root_count), jnp.arange(width) == 0)
+               jnp.zeros(width, jnp.float32).at[0].set(root_count), jnp.arange(width) == 0,
+               root_counts)
     level_inputs = (jnp.arange(tau_r), jnp.asarray(allocation.split_epsilons, jnp.float32),
                     jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32))
-    (point_slot, _, _, _), per_level = jax.lax.scan(split_level, initial, level_inputs)
+    (point_slot, *_), per_level = jax.lax.scan(split_level, initial, level_inputs)
     count, reached, split, dim, position, leaf, child_count, child_active = per_level
 
     # Heap arrays: level l holds ids 2**l .. 2**(l+1) - 1 (the first 2**l padded slots);

@@ -39,6 +39,22 @@ def test_gap_counts_below_equals_brute_force():
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+def test_gap_counts_below_with_grouped_sorts_and_under_vmap():
+    # 20 dimensions: more than the 16 sort groups, so groups hold several rows; under
+    # vmap over the threshold step (as over keys: n~ differs) each member is exact.
+    rng = np.random.default_rng(3)
+    points = rng.uniform(0, 1, (150, 20)) ** 3
+    mask = np.ones(150, bool)
+    steps, count = np.asarray([0.0004, 0.001, 0.003], np.float32), 9
+    batched = jax.vmap(lambda step: gap_counts_below(jnp.asarray(points, jnp.float32), jnp.asarray(mask),
+                                                     step, count))(jnp.asarray(steps))
+    quantised = np.floor(points.astype(np.float32) * 2**30).astype(np.int64)
+    gaps = np.diff(np.sort(quantised, axis=0), axis=0) / 2**30
+    for row, step in zip(np.asarray(batched), steps):
+        expected = [np.mean(np.sum(gaps < step * g, axis=0)) for g in range(1, count + 1)]
+        np.testing.assert_allclose(row, expected, atol=1e-5)
+
+
 def test_estimate_finds_the_sigma_of_gaussian_data():
     """Data from N(0.5, 0.04^2): sigma* should be the grid value 0.04 (relative).
 

@@ -15,11 +15,9 @@ T, Q, ALPHA = 0.3, 1 / 12, 5.0
 def _jax_scores(points, n_tilde, lower, upper, beta, num_splits, max_splits):
     """Scores the way the tree computes them: half-bins -> one histogram -> scores."""
     unit = jnp.asarray((points - lower) / (upper - lower), jnp.float32)
-    half_bins = half_bin_indices(unit, beta, num_splits)
-    d = points.shape[1]
-    dim_bin = jnp.arange(d)[:, None] * (2 * max_splits) + half_bins
-    counts = level_histogram(dim_bin, jnp.zeros(len(points), jnp.int32), jnp.ones(len(points), bool),
-                             1, d, max_splits)
+    half_bins = half_bin_indices(unit, beta, num_splits, max_splits)
+    counts = level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), jnp.ones(len(points), bool),
+                             1, max_splits)
     scores = split_scores(counts.astype(jnp.float32), jnp.asarray([[n_tilde]], jnp.float32), T, Q, ALPHA)
     return np.asarray(scores[0, :, :num_splits])
 

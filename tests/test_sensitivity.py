@@ -69,7 +69,7 @@ def random_unit_points(rng, n: int, d: int, beta: float) -> np.ndarray:
     return points.astype(np.float32)
 
 
-_half_bins = jax.jit(half_bin_indices)  # fixed padded shape: one compilation
+_half_bins = jax.jit(half_bin_indices, static_argnums=3)  # fixed padded shape: one compilation
 
 
 def half_bin_histogram(unit_points: np.ndarray, beta: float) -> np.ndarray:
@@ -78,8 +78,8 @@ def half_bin_histogram(unit_points: np.ndarray, beta: float) -> np.ndarray:
     padded = np.zeros((64, 3), np.float32)
     padded[:n, :d] = unit_points
     bins = np.asarray(_half_bins(jnp.asarray(padded), jnp.float32(beta),
-                                 jnp.int32(num_splits_for(beta))))[:d, :n]
-    return np.stack([np.bincount(b, minlength=MAX_HALF_BINS) for b in bins])
+                                 jnp.int32(num_splits_for(beta)), MAX_HALF_BINS // 2))[:n, :d]
+    return np.stack([np.bincount(b, minlength=MAX_HALF_BINS) for b in bins.T])
 
 
 def neighbour_score_cases(seed: int, trials: int):

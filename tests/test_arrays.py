@@ -1,0 +1,39 @@
+"""Array helpers of the engine (dpm_jax._arrays)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpm_jax._arrays import bin_dtype, cumsum_last, looped_under_vmap
+
+
+def test_cumsum_last_equals_numpy_cumsum():
+    rng = np.random.default_rng(0)
+    for length in (1, 31, 32, 33, 256, 300):
+        x = rng.integers(0, 1000, (3, 2, length)).astype(np.float32)
+        np.testing.assert_array_equal(cumsum_last(jnp.asarray(x)), np.cumsum(x, axis=-1))
+
+
+def test_bin_dtype_is_the_smallest_that_holds_every_bin():
+    assert bin_dtype(256) == jnp.uint8
+    assert bin_dtype(257) == jnp.uint16
+    assert bin_dtype(2**16) == jnp.uint16
+    assert bin_dtype(2**16 + 1) == jnp.int32
+
+
+def _scaled_counts(length, indices, weight):
+    return jnp.zeros(length, jnp.float32).at[indices].add(weight)
+
+
+def test_looped_under_vmap_equals_the_calls_one_by_one():
+    rng = np.random.default_rng(1)
+    indices = jnp.asarray(rng.integers(0, 5, (4, 30)), jnp.int32)
+    weight = jnp.float32(2.5)
+    function = looped_under_vmap(_scaled_counts, 5)
+    batched = jax.vmap(function, in_axes=(0, None))(indices, weight)
+    for row, idx in zip(np.asarray(batched), np.asarray(indices)):
+        np.testing.assert_array_equal(row, 2.5 * np.bincount(idx, minlength=5))
+    # nested vmap (e.g. over keys and over data sets) also loops
+    nested = jax.vmap(jax.vmap(function, in_axes=(0, None)), in_axes=(0, None))(
+        indices.reshape(2, 2, 30), weight)
+    np.testing.assert_array_equal(nested.reshape(4, 5), batched)
