@@ -6,8 +6,9 @@ shapes, so the whole recursion is one jit-compiled program. Nodes use heap ids
 node's *local* index is its id minus 2**l. The levels run in one ``lax.scan``
 whose body handles 2**(tau_r - 1) node slots (the deepest split level's count;
 shallower levels leave the rest inactive): one compiled level instead of tau_r
-unrolled ones, which cuts the compile time by about the factor tau_r at the cost
-of scoring empty slots on shallow levels.
+unrolled ones, which cuts the compile time by about the factor tau_r. Scoring, the
+costliest per-slot step, runs on the first 1, ~sqrt(2**(tau_r - 1)) or all slots,
+whichever the level needs (three compiled widths).
 
 One level:
   1. half-bin counts per (node, dimension), (nodes, d, 2B) (see
@@ -215,6 +216,27 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
     uniforms = jnp.concatenate([split_uniforms, jnp.zeros(width, split_uniforms.dtype)])
     noise = jnp.concatenate([count_noise, jnp.zeros(2 * width, count_noise.dtype)])
 
+    # Scoring runs on the slots a level can use, in at most three compiled widths (the
+    # root's 1, about sqrt(width), and width): scoring all ``width`` slots on every level
+    # would waste most of it, one width per level would compile the scoring tau_r times.
+    branch_widths = sorted({1, 2 ** -(-(tau_r - 1) // 2), width})
+    branch_of_level = [next(i for i, w in enumerate(branch_widths) if w >= 2**level)
+                       for level in range(tau_r)]
+
+    def choose_splits(num_nodes):
+        """Lines 22-25 on the first ``num_nodes`` slots; (dim, j) padded to ``width``."""
+        def choose(counts, node_count, node_active, level_uniforms, epsilon, offset):
+            count = node_count[:num_nodes]
+            scores = split_scores(counts[:num_nodes].astype(jnp.float32), count[:, None],
+                                  config.t, config.q, config.alpha)
+            valid = jnp.broadcast_to(node_active[:num_nodes, None, None] & candidate_valid,
+                                     scores.shape)
+            sensitivity = score_sensitivity(count, offset, config.t, config.q, config.alpha)
+            chosen = select_with_uniforms(level_uniforms[:num_nodes], scores, valid, epsilon,
+                                          sensitivity)
+            return tuple(jnp.pad(c, (0, width - num_nodes)) for c in chosen)
+        return choose
+
     def split_level(state, level_inputs):
         """Lines 15-18 for the (at most ``width``) nodes of one level; heap id = 2**level + local."""
         point_node, point_active, node_count, node_active, carried_counts = state
@@ -224,13 +246,12 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
         # root's built before the scan) with sibling subtraction, else one histogram here.
         counts = (carried_counts if use_siblings
                   else level_histogram(half_bins, point_node, point_active, width, max_splits))
-        # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
-        scores = split_scores(counts.astype(jnp.float32), node_count[:, None], config.t, config.q,
-                              config.alpha)
-        valid = jnp.broadcast_to(node_active[:, None, None] & candidate_valid, scores.shape)
-        sensitivity = score_sensitivity(node_count, offset, config.t, config.q, config.alpha)
-        split_dim, split_index = select_with_uniforms(
-            jax.lax.dynamic_slice(uniforms, (first,), (width,)), scores, valid, epsilon, sensitivity)
+        # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23);
+        # ``level`` is not batched under vmap, so the switch stays a real branch.
+        split_dim, split_index = jax.lax.switch(
+            jnp.asarray(branch_of_level)[level], [choose_splits(w) for w in branch_widths],
+            counts, node_count, node_active,
+            jax.lax.dynamic_slice(uniforms, (first,), (width,)), epsilon, offset)
         # 4. route: right child iff the coordinate lies above s*, i.e. half-bin >= 2j* + 1.
         point_bins = half_bins[jnp.arange(n), split_dim[point_node]].astype(jnp.int32)
         go_right = point_bins >= 2 * split_index[point_node] + 1
