@@ -104,12 +104,20 @@ def _validate_points(X) -> jax.Array:
             or jnp.issubdtype(X.dtype, jnp.bool_):
         raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
     if not _is_tracer(X):
-        finite = np.isfinite(np.asarray(X))  # no float64 copy of the data
-        if not finite.all():
-            row, col = np.argwhere(~finite)[0]
+        # A JAX array is checked where it lives (one fused reduction, no transfer);
+        # the position of the first bad value is only looked up when there is one.
+        if not (_all_finite(X) if isinstance(X, jax.Array) else np.isfinite(X).all()):
+            row, col = np.argwhere(~np.isfinite(np.asarray(X)))[0]
             raise ValueError(f"X contains NaN or inf (first at row {row}, column {col}); "
                              "remove or impute those values before clustering")
+    if isinstance(X, jax.Array) and X.dtype == jnp.float32:
+        return X  # immutable: nothing here can change the caller's array
     return jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
+
+
+@jax.jit
+def _all_finite(X: jax.Array) -> jax.Array:
+    return jnp.all(jnp.isfinite(X))
 
 
 def _validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:

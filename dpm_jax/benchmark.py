@@ -5,7 +5,8 @@ paper's Section 6.1) it measures, on the machine it runs on:
 
 * ``first_call_s``: import + first call in a fresh Python process (compile included);
 * ``warm_s``: the median of several warm calls with different keys;
-* ``vmap16_s``: one warm call of ``jax.vmap`` over 16 keys, and its ratio to ``warm_s``;
+* ``vmap_s``: the median of several warm calls of ``jax.vmap`` over 16 keys, and its
+  ratio to ``warm_s``;
 * ``temp_bytes``: XLA's temporary buffer size for one call (its peak working memory
   besides inputs and outputs), and its ratio to the input size;
 * optionally ``baseline_s``: a sequential NumPy DPM (tests/reference_dpm.py, the
@@ -91,7 +92,7 @@ def speed_benchmark(dataset: str, n: int = 100_000, repeats: int = 5, vmap_keys:
     keys = jax.random.split(jax.random.key(99), vmap_keys)
     jax.block_until_ready(batched(keys))
     log(f"[{dataset}] vmap over {vmap_keys} keys ...")
-    vmapped = [_time(lambda: batched(keys)) for _ in range(max(1, repeats // 2))]
+    vmapped = [_time(lambda: batched(keys)) for _ in range(repeats)]
     row["vmap_keys"] = vmap_keys
     row["vmap_s"] = float(np.median(vmapped))
     row["vmap_over_warm"] = row["vmap_s"] / row["warm_s"]
