@@ -106,7 +106,7 @@ def _validate_points(X) -> jax.Array:
     if not _is_tracer(X):
         # A JAX array is checked where it lives (one fused reduction, no transfer);
         # the position of the first bad value is only looked up when there is one.
-        if not (_all_finite(X) if isinstance(X, jax.Array) else np.isfinite(X).all()):
+        if not _all_finite(X):
             row, col = np.argwhere(~np.isfinite(np.asarray(X)))[0]
             raise ValueError(f"X contains NaN or inf (first at row {row}, column {col}); "
                              "remove or impute those values before clustering")
@@ -115,8 +115,16 @@ def _validate_points(X) -> jax.Array:
     return jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
 
 
+def _all_finite(X) -> bool:
+    if not isinstance(X, jax.Array):
+        return bool(np.isfinite(X).all())
+    # X may be a concrete array closed over by a caller's jit: evaluate it now anyway.
+    with jax.ensure_compile_time_eval():
+        return bool(_all_finite_on_device(X))
+
+
 @jax.jit
-def _all_finite(X: jax.Array) -> jax.Array:
+def _all_finite_on_device(X: jax.Array) -> jax.Array:
     return jnp.all(jnp.isfinite(X))
 
 

@@ -146,6 +146,20 @@ def test_bad_input_raises_before_any_work(override, error, message, budget):
         dpm_jax.cluster(args.pop("key"), args.pop("X"), args.pop("budget"), **args)
 
 
+@pytest.mark.parametrize("closed_over_by_jit", [False, True])
+def test_nan_in_a_jax_array_is_found_also_when_jit_closes_over_it(closed_over_by_jit, budget):
+    # JAX arrays are checked on the device; a concrete array closed over by the caller's
+    # jit is still concrete, so the check must run (not fail on a tracer, not be skipped).
+    X = jnp.zeros((6, 2), jnp.float32).at[4, 1].set(jnp.nan)
+    run = lambda key: dpm_jax.cluster(key, X, budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG)
+    with pytest.raises(ValueError, match="row 4, column 1"):
+        (jax.jit(run) if closed_over_by_jit else run)(jax.random.key(0))
+    clean = jnp.zeros((6, 2), jnp.float32)
+    result = jax.jit(lambda key: dpm_jax.cluster(key, clean, budget, bounds=(-1.0, 1.0),
+                                                 config=SMALL_CONFIG))(jax.random.key(0))
+    assert int(result.k) >= 1
+
+
 def test_quality_on_blobs_at_the_papers_signal_to_noise():
     """Synth-10d-style data, n = 20,000, median over 3 keys: accuracy >= 0.95, silhouette >= 0.9.
 
