@@ -112,8 +112,9 @@ def sorted_gaps(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndarra
     """(d, n - 1) float32 gaps between neighbours of every dimension, in quantisation levels.
 
     Padding points sort to the end, so their gaps are the last ones of each row.
-    Dimensions are sorted in separate groups of rows: independent sorts run on
-    different cores (XLA sorts one array on one core), about twice as fast on two.
+    Dimensions are sorted in separate groups of rows: XLA sorts one array on one
+    core, independent sorts may run on different ones (twice as fast on two cores
+    in isolation; inside the whole program XLA overlaps them less).
     """
     def quantised_rows(group):
         levels = jnp.floor(unit_points[:, group[0]:group[-1] + 1] * _QUANTISATION_LEVELS)
