@@ -48,7 +48,7 @@ from dpm_jax._arrays import looped_under_vmap
 from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import exponential_mechanism
 
-__all__ = ["gaussian_gap_constant", "gap_counts_below", "interval_dimensions",
+__all__ = ["gaussian_gap_constant", "gap_counts_below", "sorted_gaps", "interval_dimensions",
            "estimate_split_interval_size", "PERCENTILE_SENSITIVITY"]
 
 PERCENTILE_SENSITIVITY = 2.0  # Lemma 1
