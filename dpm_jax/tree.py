@@ -170,8 +170,8 @@ def _children_histogram(max_splits: int, parent_counts, child_true, half_bins, c
     width = parent_counts.shape[0]
     n = half_bins.shape[0]
     smaller_is_right = child_true[1::2] < child_true[0::2]  # per parent, (width,)
-    parent = child_node // 2
-    in_smaller = child_active & (go_right == smaller_is_right[jnp.minimum(parent, width - 1)])
+    # child_node // 2 is the point's node on this level (a local index < width).
+    in_smaller = child_active & (go_right == smaller_is_right[child_node // 2])
     # Sum over parents of min(left, right) <= n // 2: the buffer always suffices.
     capacity = max(n // 2, 1)
     (point_index,) = jnp.nonzero(in_smaller, size=capacity, fill_value=0)
