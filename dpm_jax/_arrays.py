@@ -1,4 +1,4 @@
-"""Array helpers shared by the mechanisms and the scores."""
+"""Array helpers shared by the engine's modules."""
 
 from __future__ import annotations
 
@@ -8,29 +8,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-__all__ = ["cumsum_last", "looped_under_vmap", "bin_dtype"]
-
-_BLOCK = 32
-
-
-def cumsum_last(x: jnp.ndarray) -> jnp.ndarray:
-    """Inclusive cumulative sum along the last axis, as two small triangular matmuls.
-
-    XLA's CPU cumsum is several times slower than this blocked form for the
-    (nodes, d, 2B) histograms of a tree level. Sums of float32 counts are exact
-    below 2**24. HIGHEST precision: TPUs (bfloat16) and GPUs (TF32) would otherwise
-    round the operands of the matmuls.
-    """
-    *lead, length = x.shape
-    num_blocks = -(-length // _BLOCK)
-    padded = jnp.pad(x, [(0, 0)] * len(lead) + [(0, num_blocks * _BLOCK - length)])
-    blocks = padded.reshape(*lead, num_blocks, _BLOCK)
-    upper = jnp.triu(jnp.ones((_BLOCK, _BLOCK), x.dtype))
-    within = jnp.matmul(blocks, upper, precision=jax.lax.Precision.HIGHEST)
-    strictly_upper = jnp.triu(jnp.ones((num_blocks, num_blocks), x.dtype), 1)
-    offsets = jnp.matmul(within[..., -1], strictly_upper, precision=jax.lax.Precision.HIGHEST)
-    return (within + offsets[..., None]).reshape(*lead, num_blocks * _BLOCK)[..., :length]
-
+__all__ = ["looped_under_vmap", "bin_dtype"]
 
 def looped_under_vmap(function: Callable, *static_args) -> Callable:
     """``function(*static_args, *arrays)``, which ``jax.vmap`` runs as a loop over the batch.

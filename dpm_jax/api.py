@@ -8,8 +8,13 @@ Key path of every mechanism (see :func:`dpm_jax.mechanisms.derive_key`); each
 stream is drawn once, as one array in heap layout (element i belongs to node i):
   counts of all nodes   count_noise(derive_key(key, "count"), heap_count_epsilons(...))
   interval size         exponential_mechanism(derive_key(key, "interval"), ...)
-  split choices         uniform(derive_key(key, "split"), (2**tau_r,))
-  leaf sums             gaussian_noise(derive_key(key, "average"), (2**tau_r, d), sigma)
+  split choices         bits(derive_key(key, "split"), (2**tau_r, EM_TRIES, EM_DIGITS))
+  leaf sums             discrete_gaussian_noise(derive_key(key, "average"), ..., (2**tau_r, d))
+
+Every released number is computed in exact integer arithmetic from exact integer
+statistics of the data (counts, ranks, gap counts, fixed-point sums; see
+:mod:`dpm_jax.exact`), so the ledger's guarantees hold for the arithmetic the
+machine performs (docs/privacy.md). Maximum n: 2**31 - 1 points.
 """
 
 from __future__ import annotations
@@ -22,14 +27,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax.averaging import leaf_centers, leaf_sum_sensitivity
-from dpm_jax.budget import Budget, Ledger, allocate, build_ledger, heap_count_epsilons
+from dpm_jax import exact
+from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
+from dpm_jax.budget import Allocation, Budget, Ledger, allocate, build_ledger, heap_count_epsilons
 from dpm_jax.config import DPMConfig
 from dpm_jax.interval import estimate_split_interval_size
-from dpm_jax.mechanisms import analytic_gaussian_sigma, count_noise, derive_key
+from dpm_jax.mechanisms import (EM_DIGITS, EM_TRIES, add_count_noise, count_noise, derive_key,
+                                discrete_gaussian_table, em_weight_table)
+from dpm_jax.scoring import score_coefficients
 from dpm_jax.tree import SplitTree, build_tree
 
-__all__ = ["ClusterResult", "cluster"]
+__all__ = ["ClusterResult", "cluster", "MAX_POINTS"]
+
+MAX_POINTS = 2**31 - 1
 
 BOUNDS_REQUIRED = (
     "bounds are required: pass the public range of the data as bounds=(lo, hi) (scalars or "
@@ -100,6 +110,9 @@ def _validate_points(X) -> jax.Array:
         raise ValueError(f"X must have rank 2 (n points, d dimensions), got shape {tuple(X.shape)}")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X is empty: shape {tuple(X.shape)}; need at least one point and one dimension")
+    if X.shape[0] > MAX_POINTS:
+        raise ValueError(f"X has {X.shape[0]} points; dpm_jax supports at most {MAX_POINTS} (2**31 - 1: "
+                         "counts are exact int32 integers)")
     if not (jnp.issubdtype(X.dtype, jnp.floating) or jnp.issubdtype(X.dtype, jnp.integer)) \
             or jnp.issubdtype(X.dtype, jnp.bool_):
         raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
@@ -196,44 +209,58 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
     lower, upper = _validate_bounds(bounds, d)
     mask = _validate_mask(point_mask, n)
 
-    allocation = allocate(budget, config)
-    sigma_unit = analytic_gaussian_sigma(allocation.average_epsilon, allocation.average_delta, 1.0)
-    concrete_bounds = not (_is_tracer(lower) or _is_tracer(upper))
-    average_sensitivity = float(leaf_sum_sensitivity(lower, upper)) if concrete_bounds else None
+    allocation = allocate(budget, config, d)
+    averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+    split_sensitivity = score_coefficients(config.t, config.q, config.alpha).sensitivity
+    ledger = build_ledger(allocation, config, d, split_sensitivity, averaging)
     lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (d,))
     upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (d,))
-    ledger = build_ledger(allocation, config, average_sensitivity, sigma_unit)
 
-    arrays = _cluster_arrays(key, points, mask, lower, upper, budget=budget, config=config,
-                             sigma_unit=sigma_unit)
+    arrays = _cluster_arrays(key, points, mask, lower, upper, _em_table(),
+                             _gaussian_thresholds(averaging.sigma), allocation=allocation,
+                             config=config, averaging=averaging)
     return ClusterResult(**arrays, ledger=ledger)
 
 
-@functools.partial(jax.jit, static_argnames=("budget", "config", "sigma_unit"))
-def _cluster_arrays(key, points, mask, lower, upper, *, budget: Budget, config: DPMConfig,
-                    sigma_unit: float):
-    allocation = allocate(budget, config)
+@functools.lru_cache(maxsize=1)
+def _em_table():
+    return tuple(jnp.asarray(part) for part in em_weight_table())
+
+
+@functools.lru_cache(maxsize=8)
+def _gaussian_thresholds(sigma: float):
+    table = discrete_gaussian_table(sigma)
+    return jnp.asarray(table.thresholds_high), jnp.asarray(table.thresholds_low)
+
+
+@functools.partial(jax.jit, static_argnames=("allocation", "config", "averaging"))
+def _cluster_arrays(key, points, mask, lower, upper, em_table, gaussian_thresholds, *,
+                    allocation: Allocation, config: DPMConfig, averaging: AveragingPlan):
     # When X is closed over by a caller's jit/vmap it becomes a compile-time constant,
     # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
     points = jnp.clip(points, lower, upper)  # per-record map: DP is unaffected
-    unit_points = (points - lower) / (upper - lower)
+    unit_points = jnp.clip((points - lower) / (upper - lower), 0.0, 1.0)
 
-    # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level).
+    # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
+    # exact integers.
     noise = count_noise(derive_key(key, "count"), heap_count_epsilons(allocation))
-    root_count = jnp.sum(mask) + noise[1]
+    root_count = add_count_noise(jnp.sum(mask, dtype=jnp.int32),
+                                 exact.Int(tuple(limb[1] for limb in noise.limbs)))
     # Line 8: Algorithm 2.
     beta, _ = estimate_split_interval_size(
-        derive_key(key, "interval"), unit_points, mask, root_count, allocation.interval_epsilon,
-        config)
+        derive_key(key, "interval"), em_table, unit_points, mask, exact.to_float32(root_count),
+        allocation.interval_epsilon, config)
     # Lines 10, 13-28.
-    split_uniforms = jax.random.uniform(derive_key(key, "split"), (config.max_clusters,))
-    tree, leaves = build_tree(split_uniforms, noise, unit_points, mask, lower, upper, root_count, beta,
-                              allocation, config)
+    split_bits = jax.random.bits(derive_key(key, "split"), (config.max_clusters, EM_TRIES, EM_DIGITS),
+                                 dtype=jnp.uint32)
+    tree, leaves = build_tree(split_bits, noise, em_table, unit_points, mask, lower, upper,
+                              root_count, beta, allocation, config)
     # Line 11.
-    centers, _ = leaf_centers(derive_key(key, "average"), points, mask, leaves.point_slot,
-                              leaves.noisy_count, leaves.valid, lower, upper, sigma_unit)
+    centers = leaf_centers(derive_key(key, "average"), unit_points, mask, leaves.point_slot,
+                           leaves.noisy_count, leaves.valid, lower, upper, gaussian_thresholds,
+                           averaging)
     return dict(
         centers=centers,
         counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),

@@ -1,79 +1,162 @@
-"""DP centres of the leaves (Algorithm 1, line 11, DPAvg; Section 3.4).
+"""DP centres of the leaves (Algorithm 1, line 11, DPAvg; Section 3.4), in exact arithmetic.
 
-Each leaf's points are shifted to the middle of the public bounds and summed; the
-sum gets Gaussian noise and is divided by the leaf's noisy count, which was already
-released by the tree (post-processing).
+Each coordinate is mapped to the unit range of its public bounds, shifted to the
+middle and rounded to a fixed-point *code* c in [-2**19, 2**19] (a per-record map,
+so DP is unaffected; resolution 2**-20 of the range). A leaf's codes are summed in
+exact integer arithmetic (:mod:`dpm_jax.exact`): the sum T does not depend on the
+order of the points, on chunking or on sharding, and one added or removed point
+changes it by exactly that point's code vector, whose L2 norm is at most
+2**19 sqrt(d) (the half-diagonal of the unit box: shifting to the middle halves
+the sensitivity compared with summing raw coordinates).
 
-Privacy: adding or removing one point changes exactly one leaf sum, by the shifted
-point itself, whose L2 norm is at most ||(hi - lo) / 2||_2 (the half-diagonal of the
-bounds box: shifting to the middle halves the sensitivity compared with summing
-raw coordinates in a box that contains 0). The leaves are disjoint, so noising every
-leaf sum with the analytic Gaussian mechanism (Balle and Wang, 2018) calibrated to
-that sensitivity is (epsilon_avg, delta_avg)-DP by parallel composition.
+Release: Q = floor(T / 2**s) + Z with Z ~ N_Z(0, sigma^2) per coordinate (the
+discrete Gaussian, :func:`dpm_jax.mechanisms.discrete_gaussian_noise`); integer
+plus integer, nothing rounded. A coordinate's change |v| <= 2**19 moves floor(T / 2**s)
+by at most r = 2**(19 - s) (floor(a) - floor(b) < a - b + 1 and is an integer), so
+the released vector's L2 sensitivity is r sqrt(d), exactly the sensitivity of T in
+units of 2**s: the coarse step costs no privacy. s is public (it depends on epsilon,
+delta and d only) and chosen so that sigma = multiplier * r sqrt(d) stays near 2**14,
+which keeps the sampler's table small; the released sum's resolution 2**s is then
+about 1/2**14 of its noise. The centre (Q + 1/2) 2**s / 2**20 / n~ of the
+leaf's noisy count n~ (already released by the tree) is post-processing.
+
+Privacy: the leaves are disjoint, so one point changes one leaf's vector; the
+discrete Gaussian with sigma = multiplier * sensitivity is rho-zCDP with
+rho = 1 / (2 multiplier^2) and hence (epsilon_avg, delta_cdp)-DP
+(:func:`dpm_jax.mechanisms.discrete_gaussian_multiplier`); the sampler's table is
+within total variation ``table.tv`` of N_Z per coordinate, which adds
+delta_sampler = d tv (1 + e^epsilon_avg). delta_cdp + delta_sampler = delta_avg.
+Maximum n: 2**31 - 1 points (int32 counts; the sums hold up to 2**50).
 """
 
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax import exact
 from dpm_jax._arrays import looped_under_vmap
-from dpm_jax.mechanisms import gaussian_noise
+from dpm_jax.mechanisms import (DiscreteGaussianTable, discrete_gaussian_multiplier,
+                                discrete_gaussian_noise, discrete_gaussian_table)
 
-__all__ = ["bounds_middle", "leaf_sum_sensitivity", "leaf_centers"]
+__all__ = ["FIXED_POINT_BITS", "AveragingPlan", "plan_averaging", "fixed_point_codes", "leaf_sums",
+           "release_leaf_sums", "leaf_centers"]
+
+FIXED_POINT_BITS = 20
+_CODE_HALF_RANGE = 2 ** (FIXED_POINT_BITS - 1)
+_CHUNK = 2**10  # a chunk's sum of codes stays within 2**29 in magnitude
+_TARGET_SIGMA = 2.0**14
 
 
-def bounds_middle(lower, upper):
-    """The point every coordinate is shifted by before summing: (lower + upper) / 2."""
-    return (lower + upper) / 2.0
+class AveragingPlan(NamedTuple):
+    """The public parameters of the averaging mechanism (they depend on epsilon, delta, d only)."""
+
+    coarse_shift: int  # s: the released integer is floor(T / 2**s) + Z
+    sensitivity: float  # L2 sensitivity of floor(T / 2**s): 2**(19 - s) sqrt(d)
+    multiplier: float  # sigma / sensitivity (zCDP calibration)
+    sigma: float  # of the discrete Gaussian, in units of 2**s codes
+    sampler_delta: float  # d tv (1 + e^epsilon): the sampler's share of delta
+
+    @property
+    def table(self) -> DiscreteGaussianTable:
+        return discrete_gaussian_table(self.sigma)
+
+    @property
+    def noise_std_unit_range(self) -> float:
+        """Standard deviation of a noisy leaf sum in units of the bounds' range."""
+        return self.sigma * 2.0**self.coarse_shift / 2.0**FIXED_POINT_BITS
 
 
-def leaf_sum_sensitivity(lower, upper):
-    """L2 sensitivity of one leaf sum of mid-shifted points, ~ ||(upper - lower)/2||_2.
+def plan_averaging(epsilon: float, delta: float, d: int) -> AveragingPlan:
+    """Calibrate the leaf-sum mechanism to (epsilon, delta) for d dimensions (host side)."""
+    root_d = math.sqrt(d) * (1.0 + 2.0**-50)  # rounded up: the sensitivity is an upper bound
+    sampler_delta = 0.0
+    for _ in range(3):  # the sampler's delta depends (weakly) on the table it needs
+        multiplier = discrete_gaussian_multiplier(epsilon, delta - sampler_delta)
+        ratio = 2 ** int(np.clip(math.floor(math.log2(_TARGET_SIGMA / (multiplier * root_d))),
+                                 0, FIXED_POINT_BITS - 1))
+        sensitivity = ratio * root_d
+        table = discrete_gaussian_table(max(1.0, multiplier * sensitivity))
+        needed = d * table.tv * (1.0 + math.exp(epsilon)) * (1.0 + 1e-6)
+        if needed <= sampler_delta:
+            break
+        sampler_delta = needed
+    else:
+        raise ValueError(f"the averaging delta {delta:.3g} cannot pay for its sampler at d = {d}")
+    if sampler_delta > 0.01 * delta:
+        raise ValueError(f"the averaging mechanism's sampler would use {sampler_delta:.3g} of its "
+                         f"delta {delta:.3g}; raise delta or lower epsilon_avg")
+    shift = FIXED_POINT_BITS - 1 - int(math.log2(ratio))
+    return AveragingPlan(shift, sensitivity, multiplier, table.sigma, sampler_delta)
 
-    Computed as ||max(upper - m, m - lower)||_2 with the same float32 middle m the
-    sums use, times (1 + 2**-20): with m rounded, one side of the box can be a few
-    ulps longer than half the range, and the margin absorbs the rounding of this
-    formula itself. NumPy in, NumPy out (so concrete bounds give a number for the
-    ledger); JAX arrays give a JAX scalar.
+
+def fixed_point_codes(unit_points: jax.Array) -> jax.Array:
+    """(n, d) int32 codes round(u 2**20) - 2**19 in [-2**19, 2**19] of points u in [0, 1]."""
+    codes = jnp.round(unit_points * np.float32(2**FIXED_POINT_BITS)).astype(jnp.int32)
+    return jnp.clip(codes, 0, 2**FIXED_POINT_BITS) - _CODE_HALF_RANGE
+
+
+def leaf_sums(codes: jax.Array, point_mask: jax.Array, point_slot: jax.Array,
+              num_slots: int) -> exact.Int:
+    """Exact sums of the codes of every leaf slot, (num_slots, d) two-limb integers.
+
+    Chunks of 2**10 points are summed by one int32 scatter-add (no chunk sum can
+    leave int32), the chunk sums by an exact pairwise tree; under ``jax.vmap`` a loop
+    over the batch (the points are shared across keys, only the slots differ).
     """
-    xp = np if isinstance(lower, np.ndarray) and isinstance(upper, np.ndarray) else jnp
-    lower, upper = xp.asarray(lower, xp.float32), xp.asarray(upper, xp.float32)
-    middle = bounds_middle(lower, upper)
-    half_width = xp.maximum(upper - middle, middle - lower).astype(xp.float64 if xp is np else xp.float32)
-    largest = xp.max(half_width)  # scaled norm: no overflow of the squares for huge ranges
-    return largest * xp.sqrt(xp.sum((half_width / largest) ** 2)) * (1.0 + 2.0**-20)
+    return looped_under_vmap(_leaf_sums, num_slots)(codes, point_mask, point_slot)
 
 
-def leaf_centers(key: jax.Array, points: jnp.ndarray, point_mask: jnp.ndarray,
-                 point_slot: jnp.ndarray, leaf_count: jnp.ndarray, leaf_valid: jnp.ndarray,
-                 lower: jnp.ndarray, upper: jnp.ndarray, sigma_per_unit_sensitivity: float):
-    """Noisy centres of all leaf slots; padded slots are NaN.
+def _leaf_sums(num_slots: int, codes, point_mask, point_slot):
+    segment = jnp.where(point_mask, point_slot, num_slots)
+    return exact.tree_total(exact.chunk_totals(codes, segment, num_slots, _CHUNK))
+
+
+def _floor_shift(value: exact.Int, shift: int) -> exact.Int:
+    """floor(value / 2**shift) for signed two-limb values, exactly."""
+    positive = exact.shift_right(value, shift)
+    magnitude = exact.add(exact.negate(value), exact.from_int32(jnp.int32(2**shift - 1)))
+    negative = exact.negate(exact.shift_right(magnitude, shift))
+    is_negative = value.limbs[-1] < 0
+    return exact.Int(tuple(jnp.where(is_negative, n, p)
+                           for p, n in zip(positive.limbs, negative.limbs)))
+
+
+def release_leaf_sums(key: jax.Array, sums: exact.Int, table_arrays, plan: AveragingPlan) -> exact.Int:
+    """The mechanism: floor(T / 2**s) + Z, Z ~ N_Z(0, sigma^2) i.i.d. per entry (exact integers).
+
+    Sensitivity (L2, per leaf): ``plan.sensitivity``; privacy: see the module docstring.
+    """
+    thresholds_high, thresholds_low = table_arrays
+    noise = discrete_gaussian_noise(key, thresholds_high, thresholds_low, plan.table.support_min,
+                                    sums.limbs[0].shape)
+    return exact.add(_floor_shift(sums, plan.coarse_shift), exact.from_int32(noise))
+
+
+def leaf_centers(key: jax.Array, unit_points: jax.Array, point_mask: jax.Array,
+                 point_slot: jax.Array, leaf_count: jax.Array, leaf_valid: jax.Array,
+                 lower: jax.Array, upper: jax.Array, table_arrays, plan: AveragingPlan) -> jax.Array:
+    """Noisy centres of all leaf slots in data units; padded slots are NaN.
 
     Args:
       key: derive_key(key, "average").
-      points: (n, d) points already clipped to the bounds.
+      unit_points: (n, d) points scaled to [0, 1] by the public bounds.
       point_mask: (n,) bool.
       point_slot: (n,) leaf slot of every point.
-      leaf_count, leaf_valid: (slots,) noisy counts and the valid mask.
+      leaf_count, leaf_valid: (slots,) released noisy counts and the valid mask.
       lower, upper: (d,) public bounds.
-      sigma_per_unit_sensitivity: analytic Gaussian sigma for sensitivity 1 at
-        (epsilon_avg, delta_avg); the noise scale is this times the L2 sensitivity.
-    Returns:
-      (centers (slots, d), noise standard deviation).
+      table_arrays: (thresholds_high, thresholds_low) of ``plan.table`` on the device.
+      plan: :func:`plan_averaging`.
     """
     num_slots = leaf_count.shape[0]
-    middle = bounds_middle(lower, upper)
-    shifted = jnp.where(point_mask[:, None], points - middle, 0.0)
-    # A loop under vmap: over keys the points are shared and only the slots differ.
-    sums = looped_under_vmap(_leaf_sums, num_slots)(shifted, point_slot)
-    sigma = sigma_per_unit_sensitivity * leaf_sum_sensitivity(lower, upper)
-    noisy_sums = sums + gaussian_noise(key, sums.shape, sigma)
-    centers = middle + noisy_sums / jnp.maximum(leaf_count, 1.0)[:, None]
-    centers = jnp.clip(centers, lower, upper)  # post-processing: centres lie in the public box
-    return jnp.where(leaf_valid[:, None], centers, jnp.nan), sigma
-
-
-def _leaf_sums(num_slots: int, shifted, point_slot):
-    return jax.ops.segment_sum(shifted, point_slot, num_segments=num_slots)
+    sums = leaf_sums(fixed_point_codes(unit_points), point_mask, point_slot, num_slots)
+    released = release_leaf_sums(key, sums, table_arrays, plan)
+    # Post-processing of released integers from here on.
+    noisy_sum = (exact.to_float32(released) + 0.5) * np.float32(2.0**plan.coarse_shift)
+    unit_centres = 0.5 + noisy_sum / np.float32(2**FIXED_POINT_BITS) / jnp.maximum(leaf_count, 1.0)[:, None]
+    centers = lower + jnp.clip(unit_centres, 0.0, 1.0) * (upper - lower)
+    return jnp.where(leaf_valid[:, None], centers, jnp.nan)

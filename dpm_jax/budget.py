@@ -13,6 +13,8 @@ Accounting used here (basic composition, add/remove-one neighbours):
   epsilon = eps_int + sum_i eps_cnt_i (tau_r + 1 levels) + sum_i eps_exp_i (tau_r levels)
             + eps_avg
   delta   = sum_i delta_cnt_i (tau_r + 1 levels, equal parts) + delta_avg
+            + the samplers' deltas (counts, splits, interval size; carved out of the
+              count share; the averaging sampler's is inside delta_avg)
 Every entry of the ledger is one mechanism applied at one level to all nodes of that
 level at once (parallel composition), so the entries add up exactly to the Budget.
 """
@@ -21,10 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from dpm_jax.config import DPMConfig, _is_real
-from dpm_jax.mechanisms import count_offset
+from dpm_jax.mechanisms import (EM_EPSILON_MARGIN, EM_MAX_CANDIDATES, count_offset,
+                                count_sampler_tv, em_sampler_tv)
+
+if TYPE_CHECKING:
+    from dpm_jax.averaging import AveragingPlan
 
 __all__ = ["Budget", "Allocation", "LedgerEntry", "Ledger", "allocate", "build_ledger",
            "heap_count_epsilons", "level_weights"]
@@ -70,19 +76,37 @@ def _split_exactly(total: float, weights) -> tuple[float, ...]:
 
 
 class Allocation(NamedTuple):
-    """The budget of every mechanism of one DPM run (Algorithm 1, lines 4-6)."""
+    """The budget of every mechanism of one DPM run (Algorithm 1, lines 4-6).
+
+    Every delta here is spent by exactly one ledger entry; the sampler deltas pay
+    for the (bounded, proven) distance of each exact sampler from its ideal
+    distribution (:mod:`dpm_jax.mechanisms`), and are carved out of the count share.
+    """
 
     interval_epsilon: float
     count_epsilons: tuple[float, ...]  # levels 0..tau_r
     split_epsilons: tuple[float, ...]  # levels 0..tau_r-1
     average_epsilon: float
-    count_deltas: tuple[float, ...]  # levels 0..tau_r
-    average_delta: float
+    count_deltas: tuple[float, ...]  # levels 0..tau_r: the offsets' P[n~ - lambda > |S|]
+    average_delta: float  # includes the averaging sampler's delta (dpm_jax.averaging)
     count_offsets: tuple[float, ...]  # lambda_i, Equation 1
+    count_sampler_deltas: tuple[float, ...]  # levels 0..tau_r
+    split_sampler_deltas: tuple[float, ...]  # levels 0..tau_r-1
+    interval_sampler_delta: float
 
 
-def allocate(budget: Budget, config: DPMConfig) -> Allocation:
-    """Split ``budget`` over DPM's mechanisms and levels; the parts add up to it."""
+# A budget whose samplers would need more than this share of the count delta is
+# refused: it means an epsilon so large (or delta so small) that an exact sampler's
+# deviation, multiplied by e^epsilon, is no longer negligible.
+_MAX_SAMPLER_SHARE = 0.01
+
+
+def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
+    """Split ``budget`` over DPM's mechanisms and levels for d dimensions; the parts add up to it.
+
+    Raises ValueError for degenerate budgets (see _MAX_SAMPLER_SHARE and the
+    exponential mechanism's epsilon margin).
+    """
     eps_int_share, eps_cnt_share, eps_exp_share, _ = config.epsilon_shares
     eps_int = budget.epsilon * eps_int_share
     eps_cnt = budget.epsilon * eps_cnt_share
@@ -93,10 +117,30 @@ def allocate(budget: Budget, config: DPMConfig) -> Allocation:
 
     count_epsilons = _split_exactly(eps_cnt, level_weights(config.tau_r + 1))
     split_epsilons = _split_exactly(eps_exp, level_weights(config.tau_r))
-    count_deltas = _split_exactly(delta_cnt, [1.0 / (config.tau_r + 1)] * (config.tau_r + 1))
-    count_offsets = tuple(count_offset(e, d) for d, e in zip(count_deltas, count_epsilons))
+    for name, epsilon in [("interval size", eps_int)] + [(f"split level {i}", e)
+                                                          for i, e in enumerate(split_epsilons)]:
+        if epsilon <= 2 * EM_EPSILON_MARGIN:
+            raise ValueError(f"the {name} epsilon {epsilon:.3g} is too small for the exact "
+                             f"exponential mechanism (margin {EM_EPSILON_MARGIN:.2g}); raise epsilon")
+    candidates = d * config.max_splits_per_dim
+    if candidates > EM_MAX_CANDIDATES:
+        raise ValueError(f"d * max_splits_per_dim = {candidates} split candidates per node exceed "
+                         f"{EM_MAX_CANDIDATES}; lower max_splits_per_dim")
+    count_sampler = tuple(count_sampler_tv(e) * (1.0 + math.exp(e)) for e in count_epsilons)
+    split_sampler = tuple(em_sampler_tv(candidates) * (1.0 + math.exp(e)) for e in split_epsilons)
+    interval_sampler = em_sampler_tv(config.num_sigmas) * (1.0 + math.exp(eps_int))
+    sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,))
+    if not sampler_total <= _MAX_SAMPLER_SHARE * delta_cnt:
+        raise ValueError(
+            f"degenerate budget: at epsilon {budget.epsilon:.4g} the samplers' deviation from their "
+            f"ideal distributions, multiplied by e^epsilon, would need delta {sampler_total:.3g}, more "
+            f"than {_MAX_SAMPLER_SHARE:.0%} of the count delta {delta_cnt:.3g}; lower epsilon (per "
+            "level count epsilons above about 20 cannot be sampled exactly) or raise delta")
+    offset_delta = delta_cnt - sampler_total
+    count_deltas = _split_exactly(offset_delta, [1.0 / (config.tau_r + 1)] * (config.tau_r + 1))
+    count_offsets = tuple(count_offset(e, d_) for d_, e in zip(count_deltas, count_epsilons))
     return Allocation(eps_int, count_epsilons, split_epsilons, eps_avg, count_deltas, delta_avg,
-                      count_offsets)
+                      count_offsets, count_sampler, split_sampler, interval_sampler)
 
 
 def heap_count_epsilons(allocation: Allocation) -> tuple[float, ...]:
@@ -114,9 +158,12 @@ def heap_count_epsilons(allocation: Allocation) -> tuple[float, ...]:
 class LedgerEntry(NamedTuple):
     """One mechanism applied at one level (to all disjoint nodes of that level).
 
-    ``sensitivity`` is the numeric bound where it is data-independent and ``None``
-    where it depends on the released noisy counts; ``sensitivity_rule`` always says
-    how it is computed. ``key_path`` is the argument list of
+    ``sensitivity`` is the bound on the change of the mechanism's exact integer
+    input (a count, an integer score, a fixed-point sum), ``sensitivity_rule`` says
+    what it is. ``sampler_epsilon`` and ``sampler_delta`` are the parts of
+    ``epsilon`` and ``delta`` that pay for the exact sampler's proven distance from
+    its ideal distribution (:mod:`dpm_jax.mechanisms`). ``noise_scale`` is in the
+    units of the input. ``key_path`` is the argument list of
     :func:`dpm_jax.mechanisms.derive_key` that re-derives the entry's random key.
     """
 
@@ -125,10 +172,12 @@ class LedgerEntry(NamedTuple):
     level: int | None
     epsilon: float
     delta: float
-    sensitivity: float | None
+    sensitivity: float
     sensitivity_rule: str
     noise_scale: float | None
     key_path: tuple
+    sampler_epsilon: float = 0.0
+    sampler_delta: float = 0.0
 
 
 class Ledger(tuple):
@@ -144,12 +193,14 @@ class Ledger(tuple):
 
     def table(self) -> str:
         """A plain-text table, one line per entry."""
-        header = f"{'entry':<16}{'mechanism':<18}{'epsilon':>10}{'delta':>11}  {'sensitivity':<46}{'noise scale':>12}  key path"
+        header = (f"{'entry':<16}{'mechanism':<18}{'epsilon':>10}{'delta':>11}{'sampler d':>11}  "
+                  f"{'sensitivity':<40}{'noise scale':>12}  key path")
         lines = [header, "-" * len(header)]
         for e in self:
             scale = "-" if e.noise_scale is None else f"{e.noise_scale:.4g}"
-            sens = e.sensitivity_rule if e.sensitivity is None else f"{e.sensitivity:.4g} ({e.sensitivity_rule})"
-            lines.append(f"{e.name:<16}{e.mechanism:<18}{e.epsilon:>10.5g}{e.delta:>11.3g}  {sens:<46.46}{scale:>12}  {e.key_path}")
+            sens = f"{e.sensitivity:.6g} ({e.sensitivity_rule})"
+            lines.append(f"{e.name:<16}{e.mechanism:<18}{e.epsilon:>10.5g}{e.delta:>11.3g}"
+                         f"{e.sampler_delta:>11.2g}  {sens:<40.40}{scale:>12}  {e.key_path}")
         lines.append(f"{'total':<34}{self.total_epsilon:>10.5g}{self.total_delta:>11.3g}")
         return "\n".join(lines)
 
@@ -161,40 +212,46 @@ class Ledger(tuple):
         return f"Ledger(total_epsilon={self.total_epsilon!r}, total_delta={self.total_delta!r}, entries={len(self)})"
 
 
-def build_ledger(allocation: Allocation, config: DPMConfig, average_sensitivity: float | None,
-                 average_sigma_per_unit: float) -> Ledger:
+def build_ledger(allocation: Allocation, config: DPMConfig, d: int, split_sensitivity: int,
+                 averaging: "AveragingPlan") -> Ledger:
     """One entry per mechanism per level, in the order Algorithm 1 runs them.
 
     Args:
       allocation: from :func:`allocate`.
-      config: the hyper-parameters (t, q, alpha enter the split sensitivity).
-      average_sensitivity: L2 sensitivity of a leaf sum, or None when the bounds
-        are traced (then only the rule is recorded).
-      average_sigma_per_unit: analytic Gaussian sigma for unit sensitivity.
+      config: the hyper-parameters.
+      d: the number of dimensions.
+      split_sensitivity: the exact sensitivity of the integer split score
+        (:attr:`dpm_jax.scoring.ScoreCoefficients.sensitivity`).
+      averaging: the leaf-sum mechanism's plan (:func:`dpm_jax.averaging.plan_averaging`).
     """
-    score_numerator = config.t / config.q + config.alpha  # Lemma 5: (t/q + alpha) / (n~ - lambda)
+    interval_dims = d if config.interval_max_dims is None else min(d, config.interval_max_dims)
+
+    def count_entry(level, key_path):
+        return LedgerEntry(
+            f"count/level{level}", "discrete_laplace", level, allocation.count_epsilons[level],
+            allocation.count_deltas[level] + allocation.count_sampler_deltas[level], 1.0,
+            f"count; offset lambda={allocation.count_offsets[level]:.4g}",
+            1.0 / allocation.count_epsilons[level], key_path,
+            sampler_delta=allocation.count_sampler_deltas[level])
+
     entries = [
-        LedgerEntry("count/level0", "discrete_laplace", 0, allocation.count_epsilons[0],
-                    allocation.count_deltas[0], 1.0,
-                    f"count; offset lambda={allocation.count_offsets[0]:.4g}",
-                    1.0 / allocation.count_epsilons[0], ("count", "heap[1]")),
-        LedgerEntry("interval_size", "exponential", None, allocation.interval_epsilon, 0.0, 2.0,
-                    "gap-count utility (Lemma 1)", None, ("interval",)),
+        count_entry(0, ("count", "heap[1]")),
+        LedgerEntry("interval_size", "exponential", None, allocation.interval_epsilon,
+                    allocation.interval_sampler_delta, 2.0 * interval_dims,
+                    f"gap counts summed over {interval_dims} dims (Lemma 1)", None, ("interval",),
+                    sampler_epsilon=EM_EPSILON_MARGIN,
+                    sampler_delta=allocation.interval_sampler_delta),
     ]
     for level in range(config.tau_r):
         entries.append(LedgerEntry(
-            f"split/level{level}", "exponential", level, allocation.split_epsilons[level], 0.0,
-            None, f"{score_numerator:.4g}/max(n~-{allocation.count_offsets[level]:.4g},1)", None,
-            ("split", f"heap[{2**level}:{2**(level + 1)}]")))
-        entries.append(LedgerEntry(
-            f"count/level{level + 1}", "discrete_laplace", level + 1, allocation.count_epsilons[level + 1],
-            allocation.count_deltas[level + 1], 1.0,
-            f"count; offset lambda={allocation.count_offsets[level + 1]:.4g}",
-            1.0 / allocation.count_epsilons[level + 1],
-            ("count", f"heap[{2**(level + 1)}:{2**(level + 2)}]")))
-    scale = None if average_sensitivity is None else average_sensitivity * average_sigma_per_unit
+            f"split/level{level}", "exponential", level, allocation.split_epsilons[level],
+            allocation.split_sampler_deltas[level], float(split_sensitivity),
+            f"integer score; x min(1,(n~-{allocation.count_offsets[level]:.4g})/N)", None,
+            ("split", f"heap[{2**level}:{2**(level + 1)}]"), sampler_epsilon=EM_EPSILON_MARGIN,
+            sampler_delta=allocation.split_sampler_deltas[level]))
+        entries.append(count_entry(level + 1, ("count", f"heap[{2**(level + 1)}:{2**(level + 2)}]")))
     entries.append(LedgerEntry(
-        "leaf_sums", "gaussian", None, allocation.average_epsilon, allocation.average_delta,
-        average_sensitivity, f"L2 of (point - middle); sigma={average_sigma_per_unit:.4g}x",
-        scale, ("average",)))
+        "leaf_sums", "discrete_gaussian", None, allocation.average_epsilon, allocation.average_delta,
+        averaging.sensitivity, f"L2 of fixed-point sums / 2**{averaging.coarse_shift}",
+        averaging.sigma, ("average",), sampler_delta=averaging.sampler_delta))
     return Ledger(entries)

@@ -14,13 +14,16 @@ public grid of candidate sigmas:
   points x 30 runs) is replaced by this closed form; ``tests/test_interval.py``
   checks it against simulation.
 
-* Utility with sensitivity 2. With every dimension scaled to [0, 1] by the public
-  bounds, let C(y) be the number of neighbour gaps smaller than y, averaged over
-  the dimensions. Adding or removing one point replaces, in each dimension, at most
-  one gap by two (or two by one), so every per-dimension count, and hence their
-  average, changes by at most 2 (Lemma 1). The utility of candidate sigma_g is
-  -|C(c_p sigma_g / n~) - p (n~ - 1)|, which also has sensitivity 2 because n~ is
-  already public.
+* Integer utility with sensitivity 2 per dimension. With every dimension scaled to
+  [0, 1] by the public bounds, let C(y) be the number of neighbour gaps smaller than
+  y, summed over the d' dimensions used. Adding or removing one point replaces, in
+  each dimension, at most one gap by two (or two by one), so every per-dimension
+  count changes by at most 2 (Lemma 1) and C by at most 2 d'. The utility of
+  candidate sigma_g is -|C(c_p sigma_g / n~) - round(d' p (n~ - 1))|, an exact
+  integer (n~ is already public), with sensitivity 2 d'. This is the average-count
+  utility of sensitivity 2 times d', so the exponential mechanism's probabilities
+  are the same; summing keeps everything in integers, where float32 averages near
+  2**24 had drifted past their sensitivity.
 
 Deviation from Algorithm 2, stated: the paper averages the g-th gap of every
 dimension (line 5) before taking the percentile; an average of gaps at the same
@@ -44,14 +47,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax import exact
 from dpm_jax._arrays import looped_under_vmap
 from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import exponential_mechanism
 
 __all__ = ["gaussian_gap_constant", "gap_counts_below", "sorted_gaps", "interval_dimensions",
-           "estimate_split_interval_size", "PERCENTILE_SENSITIVITY"]
+           "interval_utility", "utility_sensitivity", "estimate_split_interval_size",
+           "PERCENTILE_SENSITIVITY"]
 
-PERCENTILE_SENSITIVITY = 2.0  # Lemma 1
+PERCENTILE_SENSITIVITY = 2  # Lemma 1, per dimension
 _QUANTISATION_LEVELS = 2**30
 _SENTINEL = np.int32(2**31 - 1)
 _SORT_GROUPS = 16
@@ -84,12 +89,14 @@ def gaussian_gap_constant(percentile: float) -> float:
 
 
 def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshold_step,
-                     num_thresholds: int) -> jnp.ndarray:
+                     num_thresholds: int) -> exact.Int:
     """C(y_g) for y_g = threshold_step * g, g = 1..num_thresholds (an arithmetic grid).
 
-    C(y) is the number of neighbour gaps smaller than y, averaged over dimensions.
-    Each gap is bucketed by one division (its first threshold above it), so one
-    histogram of the gaps gives all counts: no search over the thresholds.
+    C(y) is the number of neighbour gaps smaller than y, *summed* over the
+    dimensions, exact (an integer below d 2**31, two limbs). Each gap is bucketed by
+    one division (its first threshold above it): a fixed function of that gap, so
+    the count changes exactly as the set of gaps does. One histogram per dimension
+    gives all counts: no search over the thresholds.
 
     Args:
       unit_points: (n, d) points scaled to [0, 1] per dimension.
@@ -97,7 +104,7 @@ def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshol
       threshold_step: y_1, in the same unit scale (may be traced).
       num_thresholds: G (static).
     Returns:
-      (G,) float32 average counts.
+      (G,) exact counts (:class:`dpm_jax.exact.Int`).
     """
     n, d = unit_points.shape
     gaps = sorted_gaps(unit_points, point_mask)
@@ -105,7 +112,8 @@ def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshol
     # The sort depends on the data only, so under vmap over keys it is shared; the
     # bucketing depends on the key (through n~) and runs as a loop over the batch.
     histogram = looped_under_vmap(_gap_histogram, num_thresholds)(gaps, real_gaps, threshold_step)
-    return jnp.cumsum(histogram)[1:-1].astype(jnp.float32) / d
+    per_dimension = exact.exact_cumsum(histogram)[:, 1:-1]  # (d, G), each below 2**31
+    return exact.tree_total(per_dimension)
 
 
 def sorted_gaps(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndarray:
@@ -131,7 +139,10 @@ def _gap_histogram(num_thresholds: int, gaps, real_gaps, threshold_step):
     first_threshold_above = jnp.floor(gaps / (threshold_step * _QUANTISATION_LEVELS)) + 1.0
     bucket = jnp.where(real_gaps, jnp.minimum(first_threshold_above, num_thresholds + 1),
                        num_thresholds + 1).astype(jnp.int32)
-    return jnp.zeros(num_thresholds + 2, jnp.int32).at[bucket.reshape(-1)].add(1)
+    d = gaps.shape[0]
+    bucket = bucket + (num_thresholds + 2) * jnp.arange(d, dtype=jnp.int32)[:, None]
+    return jnp.zeros(d * (num_thresholds + 2), jnp.int32).at[bucket.reshape(-1)].add(1).reshape(
+        d, num_thresholds + 2)
 
 
 def interval_dimensions(key: jax.Array, d: int, max_dims: int | None) -> jnp.ndarray | None:
@@ -144,12 +155,38 @@ def interval_dimensions(key: jax.Array, d: int, max_dims: int | None) -> jnp.nda
     return jax.random.choice(key, d, (max_dims,), replace=False)
 
 
-def estimate_split_interval_size(key: jax.Array, unit_points: jnp.ndarray, point_mask: jnp.ndarray,
-                                 n_tilde, epsilon: float, config: DPMConfig):
+def _integer_from_float32(value: jax.Array) -> exact.Int:
+    """round(value) for a float32 0 <= value < 2**60, exactly, as a two-limb Int."""
+    value = jnp.round(value)
+    high = jnp.floor(value / np.float32(2.0**exact.LIMB_BITS))
+    low = value - high * np.float32(2.0**exact.LIMB_BITS)  # exact: a multiple of value's ulp
+    return exact.Int((low.astype(jnp.int32), high.astype(jnp.int32)))
+
+
+def interval_utility(counts: exact.Int, n_tilde, percentile: float, num_dims: int) -> exact.Int:
+    """-|C(y_g) - d' p (n~ - 1)|, exact; sensitivity 2 d' (:func:`utility_sensitivity`).
+
+    The target d' p (n~ - 1) is rounded to an integer: it is public (n~ is
+    released), so its rounding changes nothing about the sensitivity.
+    """
+    target = _integer_from_float32(percentile / 100.0 * (jnp.maximum(n_tilde, 2.0) - 1.0) * num_dims)
+    difference = exact.subtract(counts, exact.Int(tuple(jnp.broadcast_to(limb, counts.limbs[0].shape)
+                                                         for limb in target.limbs)))
+    return exact.where(difference.limbs[-1] < 0, difference, exact.negate(difference))
+
+
+def utility_sensitivity(num_dims: int) -> int:
+    """Lemma 1 per dimension (2), summed over the d' dimensions Algorithm 2 uses."""
+    return PERCENTILE_SENSITIVITY * num_dims
+
+
+def estimate_split_interval_size(key: jax.Array, em_table, unit_points: jnp.ndarray,
+                                 point_mask: jnp.ndarray, n_tilde, epsilon: float, config: DPMConfig):
     """Algorithm 2: a DP choice of sigma* from the sigma grid; returns (beta, index).
 
-    Privacy: one exponential mechanism with utility sensitivity 2 (Lemma 1, see the
-    module docstring): (epsilon, 0)-DP. ``n_tilde`` is the released root count
+    Privacy: one exponential mechanism (:func:`dpm_jax.mechanisms.exponential_mechanism`)
+    with integer utility of sensitivity 2 d' (Lemma 1, see the module docstring):
+    (epsilon, sampler delta)-DP. ``n_tilde`` is the released root count
     (post-processing, Lemma 2). The key is split into (dimension choice, selection).
 
     Returns:
@@ -160,15 +197,15 @@ def estimate_split_interval_size(key: jax.Array, unit_points: jnp.ndarray, point
     dims = interval_dimensions(dims_key, unit_points.shape[1], config.interval_max_dims)
     if dims is not None:
         unit_points = unit_points[:, dims]
+    num_dims = unit_points.shape[1]
     n_ref = jnp.maximum(n_tilde, 2.0)
     threshold_step = gaussian_gap_constant(config.percentile) * config.sigma_step / n_ref
     counts = gap_counts_below(unit_points, point_mask, threshold_step, config.num_sigmas)
-    target = config.percentile / 100.0 * (n_ref - 1.0)
-    utility = -jnp.abs(counts - target)
-    _, index = exponential_mechanism(
-        select_key, utility.reshape(1, 1, -1), jnp.ones((1, 1, config.num_sigmas), bool), epsilon,
-        jnp.asarray([PERCENTILE_SENSITIVITY], jnp.float32))
-    sigma = config.sigma_step * (index[0] + 1).astype(jnp.float32)
+    utility = interval_utility(counts, n_tilde, config.percentile, num_dims)
+    index = exponential_mechanism(
+        select_key, em_table, exact.Int(tuple(limb[None] for limb in utility.limbs)),
+        jnp.ones((1, config.num_sigmas), bool), epsilon, utility_sensitivity(num_dims))[0]
+    sigma = config.sigma_step * (index + 1).astype(jnp.float32)
     # Post-processing: never more than max_splits_per_dim candidates per dimension.
     beta = jnp.maximum(config.interval_factor * sigma, 1.0 / config.max_splits_per_dim)
-    return beta, index[0]
+    return beta, index

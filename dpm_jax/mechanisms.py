@@ -1,34 +1,28 @@
 """The DP mechanisms DPM is built from, each next to its privacy statement.
 
-Every function takes its PRNG key first and draws nothing else; keys come from
-:func:`derive_key`, so each draw of a run can be re-derived from the caller's key.
+Every function takes its PRNG key (or the random bits drawn from it) first; keys
+come from :func:`derive_key`, so each draw of a run can be re-derived from the
+caller's key. Neighbouring data sets differ by adding or removing one point
+(Definition 1 of the DPM paper, 000_e63c772e1db0dbd8.txt).
 
-Neighbouring data sets differ by adding or removing one point (Definition 1 of the
-DPM paper, 000_e63c772e1db0dbd8.txt).
+Every mechanism here runs in exact integer arithmetic on the device: its input is
+an integer (a count, an integer score, a fixed-point sum, see :mod:`dpm_jax.exact`),
+its noise or selection is drawn by comparing uniform random *integers* against
+integer thresholds computed on the host, and the released value is an integer. No
+floating-point rounding touches the data before release, so the low-order-bit
+attacks on floating-point samplers (Mironov 2012) do not apply. What is left of
+the ideal distributions is bounded and charged (docs/privacy.md):
 
-How each mechanism is sampled, and what floating point leaves (docs/privacy.md):
-
-* Counts: discrete Laplace (two-sided geometric) noise built from uniform 64-bit
-  integers and integer arithmetic only (:func:`count_noise`); its distance from the
-  ideal distribution is bounded (total variation <= 7e-18 per draw), so the
-  low-order-bit attacks on floating-point Laplace samplers (Mironov 2012) do not apply.
-* Exponential mechanism: inverse-CDF sampling of float32 weights
-  exp(eps (f - max f) / (2 Delta)), one float32 uniform per row against their
-  float32 cumulative sum (:func:`select_with_uniforms`). A float32 uniform takes
-  2**23 values and the cumulative sums carry a relative rounding error of about
-  1e-6, so each selection probability is realised only up to an absolute error of
-  order 1e-6 of the row's total; a candidate whose ideal probability is below that
-  can be selected with probability 0 under one data set and ~1e-6 under its
-  neighbour. The sampler is therefore (eps, delta_fp)-DP rather than (eps, 0)-DP,
-  with delta_fp bounded by (1 + e^eps) times the total-variation error, at most
-  about #candidates * 2e-6 per row (typically far less: only rows whose mass is
-  spread over many tiny candidates come near it). delta_fp is not in the ledger.
-* Gaussian: JAX's float32 normal sampler, sqrt(2) erfinv(u) of a float32 uniform u
-  on a 2**-22 grid of (-1, 1) (:func:`gaussian_noise`). Its support is a finite set
-  of floats in [-5.42, 5.17] standard deviations: the ideal tail beyond it
-  (P[|Z| > 5.17] ~ 2.4e-7 per coordinate) is cut, and outputs near the cut reveal
-  the data set, which adds a delta of the order of that tail mass per coordinate;
-  sums of x + noise also have the data-dependent low-order bits of Mironov (2012).
+* :func:`noisy_count` -- discrete Laplace; total-variation error
+  :func:`count_sampler_tv` per draw, charged as delta tv (1 + e^epsilon).
+* :func:`select_with_bits` -- the exponential mechanism on integer scores; every
+  selection probability is within a factor 2**(2**-18) of the ideal one (charged
+  as :data:`EM_EPSILON_MARGIN` of its epsilon) plus a total-variation error
+  :func:`em_sampler_tv` (charged as delta).
+* :func:`discrete_gaussian_noise` -- the discrete Gaussian (Canonne, Kamath and
+  Steinke 2020) from an inverse-CDF table of 62-bit integers; total-variation error
+  ``table.tv`` per coordinate, charged as delta; calibrated through zero-concentrated
+  DP (:func:`discrete_gaussian_multiplier`).
 """
 
 from __future__ import annotations
@@ -36,25 +30,37 @@ from __future__ import annotations
 import decimal
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax._arrays import cumsum_last
+from dpm_jax import exact
+from dpm_jax.exact import Int
 
 __all__ = [
     "STREAMS",
     "derive_key",
-    "laplace_noise",
     "count_noise",
+    "add_count_noise",
     "noisy_count",
-    "select_with_uniforms",
+    "count_sampler_tv",
     "count_offset",
     "discrete_laplace_tail",
+    "EM_EPSILON_MARGIN",
+    "EM_TRIES",
+    "EM_DIGITS",
+    "em_sampler_tv",
+    "em_exponent_scale",
+    "em_weights",
+    "select_with_bits",
     "exponential_mechanism",
-    "analytic_gaussian_sigma",
-    "gaussian_noise",
+    "DiscreteGaussianTable",
+    "discrete_gaussian_table",
+    "discrete_gaussian_noise",
+    "cdp_delta",
+    "discrete_gaussian_multiplier",
 ]
 
 # Key derivation: derive_key(key, stream) = fold_in(key, STREAMS[stream]). Each
@@ -69,18 +75,6 @@ def derive_key(key: jax.Array, stream: str) -> jax.Array:
     if stream not in STREAMS:
         raise ValueError(f"unknown key stream {stream!r}; expected one of {sorted(STREAMS)}")
     return jax.random.fold_in(key, STREAMS[stream])
-
-
-# --------------------------------------------------------------------------- Laplace
-def laplace_noise(key: jax.Array, shape: tuple[int, ...], scale) -> jax.Array:
-    """Continuous Lap(scale) noise of the given shape (float32); ``scale`` broadcasts against ``shape``.
-
-    Not used for the released counts (they use the discrete Laplace mechanism
-    below). Floating-point caveat: JAX's textbook sampler, sign(u) log1p(-|u|) of a
-    float32 uniform u on a grid of 2**-23, has the irregular, data-shifted support
-    that Mironov (2012) exploits and a tail truncated at about 16 * scale.
-    """
-    return scale * jax.random.laplace(key, shape, dtype=jnp.float32)
 
 
 # ---------------------------------------------------------- discrete Laplace (counts)
@@ -101,10 +95,11 @@ def laplace_noise(key: jax.Array, shape: tuple[int, ...], scale) -> jax.Array:
 #     P[G >= 2**K] = exp(-epsilon 2**K) <= 2**-64 is cut (for epsilon >= 3.9e-17).
 # So the sampled Z is within total-variation distance tv = 2 (K + 1) 2**-64 <= 7e-18 of
 # the ideal one, and the released count is (epsilon, tv (1 + e^epsilon))-DP instead of
-# (epsilon, 0)-DP; this extra delta is not charged to the ledger (it is below 1e-15
-# for epsilon <= 5). The integers are exact: Z is carried as two 30-bit words and
-# only the final integer is converted to float32 (exact below 2**24; above, the
-# rounding is a deterministic function of the released integer, i.e. post-processing).
+# (epsilon, 0)-DP; the ledger charges that delta (below 1e-15 for epsilon <= 5, and
+# the reason budgets with a large per-level count epsilon are refused: e^epsilon
+# multiplies it). The integers are exact: Z is carried as two 30-bit limbs and added
+# to the count in integer arithmetic (dpm_jax.exact); the released integer is never
+# rounded before release.
 _WORD_BITS = 30
 _WORD_MASK = (1 << _WORD_BITS) - 1
 _MAX_GEOMETRIC_BITS = 2 * _WORD_BITS
@@ -189,48 +184,44 @@ def _canonical_words(hi: jax.Array, lo: jax.Array) -> tuple[jax.Array, jax.Array
     return hi + jnp.right_shift(lo, _WORD_BITS), jnp.bitwise_and(lo, _WORD_MASK)
 
 
-@jax.jit
-def _words_to_float32(hi: jax.Array, lo: jax.Array) -> jax.Array:
-    """float32 of v = hi 2**30 + lo (canonical words): exact for |v| <= 2**24.
+def count_sampler_tv(epsilon: float) -> float:
+    """Total-variation distance of one sampled discrete Laplace Z from the ideal one.
 
-    For -2 <= hi <= 1, v fits int32 and is converted with one correct rounding;
-    otherwise (|v| >= 2**31) the two words are combined in float32. Either way the
-    result is a fixed function of v (post-processing of the released integer).
+    2 (K + 1) 2**-64 (see the notes above): each of the K digits of G1 and G2 is off
+    by at most 2**-64 in probability, and the cut tail of each is at most 2**-64.
     """
-    fits = (hi >= -2) & (hi <= 1)
-    small = jnp.clip(hi, -2, 1) * (1 << _WORD_BITS) + lo  # in [-2**31, 2**31): no overflow
-    large = hi.astype(jnp.float32) * jnp.float32(1 << _WORD_BITS) + lo.astype(jnp.float32)
-    return jnp.where(fits, small.astype(jnp.float32), large)
+    return 2.0 * (_geometric_num_bits(epsilon) + 1) * 2.0**-64
 
 
-def count_noise(key: jax.Array, epsilon) -> jax.Array:
-    """The noise of the count mechanism: discrete Laplace, one draw per entry of ``epsilon``.
+def count_noise(key: jax.Array, epsilon) -> Int:
+    """The noise of the count mechanism: discrete Laplace, one exact integer per entry.
 
     ``epsilon`` is an array of per-entry budgets (entries of different levels can
     be drawn in one call; element i always uses element i of the draw). It must be
     concrete (public numbers; the sampler's integer thresholds are built from it).
-
-    Returns integer-valued float32 noise Z with P(Z = k) proportional to
-    exp(-epsilon |k|), exact for |Z| < 2**24 (P[|Z| >= 2**24] < 2 exp(-epsilon 2**24),
-    below 2**-64 for epsilon >= 2.7e-6). Adding it to an integer count below 2**24 in
-    float32 yields the correctly rounded ``count + Z``; :func:`noisy_count` adds in
-    integer arithmetic and is exact for every count.
+    Returns Z as an :class:`dpm_jax.exact.Int`, P(Z = k) proportional to
+    exp(-epsilon |k|) up to :func:`count_sampler_tv`.
     """
     hi, lo = _discrete_laplace_words(key, _concrete_epsilons(epsilon))
-    return _words_to_float32(hi, lo)
+    return Int((lo, hi))
 
 
-def noisy_count(key: jax.Array, true_counts: jax.Array, epsilon) -> jax.Array:
+def add_count_noise(true_counts: jax.Array, noise: Int) -> Int:
+    """The released count |S| + Z, in exact integer arithmetic (never rounded)."""
+    return exact.add(exact.from_int32(true_counts), noise)
+
+
+def noisy_count(key: jax.Array, true_counts: jax.Array, epsilon) -> Int:
     """Discrete Laplace mechanism for counts: ``|S| + Z``, P(Z = k) ∝ exp(-epsilon |k|).
 
     Privacy: a count has sensitivity 1 under add/remove-one and the discrete Laplace
     mechanism with P(Z = k) ∝ exp(-epsilon |k|) is (epsilon, 0)-DP for sensitivity-1
-    integer queries (the ratio of neighbouring probabilities is at most e^epsilon at
-    every integer; Ghosh, Roughgarden and Sundararajan 2009; the discrete analogue of
-    Corollary 1). The entries of one call count disjoint sets (the nodes of one
-    level), so the whole call is (epsilon, 0)-DP by parallel composition, up to the
-    sampler's total-variation error of at most 7e-18 per entry (see the notes above
-    :func:`count_noise`). Noise scale 1/epsilon; variance 2 r / (1 - r)**2, r = e^-epsilon.
+    integer queries (Ghosh, Roughgarden and Sundararajan 2009; the discrete analogue
+    of Corollary 1). The entries of one call count disjoint sets (the nodes of one
+    level), so the whole call is (epsilon, 0)-DP by parallel composition. The sampler
+    is within total variation tv = :func:`count_sampler_tv` of the ideal noise, so the
+    implemented mechanism is (epsilon, tv (1 + e^epsilon))-DP; the ledger charges that
+    delta. Noise scale 1/epsilon; variance 2 r / (1 - r)**2, r = e^-epsilon.
 
     Args:
       key: PRNG key (one ``jax.random.bits`` call, see ``_discrete_laplace_words``).
@@ -238,15 +229,12 @@ def noisy_count(key: jax.Array, true_counts: jax.Array, epsilon) -> jax.Array:
       epsilon: concrete budget, a scalar or one per entry (broadcast to the counts).
 
     Returns:
-      float32 noisy counts: the exact integer ``|S| + Z`` converted to float32 once.
+      The exact integer ``|S| + Z`` (an :class:`dpm_jax.exact.Int`);
+      :func:`dpm_jax.exact.to_float32` converts it for display (post-processing).
     """
     counts = jnp.asarray(true_counts).astype(jnp.int32)
     epsilon = np.broadcast_to(_concrete_epsilons(epsilon), counts.shape)
-    noise_hi, noise_lo = _discrete_laplace_words(key, epsilon)
-    hi, lo = _canonical_words(jnp.right_shift(counts, _WORD_BITS) + noise_hi,
-                              jnp.bitwise_and(counts, _WORD_MASK) + noise_lo)
-    return _words_to_float32(hi, lo)
-
+    return add_count_noise(counts, count_noise(key, epsilon))
 
 def discrete_laplace_tail(epsilon: float, k: int) -> float:
     """P[Z >= k] for the discrete Laplace Z with ratio r = e^-epsilon, for integer k >= 0.
@@ -294,121 +282,384 @@ def count_offset(epsilon: float, delta: float) -> float:
     return float(m - 1)
 
 
-# --------------------------------------------------------------------- exponential
-def exponential_mechanism(key: jax.Array, scores: jax.Array, valid: jax.Array,
-                          epsilon, sensitivity) -> jax.Array:
-    """Exponential mechanism over a batch of candidate sets (Definition 4, fixed).
+# ------------------------------------------------------------ exponential mechanism
+# The exponential mechanism on exact integer scores G (Definition 4 with the factor 2
+# of McSherry and Talwar 2007): P(i) ∝ 2**(c G_i), c = (epsilon - margin) /
+# (2 Delta ln 2) per score unit (base 2 is e with the exponent scaled by log2 e).
+#
+# Arithmetic, all integer on the device:
+#   1. x_i = G* - G_i >= 0 exactly, G* the row maximum (dpm_jax.exact).
+#   2. c 2**F is rounded *down* to c_num 2**-c_shift with a 15-bit c_num (a smaller
+#      exponent scale spends less privacy, so rounding down is always safe), and
+#      j_i = floor(c_num x_i / 2**c_shift): the exponent in units of 2**-F, exact.
+#   3. The weight is floor(T[j_i mod 2**F] / 2**(j_i div 2**F)), T[k] = floor(2**59
+#      2**(-k / 2**F)) from a host table: the best candidate weighs exactly 2**59.
+#   4. Exact cumulative sums of the weights (12-bit digits, int32 columns); V uniform
+#      on [0, W) by rejection from 2**bitlength(W) (at most EM_TRIES tries, each
+#      accepted with probability >= 1/2); the selected index is #{i : C_i <= V}.
+# Against the ideal mechanism with scale c' = c_num 2**(-c_shift - F) <= c:
+#   * multiplicative: step 2 computes j from floor(x_i / 2**h) (h = c_shift - 17 when
+#     positive, so the dropped bits are worth less than 1/4 unit of j) and floors the
+#     product: j_i is at most 1.25 units of 2**-F below c' x_i 2**F, so every weight is
+#     larger than ideal by a factor in [1, 2**(1.25 2**-F)); the table's float64 entries
+#     carry a relative error <= 2**-43 (an assumed bound on the host's exp2; tests check
+#     the table against 50-digit arithmetic). So every probability is within e^(+-gamma)
+#     of the ideal one, gamma = 1.25 ln 2 2**-F + 2 2**-43, and the mechanism is
+#     (epsilon' + 2 gamma)-DP for an ideal epsilon'; c is computed from
+#     epsilon' = epsilon - EM_EPSILON_MARGIN.
+#   * total variation: flooring the weights to integers moves each probability by
+#     less than 1 / 2**59 (W >= 2**59), and all tries fail with probability <=
+#     2**-EM_TRIES: tv <= M 2**-59 + 2**-64 for M candidates (em_sampler_tv), charged
+#     as delta tv (1 + e^epsilon).
+EM_FRACTION_BITS = 18
+EM_WEIGHT_BITS = 59
+EM_TRIES = 64
+_DIGIT_BITS = 12
+_DIGIT_MASK = (1 << _DIGIT_BITS) - 1
+EM_DIGITS = 7  # cumulative weights < 2**(59 + 18) fit in 7 digits of 12 bits
+EM_MAX_CANDIDATES = 2**18  # every digit column's cumulative sum stays below 2**31
+_EM_TABLE_RELATIVE_ERROR = 2.0**-43
+_EXPONENT_FLOOR_UNITS = 1.25
+EM_EPSILON_MARGIN = 2 * (_EXPONENT_FLOOR_UNITS * math.log(2.0) * 2.0**-EM_FRACTION_BITS
+                         + 2 * _EM_TABLE_RELATIVE_ERROR)
+_SCALE_ROUNDING_GUARD = 1.0 - 2.0**-20  # covers the float32 rounding of the scale
+_BLOCK = 32
+_OUT_OF_RANGE = 60 * 2**EM_FRACTION_BITS  # exponents from here on give weight 0 (< 2**-1)
+_GAP_BITS = 27  # floor(x / 2**h) is clamped below 2**27: any larger gap is out of range
 
-    Selects index i of ``scores[b, ..., i]`` (flattened over the trailing axes
-    after the batch axis) with probability proportional to
-    ``exp(epsilon * score_i / (2 * sensitivity_b))`` among the ``valid`` candidates.
-    The paper prints exp(eps f / Delta_f); because the score is not monotone in the
-    data the factor 2 is needed for epsilon-DP (McSherry and Talwar, 2007).
 
-    Privacy: (epsilon, 0)-DP per batch row when every score of that row changes by
-    at most ``sensitivity[b]`` between neighbours; rows over disjoint sets compose
-    in parallel. Invalid candidates have probability exactly 0.
+def em_sampler_tv(num_candidates: int) -> float:
+    """Total-variation distance of one selection from its multiplicative-error ideal."""
+    return num_candidates * 2.0**-EM_WEIGHT_BITS + 2.0**-EM_TRIES
 
-    Sampling: exact inverse-CDF sampling: one uniform per row against the
-    cumulative weights, instead of one Gumbel draw per candidate. Floating-point
-    caveat: probabilities are computed in float32 after subtracting the row
-    maximum; a candidate whose probability is below about 1e-38 relative to the
-    best is never selected, and the cumulative sums (blocked, see
-    :func:`dpm_jax._arrays.cumsum_last`) carry a relative rounding error of about
-    1e-6, by which the selection probabilities may deviate.
+
+@functools.lru_cache(maxsize=1)
+def em_weight_table() -> tuple[np.ndarray, np.ndarray]:
+    """T[k] = floor(2**59 2**(-k / 2**F)) for k < 2**F, as (low, high) 30-bit int32 limbs."""
+    k = np.arange(2**EM_FRACTION_BITS, dtype=np.float64)
+    table = np.floor(np.exp2(EM_WEIGHT_BITS - k / 2**EM_FRACTION_BITS)).astype(np.uint64)
+    low = (table & np.uint64(exact.LIMB_MASK)).astype(np.int32)
+    high = (table >> np.uint64(exact.LIMB_BITS)).astype(np.int32)
+    return low, high
+
+
+def em_exponent_scale(epsilon, sensitivity, ratio=1.0) -> jax.Array:
+    """c: the base-2 exponent per score unit, (epsilon - margin) ratio / (2 Delta ln 2).
+
+    ``ratio`` in (0, 1] scales the exponent down further (the paper's n~ - lambda).
+    Any argument may be traced; float32 rounding (a few ulps) is covered by rounding
+    the result down by 2**-20. The caller ensures epsilon > EM_EPSILON_MARGIN
+    (:func:`dpm_jax.budget.allocate` refuses budgets where it is not).
+    """
+    usable = jnp.asarray(epsilon, jnp.float32) - np.float32(EM_EPSILON_MARGIN)
+    return (usable / np.float32(2.0 * math.log(2.0)) * jnp.asarray(ratio, jnp.float32)
+            / jnp.asarray(sensitivity, jnp.float32) * np.float32(_SCALE_ROUNDING_GUARD))
+
+
+def _scale_as_dyadic(exponent_scale: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(c_num, c_shift) with c_num 2**-c_shift <= exponent_scale 2**F, c_num < 2**15."""
+    scaled = exponent_scale * np.float32(2.0**EM_FRACTION_BITS)
+    mantissa, exponent = jnp.frexp(scaled)  # scaled = mantissa 2**exponent, mantissa in [0.5, 1)
+    numerator = jnp.floor(mantissa * 2**15).astype(jnp.int32)
+    shift = 15 - exponent.astype(jnp.int32)
+    too_large = shift < 0  # round down to the largest representable scale
+    numerator = jnp.where(too_large, 2**15 - 1, numerator)
+    return numerator, jnp.clip(shift, 0, 150)
+
+
+def _exponents(gap: Int, exponent_scale: jax.Array) -> jax.Array:
+    """j = floor(c' x / 2**-F) up to 1.25 units (see the notes above), int32 in [0, _OUT_OF_RANGE].
+
+    ``gap`` (..., M) two-limb integers x >= 0; ``exponent_scale`` (...,) float32.
+    Every step is an exact int32 operation; gaps whose exponent certainly exceeds
+    _OUT_OF_RANGE are clamped (their weight is 0 either way).
+    """
+    numerator, shift = _scale_as_dyadic(exponent_scale)
+    numerator, shift = numerator[..., None], shift[..., None]
+    drop = jnp.maximum(shift - 17, 0)  # h
+    rest = shift - drop  # s <= 17
+    low, high = gap.limbs
+    rough = (high.astype(jnp.float32) * np.float32(2.0**30) + low.astype(jnp.float32)) \
+        * jnp.exp2(-drop.astype(jnp.float32))
+    clamp = rough >= np.float32(2.0**_GAP_BITS)  # float32 is within 2**-22 here: no doubt
+    safe_high = jnp.where(clamp, 0, high)
+    dropped = jnp.where(drop >= 30, jnp.right_shift(safe_high, jnp.clip(drop - 30, 0, 31)),
+                        jnp.right_shift(low, jnp.minimum(drop, 30))
+                        | jnp.left_shift(safe_high, jnp.clip(30 - drop, 0, 30)))
+    x = jnp.where(clamp, 2**_GAP_BITS, jnp.minimum(dropped, 2**_GAP_BITS))  # < 2**27 + 1
+    x_high, x_low = jnp.right_shift(x, 12), jnp.bitwise_and(x, 0xFFF)
+    a = x_high * numerator  # < 2**30
+    b = x_low * numerator  # < 2**27
+    wide = jnp.right_shift(a + jnp.right_shift(b, 12), jnp.maximum(rest - 12, 0))
+    cap = jnp.right_shift(_OUT_OF_RANGE, jnp.clip(12 - rest, 0, 12))
+    narrow = jnp.left_shift(jnp.minimum(a, cap), jnp.clip(12 - rest, 0, 12)) \
+        + jnp.right_shift(b, jnp.minimum(rest, 12))
+    j = jnp.where(rest >= 12, wide, narrow)
+    return jnp.minimum(j, _OUT_OF_RANGE)
+
+
+def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array) -> jax.Array:
+    """Integer weights floor(2**59 2**(-j_i / 2**F)): five (..., M) arrays of 12-bit digits.
+
+    ``scores`` (..., M) exact integers, ``valid`` (..., M), ``exponent_scale`` (...,)
+    base-2 exponent per score unit. Invalid candidates weigh exactly 0.
+    """
+    floor_limb = jnp.int32(-(2**29))  # far below any score (|G| < 2**58)
+    masked = Int(tuple(jnp.where(valid, limb, floor_limb if i == len(scores.limbs) - 1 else 0)
+                       for i, limb in enumerate(scores.limbs)))
+    best = exact.maximum(masked, axis=-1)
+    gap = exact.narrow(exact.subtract(best, masked), 2)  # >= 0 on valid candidates
+    j = _exponents(gap, exponent_scale)
+    table_low, table_high = table
+    k = jnp.bitwise_and(j, 2**EM_FRACTION_BITS - 1)
+    q = jnp.right_shift(j, EM_FRACTION_BITS)  # weight = T[k] / 2**q, q < 60
+    t_low, t_high = table_low[k], table_high[k]
+    low = jnp.where(q >= 30, jnp.right_shift(t_high, jnp.clip(q - 30, 0, 30)),
+                    jnp.right_shift(t_low, jnp.minimum(q, 29))
+                    | jnp.bitwise_and(jnp.left_shift(t_high, jnp.clip(30 - q, 1, 30)), exact.LIMB_MASK))
+    low = jnp.where(q == 0, t_low, low)
+    high = jnp.where(q >= 30, 0, jnp.right_shift(t_high, jnp.minimum(q, 29)))
+    keep = valid & (j < _OUT_OF_RANGE)
+    # The barrier materialises the weights once: otherwise XLA on CPU fuses the whole
+    # chain above into each digit below and computes it five times (measured 3x slower).
+    low, high = jax.lax.optimization_barrier((jnp.where(keep, low, 0), jnp.where(keep, high, 0)))
+    return (jnp.bitwise_and(low, _DIGIT_MASK),
+            jnp.bitwise_and(jnp.right_shift(low, 12), _DIGIT_MASK),
+            jnp.right_shift(low, 24) | jnp.left_shift(jnp.bitwise_and(high, 0x3F), 6),
+            jnp.bitwise_and(jnp.right_shift(high, 6), _DIGIT_MASK),
+            jnp.right_shift(high, 18))
+
+
+def _digits_less(a, b) -> jax.Array:
+    """a < b for canonical numbers given as tuples of 12-bit digit arrays (little-endian)."""
+    result = a[0] < b[0]
+    for x, y in zip(a[1:], b[1:]):
+        result = (x < y) | ((x == y) & result)
+    return result
+
+
+def _normalized_digits(columns, num_digits: int = EM_DIGITS) -> tuple:
+    """Carry int32 digit columns (each below 2**30) into canonical 12-bit digits."""
+    digits, carry = [], 0
+    for i in range(num_digits):
+        column = (columns[i] if i < len(columns) else 0) + carry
+        digits.append(jnp.bitwise_and(column, _DIGIT_MASK))
+        carry = jnp.right_shift(column, _DIGIT_BITS)
+    return tuple(digits)
+
+
+def _block_prefixes(weight_digits) -> tuple[tuple, int]:
+    """Exact inclusive cumulative sums of the weights of blocks of _BLOCK candidates.
+
+    Returns (digits of the prefix sums, (..., num_blocks) each; the block size). Every
+    block's digit sums are below 2**17 and their prefix sums below 2**30 (at most 2**13
+    blocks), so int32 holds them exactly in any order.
+    """
+    length = weight_digits[0].shape[-1]
+    num_blocks = -(-length // _BLOCK)
+    padding = [(0, 0)] * (weight_digits[0].ndim - 1) + [(0, num_blocks * _BLOCK - length)]
+    sums = [jnp.sum(jnp.pad(digit, padding).reshape(digit.shape[:-1] + (num_blocks, _BLOCK)), axis=-1)
+            for digit in weight_digits]
+    return _normalized_digits([jnp.cumsum(column, axis=-1) for column in sums]), num_blocks
+
+
+def select_with_bits(bits: jax.Array, table, scores: Int, valid: jax.Array,
+                     exponent_scale: jax.Array) -> jax.Array:
+    """The exponential mechanism per row, driven by given random bits; the selected index.
+
+    Inverse-CDF on exact integers: V uniform on [0, W) (W the total weight) selects the
+    candidate i with C_(i-1) <= V < C_i (C the cumulative weights), found as the block
+    of candidates containing V and then the candidate within that block.
 
     Args:
-      key: PRNG key.
-      scores: (batch, groups, candidates) array.
-      valid: boolean mask with the same shape.
-      epsilon: privacy parameter (scalar).
-      sensitivity: (batch,) positive sensitivities.
-
+      bits: (rows, EM_TRIES, EM_DIGITS) uint32 random words (only 12 bits of each used).
+      table: :func:`em_weight_table` as device arrays.
+      scores: (rows, M) exact integer scores (:class:`dpm_jax.exact.Int`), M <= 2**18.
+      valid: (rows, M) bool; invalid candidates are never selected.
+      exponent_scale: (rows,) base-2 exponent per score unit (:func:`em_exponent_scale`).
     Returns:
-      (group_index, candidate_index), two int32 arrays of shape (batch,). Rows
-      with no valid candidate return (0, 0).
+      (rows,) int32 index into M; 0 for a row without valid candidates.
     """
-    uniforms = jax.random.uniform(key, (scores.shape[0],), dtype=jnp.float32)
-    return select_with_uniforms(uniforms, scores, valid, epsilon, sensitivity)
+    # The barrier materialises the scores once: otherwise XLA on CPU fuses their
+    # computation into several consumers below and repeats it (measured 2-3x slower).
+    scores = Int(jax.lax.optimization_barrier(scores.limbs))
+    weights = em_weights(table, scores, valid, exponent_scale)
+    length = weights[0].shape[-1]
+    prefixes, num_blocks = _block_prefixes(weights)
+    total = [digit[..., -1] for digit in prefixes]  # EM_DIGITS of (rows,)
+    # bit length of the total: 12 * (index of its top non-zero digit) + that digit's length
+    bit_length = jnp.zeros_like(total[0])
+    for i, digit in enumerate(total):
+        bit_length = jnp.where(digit > 0, _DIGIT_BITS * i + 32 - jax.lax.clz(jnp.maximum(digit, 1)),
+                               bit_length)
+    tries = jnp.bitwise_and(bits.astype(jnp.int32), _DIGIT_MASK)  # (rows, EM_TRIES, EM_DIGITS)
+    tries = [jnp.bitwise_and(tries[..., i], jnp.left_shift(1, jnp.clip(
+        bit_length - _DIGIT_BITS * i, 0, _DIGIT_BITS))[..., None] - 1) for i in range(EM_DIGITS)]
+    accepted = _digits_less(tries, [t[..., None] for t in total])  # uniform < 2**L, below W?
+    first = jnp.argmax(accepted, axis=-1)
+    found = jnp.any(accepted, axis=-1)
+    chosen = tuple(jnp.where(found, jnp.take_along_axis(t, first[..., None], axis=-1)[..., 0], 0)
+                   for t in tries)
+    # The block holding V, then the candidate within it.
+    block = jnp.minimum(_count_at_most(prefixes, chosen), num_blocks - 1)
+    before = tuple(jnp.where(block > 0, jnp.take_along_axis(
+        digit, jnp.maximum(block - 1, 0)[..., None], axis=-1)[..., 0], 0) for digit in prefixes)
+    members = block[..., None] * _BLOCK + jnp.arange(_BLOCK)
+    in_block = [jnp.where(members < length, jnp.take_along_axis(
+        digit, jnp.minimum(members, length - 1), axis=-1), 0) for digit in weights]
+    within = _normalized_digits([
+        (jnp.cumsum(in_block[i], axis=-1) if i < len(in_block) else 0) + before[i][..., None]
+        for i in range(EM_DIGITS)])
+    index = block * _BLOCK + _count_at_most(within, chosen)
+    return jnp.where(bit_length > 0, jnp.minimum(index, length - 1), 0).astype(jnp.int32)
 
 
-def select_with_uniforms(uniforms: jax.Array, scores: jax.Array, valid: jax.Array, epsilon,
-                         sensitivity) -> tuple[jax.Array, jax.Array]:
-    """The sampler of :func:`exponential_mechanism` driven by given uniforms.
+def _count_at_most(cumulative, value) -> jax.Array:
+    """#{i : cumulative[..., i] <= value} by binary search (cumulative is non-decreasing)."""
+    length = cumulative[0].shape[-1]
 
-    ``uniforms`` is (batch,), i.i.d. U[0, 1), one per row. Lets a caller draw the
-    uniforms of many mechanism runs in one call (one PRNG invocation instead of
-    one per run).
+    def step(_, bounds):
+        low, high = bounds
+        middle = jnp.minimum((low + high) // 2, length - 1)
+        entry = [jnp.take_along_axis(digit, middle[..., None], axis=-1)[..., 0] for digit in cumulative]
+        at_most = ~_digits_less(value, entry)
+        open_ = low < high
+        return jnp.where(open_ & at_most, middle + 1, low), jnp.where(open_ & ~at_most, middle, high)
+
+    start = (jnp.zeros(value[0].shape, jnp.int32), jnp.full(value[0].shape, length, jnp.int32))
+    return jax.lax.fori_loop(0, length.bit_length(), step, start)[0]
+
+
+def exponential_mechanism(key: jax.Array, table, scores: Int, valid: jax.Array, epsilon: float,
+                          sensitivity) -> jax.Array:
+    """Exponential mechanism on integer scores, one selection per row (Definition 4, fixed).
+
+    Selects i with probability proportional to exp(epsilon G_i / (2 Delta)) among
+    the valid candidates of each row, up to the sampler's bounded errors (see the
+    notes above :data:`EM_EPSILON_MARGIN`). The paper prints exp(eps f / Delta_f);
+    because the score is not monotone in the data the factor 2 is needed (McSherry
+    and Talwar 2007).
+
+    Privacy: (epsilon, (1 + e^epsilon) em_sampler_tv(M))-DP per row when every
+    score changes by at most ``sensitivity`` between neighbours; rows over disjoint
+    sets compose in parallel.
     """
-    batch, groups, candidates = scores.shape
-    logits = epsilon * scores / (2.0 * jnp.reshape(sensitivity, (batch, 1, 1)))
-    logits = jnp.where(valid, logits, -jnp.inf).reshape(batch, groups * candidates)
-    row_max = jnp.max(logits, axis=1, keepdims=True)
-    row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
-    weights = jnp.exp(logits - row_max)  # exactly 0 where invalid
-    cumulative = cumsum_last(weights)
-    index = jnp.sum(cumulative <= uniforms[:, None] * cumulative[:, -1:], axis=-1)
-    # uniform * total can round up to total; never step past the last positive weight.
-    last_positive = jnp.max(jnp.where(weights > 0, jnp.arange(groups * candidates), 0), axis=-1)
-    index = jnp.minimum(index, last_positive).astype(jnp.int32)
-    return index // candidates, index % candidates
+    if not isinstance(epsilon, jax.core.Tracer) and epsilon <= EM_EPSILON_MARGIN:
+        raise ValueError(f"epsilon {epsilon:.3g} is below the sampler's margin {EM_EPSILON_MARGIN:.3g}")
+    rows = scores.limbs[0].shape[0]
+    bits = jax.random.bits(key, (rows, EM_TRIES, EM_DIGITS), dtype=jnp.uint32)
+    scale = em_exponent_scale(epsilon, jnp.broadcast_to(jnp.asarray(sensitivity, jnp.float32), (rows,)))
+    return select_with_bits(bits, table, scores, valid, scale)
 
 
-# ------------------------------------------------------------------------- Gaussian
-def _std_normal_cdf(x: float) -> float:
-    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+# ------------------------------------------------------------------ discrete Gaussian
+# N_Z(0, sigma^2): P(Z = k) ∝ exp(-k^2 / (2 sigma^2)) on the integers (Canonne, Kamath
+# and Steinke 2020, "The Discrete Gaussian for Differential Privacy"). Sampler: an
+# inverse-CDF table of 62-bit integers built on the host: W_k = floor(w_k 2**62 /
+# sum w) for |k| <= K, k != 0, W_0 = 2**62 - sum of the others; a 62-bit uniform
+# integer U selects #{k : C_k <= U} with C the cumulative sums. Distance from the
+# ideal law, per draw: the float64 weights carry a relative error <= 2**-43 (argument
+# and exp2 rounding: an assumed bound on the host's libm), each W_k is floored, W_0
+# absorbs the rest, and the tail beyond K = ceil(sigma sqrt(160 ln 2)) + 1 (ideal
+# mass < 2**-64) is cut: tv <= (4 (2**19 + 2K + 1) + 2**12) / 2**62 + 2**-64.
+_GAUSSIAN_TABLE_BITS = 62
+_GAUSSIAN_TAIL_EXPONENT = 80 * math.log(2.0)
 
 
-def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
-    """The smallest sigma for which N(0, sigma^2) noise is (epsilon, delta)-DP.
+class DiscreteGaussianTable(NamedTuple):
+    """Host-built inverse-CDF table of N_Z(0, sigma^2) (public: depends on sigma only)."""
 
-    Analytic Gaussian mechanism (Balle and Wang, ICML 2018, Theorem 8): the
-    Gaussian mechanism with L2 sensitivity Delta is (epsilon, delta)-DP iff
-        Phi(Delta/(2 sigma) - epsilon sigma/Delta)
-          - e^epsilon Phi(-Delta/(2 sigma) - epsilon sigma/Delta) <= delta.
-    The left side decreases in sigma; we bisect on it (in float64, on the host:
-    the result only depends on public numbers) and return an upper end of the
-    final bracket, so the returned sigma always satisfies the condition.
-    """
-    if epsilon <= 0 or not 0 < delta < 1 or sensitivity <= 0:
-        raise ValueError("analytic_gaussian_sigma needs epsilon > 0, 0 < delta < 1, sensitivity > 0")
-
-    def privacy_loss_delta(sigma):
-        a = sensitivity / (2.0 * sigma)
-        b = epsilon * sigma / sensitivity
-        tail = _std_normal_cdf(-a - b)
-        # e^epsilon * tail in log space: no overflow for large epsilon.
-        scaled_tail = 0.0 if tail == 0.0 else math.exp(min(epsilon + math.log(tail), 700.0))
-        return _std_normal_cdf(a - b) - scaled_tail
-
-    # Aim slightly below delta: near the root the float64 evaluation of the
-    # difference above cancels, and the margin keeps the true delta below target.
-    target = delta * (1.0 - 1e-9)
-    low, high = 1e-12 * sensitivity, sensitivity
-    while privacy_loss_delta(high) > target:
-        high *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (low + high)
-        if privacy_loss_delta(mid) > target:
-            low = mid
-        else:
-            high = mid
-    return high
+    sigma: float
+    support_min: int  # the value of index 0
+    thresholds_high: np.ndarray  # int32, cumulative sums C_k = high 2**31 + low, k < 2K
+    thresholds_low: np.ndarray
+    tv: float  # total-variation distance of one draw from the ideal N_Z(0, sigma^2)
 
 
-def gaussian_noise(key: jax.Array, shape: tuple[int, ...], sigma) -> jax.Array:
-    """N(0, sigma^2) noise of the given shape (float32), by the Box-Muller transform.
+@functools.lru_cache(maxsize=16)
+def discrete_gaussian_table(sigma: float) -> DiscreteGaussianTable:
+    """The sampler table for N_Z(0, sigma^2), sigma >= 1."""
+    if not (math.isfinite(sigma) and sigma >= 1.0):
+        raise ValueError(f"the discrete Gaussian table needs sigma >= 1, got {sigma}")
+    half_width = math.ceil(sigma * math.sqrt(2.0 * _GAUSSIAN_TAIL_EXPONENT)) + 1
+    k = np.arange(-half_width, half_width + 1, dtype=np.float64)
+    weights = np.exp(-(k * k) / (2.0 * sigma * sigma))
+    scaled = np.floor(weights * (2.0**_GAUSSIAN_TABLE_BITS / math.fsum(weights))).astype(np.uint64)
+    scaled[half_width] = 0
+    scaled[half_width] = np.uint64(2**_GAUSSIAN_TABLE_BITS - int(scaled.sum(dtype=np.uint64)))
+    cumulative = np.cumsum(scaled, dtype=np.uint64)[:-1]  # the last one, 2**62, is never <= U
+    high = (cumulative >> np.uint64(31)).astype(np.int32)
+    low = (cumulative & np.uint64(2**31 - 1)).astype(np.int32)
+    tv = (4 * (2**19 + 2 * half_width + 1) + 2**12) / 2.0**_GAUSSIAN_TABLE_BITS + 2.0**-64
+    return DiscreteGaussianTable(float(sigma), -half_width, high, low, tv)
 
-    z = sqrt(-2 ln u1) cos(2 pi u2) with u1 in (0, 1], u2 in [0, 1) float32
-    uniforms: exactly standard normal in real arithmetic. Floating-point caveat:
-    u1 lives on a grid of 2**-24, so |z| <= sqrt(2 ln 2**24) ~ 5.8 (the tail beyond,
-    probability ~1e-8, is cut), and like any textbook floating-point sampler it is
-    not hardened against the attacks on low-order bits of Mironov (2012).
-    (Box-Muller rather than JAX's erfinv-based sampler: the same distribution at a
-    fraction of the compile time.)
+
+def discrete_gaussian_noise(key: jax.Array, thresholds_high: jax.Array, thresholds_low: jax.Array,
+                            support_min, shape: tuple[int, ...]) -> jax.Array:
+    """Exact-integer N_Z(0, sigma^2) draws of ``shape`` (int32) from a table's arrays.
+
+    One 62-bit uniform integer per draw (two uint32 words, 31 bits of each), located
+    among the table's cumulative sums by a binary search of exact integer comparisons.
     """
     size = math.prod(shape)
-    # one flat draw (compiles faster than a multi-axis one), reshaped
-    uniforms = jax.random.uniform(key, (2 * size,), dtype=jnp.float32).reshape((2,) + tuple(shape))
-    radius = jnp.sqrt(-2.0 * jnp.log1p(-uniforms[0]))  # 1 - u1 in (0, 1]
-    return sigma * radius * jnp.cos(2.0 * jnp.pi * uniforms[1])
+    words = jax.random.bits(key, (2 * size,), dtype=jnp.uint32).reshape(2, size)
+    u_high = jnp.right_shift(words[0], 1).astype(jnp.int32)
+    u_low = jnp.right_shift(words[1], 1).astype(jnp.int32)
+    length = thresholds_high.shape[0]
+
+    def step(_, bounds):
+        low, high = bounds
+        middle = jnp.minimum((low + high) // 2, length - 1)
+        c_high, c_low = thresholds_high[middle], thresholds_low[middle]
+        at_most = (c_high < u_high) | ((c_high == u_high) & (c_low <= u_low))
+        open_ = low < high
+        return (jnp.where(open_ & at_most, middle + 1, low), jnp.where(open_ & ~at_most, middle, high))
+
+    start = (jnp.zeros(size, jnp.int32), jnp.full(size, length, jnp.int32))
+    count, _ = jax.lax.fori_loop(0, max(1, length.bit_length()), step, start)
+    return (count + jnp.asarray(support_min, jnp.int32)).reshape(shape)
+
+
+def cdp_delta(rho: float, epsilon: float) -> float:
+    """delta with which rho-zCDP implies (epsilon, delta)-DP (CKS 2020, Corollary 13).
+
+    delta = inf_{alpha > 1} exp((alpha - 1)(alpha rho - epsilon)) / (alpha - 1)
+    (1 - 1/alpha)**alpha. Every alpha gives a valid delta, so the minimum over a
+    grid (refined around its best point) is a valid, near-tight bound; a relative
+    1e-9 covers the float64 evaluation.
+    """
+    def log_delta(alpha):
+        return ((alpha - 1.0) * (alpha * rho - epsilon) + alpha * np.log1p(-1.0 / alpha)
+                - np.log(alpha - 1.0))
+
+    alphas = 1.0 + np.exp(np.linspace(math.log(1e-6), math.log(1e7), 4001))
+    best = int(np.argmin(log_delta(alphas)))
+    low, high = alphas[max(best - 1, 0)], alphas[min(best + 1, alphas.size - 1)]
+    fine = np.linspace(low, high, 2001)
+    value = min(float(np.min(log_delta(alphas))), float(np.min(log_delta(fine))))
+    return min(1.0, math.exp(value) * (1.0 + 1e-9))
+
+
+def discrete_gaussian_multiplier(epsilon: float, delta: float) -> float:
+    """The smallest sigma / Delta_2 (to 1e-9) at which N_Z(0, sigma^2) noise is (epsilon, delta)-DP.
+
+    Privacy: for integer-valued queries whose L2 change is at most Delta_2, adding
+    independent N_Z(0, sigma^2) noise to each coordinate is (Delta_2^2 / (2 sigma^2))-
+    zCDP (CKS 2020, Theorem 14: the Renyi divergences of integer shifts are those of
+    the continuous Gaussian at most, and add over coordinates), which implies
+    (epsilon, cdp_delta(rho, epsilon))-DP. Bisection on the multiplier; the returned
+    upper end satisfies the condition.
+    """
+    if not (epsilon > 0 and 0 < delta < 1):
+        raise ValueError(f"discrete_gaussian_multiplier needs epsilon > 0 and 0 < delta < 1, "
+                         f"got {epsilon}, {delta}")
+    low, high = 1e-3, 1.0
+    while cdp_delta(1.0 / (2.0 * high * high), epsilon) > delta:
+        low, high = high, 2.0 * high
+    while high - low > 1e-9 * high:
+        middle = 0.5 * (low + high)
+        if cdp_delta(1.0 / (2.0 * middle * middle), epsilon) > delta:
+            low = middle
+        else:
+            high = middle
+    return high

@@ -1,4 +1,4 @@
-"""Split scores of DPM: emptiness, centreness and their sum (Section 3.2).
+"""Split scores of DPM: emptiness, centreness and their sum (Section 3.2), as exact integers.
 
 A level of the recursion bins every coordinate into *half-intervals* of width
 beta/2 starting at the lower bound ``a``. Candidate j of a dimension sits at
@@ -9,6 +9,23 @@ so one histogram of half-bins per (node, dimension) gives both sub-scores:
 * the rank r(s_j) (Definition 6), the number of points strictly below s_j,
   = the half-bins 0..2j.
 
+The score of Definition 7, f = c(r) + alpha (1 - |s| / n~), is computed as the
+integer G = 2**k (n~ f - alpha n~) with the node's released size n~ rounded to an
+integer N:
+
+    G = min(a1 D, b N + a2 D) - a3 |s|,   D = min(r, N - r),
+
+with a1 = 2**k t/q, a2 = 2**k (1 - t)/(1/2 - q), b = 2**k (t - 2q)/(1 - 2q) and
+a3 = 2**k alpha rounded to integers (2**k as large as keeps them below 2**14). n~ c(r)
+is the concave piecewise-linear function min(t/q D, n~ (t-2q)/(1-2q) + (1-t)/(1/2-q) D)
+of D (the two pieces of Definition 6 meet at D = n~ q), and alpha n~ is the same for
+every candidate of a node, so it does not change the exponential mechanism.
+
+Sensitivity (Lemmas 3-5, exact): a rank and an interval count change by at most one
+when a point is added or removed, D is 1-Lipschitz in r and min(a1 D, b N + a2 D) is
+a1-Lipschitz in D (a1 >= a2 >= 0), so G changes by at most a1 + a3, an integer: no
+rounding anywhere, for every n up to 2**31 - 1 (|G| < 2**46, exact in two 30-bit limbs).
+
 Deviation from Definition 5, stated: the split interval is half-open, so every
 point lies in exactly one interval per dimension (the closed intervals of the paper
 share their end points). The sensitivity of Lemma 4 is unchanged.
@@ -16,63 +33,110 @@ share their end points). The sensitivity of Lemma 4 is unchanged.
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 
-from dpm_jax._arrays import cumsum_last
+from dpm_jax import exact
 
-__all__ = ["candidate_statistics", "emptiness", "centreness", "split_scores", "score_sensitivity"]
+__all__ = ["ScoreCoefficients", "score_coefficients", "candidate_statistics", "split_scores",
+           "exponent_ratio"]
+
+_COEFFICIENT_LIMIT = 2**14 - 1  # keeps every partial product below 2**30 (see split_scores)
 
 
-def candidate_statistics(half_bin_counts: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """From (..., 2B) half-bin counts to (interval counts |s_j|, ranks r_j), each (..., B)."""
+class ScoreCoefficients(NamedTuple):
+    """Integer coefficients of G (public: they depend on t, q and alpha only)."""
+
+    outer_slope: int  # a1 = 2**k t / q
+    inner_slope: int  # a2 = 2**k (1 - t) / (1/2 - q)
+    inner_intercept: int  # b = 2**k (t - 2q) / (1 - 2q), per unit of N
+    emptiness_weight: int  # a3 = 2**k alpha
+    scale_bits: int  # k
+
+    @property
+    def sensitivity(self) -> int:
+        """The exact sensitivity of G: a1 + a3 (the integer form of Lemma 5's t/q + alpha)."""
+        return self.outer_slope + self.emptiness_weight
+
+
+def score_coefficients(t: float, q: float, alpha: float) -> ScoreCoefficients:
+    """The integer coefficients of G for Definition 6's (t, q) and Definition 7's alpha."""
+    reals = (t / q, (1.0 - t) / (0.5 - q), (t - 2.0 * q) / (1.0 - 2.0 * q), alpha)
+    scale_bits = math.floor(math.log2(_COEFFICIENT_LIMIT / max(reals)))
+    if scale_bits < 4:
+        raise ValueError(f"score coefficients t/q={reals[0]:.4g}, alpha={alpha:.4g} are too large for "
+                         "the exact integer score (need t/q and alpha below 1024)")
+    a1, a2, b, a3 = (round(r * 2**scale_bits) for r in reals)
+    return ScoreCoefficients(a1, min(a2, a1), b, a3, scale_bits)
+
+
+def candidate_statistics(half_bin_counts: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """From (..., 2B) int32 half-bin counts to (interval counts |s_j|, ranks r_j), each (..., B), exact."""
     interval_counts = half_bin_counts[..., 0::2] + half_bin_counts[..., 1::2]
-    ranks = cumsum_last(half_bin_counts)[..., 0::2]
+    ranks = exact.exact_cumsum(half_bin_counts)[..., 0::2]
     return interval_counts, ranks
 
 
-def emptiness(interval_counts, n_tilde):
-    """Definition 5: e = 1 - |s| / n~."""
-    return 1.0 - interval_counts / n_tilde
+def split_scores(half_bin_counts: jax.Array, node_size: jax.Array,
+                 coefficients: ScoreCoefficients) -> exact.Int:
+    """G for every candidate: (..., 2B) int32 counts, int32 N >= 1 broadcastable to (...) -> (..., B) Int.
 
-
-def centreness(ranks, n_tilde, t: float, q: float):
-    """Definition 6: piecewise-linear in the rank, 1 at the median, t at ranks n~q.
-
-    Ranks outside [0, n~] (possible because n~ is noisy) use the outer formula,
-    which keeps the slope, and hence the sensitivity, of Lemma 3.
+    Arithmetic: the two pieces of min(a1 D, b N + a2 D) cross at the public point
+    D* = b N / (a1 - a2), so each candidate takes one piece by an int32 comparison
+    with floor(D*) (computed exactly per node). Products of a coefficient (< 2**14)
+    with a 16-bit half of D or |s| stay below 2**30; the halves are summed in int32
+    and carried once: G = high 2**16 + low exactly (|G| < 2**46).
     """
-    half = n_tilde / 2.0
-    distance_from_border = half - jnp.abs(ranks - half)
-    outer = distance_from_border * t / (n_tilde * q)
-    inner = (t - 2.0 * q) / (1.0 - 2.0 * q) + distance_from_border * (1.0 - t) / (half - n_tilde * q)
-    in_outer = (ranks <= n_tilde * q) | (ranks >= n_tilde - n_tilde * q)
-    return jnp.where(in_outer, outer, inner)
-
-
-def split_scores(half_bin_counts, n_tilde, t: float, q: float, alpha: float):
-    """Definition 7: f = c + alpha * e for every candidate.
-
-    Args:
-      half_bin_counts: (..., 2B) counts; leading axes are batch axes.
-      n_tilde: noisy counts broadcastable to the leading axes (..., 1 added here).
-        Values below 1 are clamped to 1 so the scores stay finite; the clamp only
-        raises the denominator, so the sensitivity bound below still holds.
-    Returns:
-      (..., B) scores.
-    """
-    n_tilde = jnp.maximum(n_tilde, 1.0)[..., None]
     interval_counts, ranks = candidate_statistics(half_bin_counts)
-    return centreness(ranks, n_tilde, t, q) + alpha * emptiness(interval_counts, n_tilde)
+    size = jnp.asarray(node_size, jnp.int32)[..., None]
+    distance = jnp.minimum(ranks, size - ranks)  # D; negative only when r > N (N is noisy)
+    a1, a2, b, a3 = (coefficients.outer_slope, coefficients.inner_slope,
+                     coefficients.inner_intercept, coefficients.emptiness_weight)
+    intercept = exact.narrow(exact.mul_small(exact.from_int32(size), b), 2)  # b N per node, < 2**45
+    if a1 > a2:  # D <= floor(b N / (a1 - a2))  <=>  a1 D <= b N + a2 D  (integers)
+        crossing = exact.clip_to_int32(_floor_divide(intercept, a1 - a2), 0, 2**31 - 1)
+        outer = distance <= crossing
+    else:
+        outer = jnp.ones(distance.shape, bool)
+    slope = jnp.where(outer, a1, a2)
+    magnitude = jnp.abs(distance)
+    sign = jnp.where(distance < 0, -1, 1)
+    high = sign * slope * jnp.right_shift(magnitude, 16)  # |.| < 2**29
+    low = sign * slope * jnp.bitwise_and(magnitude, 0xFFFF)  # |.| < 2**30
+    high = high - a3 * jnp.right_shift(interval_counts, 16)
+    low = low - a3 * jnp.bitwise_and(interval_counts, 0xFFFF)
+    icpt_low, icpt_high = intercept.limbs[0], intercept.limbs[1]  # b N = icpt_high 2**30 + icpt_low
+    low = low + jnp.where(outer, 0, jnp.bitwise_and(icpt_low, 0xFFFF))
+    high = high + jnp.where(outer, 0, jnp.right_shift(icpt_low, 16) + jnp.left_shift(icpt_high, 14))
+    high = high + jnp.right_shift(low, 16)  # carry: low in [0, 2**16) from here on
+    low = jnp.bitwise_and(low, 0xFFFF)
+    return exact.Int((jnp.left_shift(jnp.bitwise_and(high, 0x3FFF), 16) | low,
+                      jnp.right_shift(high, 14)))
 
 
-def score_sensitivity(n_tilde, offset: float, t: float, q: float, alpha: float):
-    """Lemma 5: Delta_f = (t/q + alpha) / (n~ - lambda), denominator clamped at 1.
+def _floor_divide(value: exact.Int, divisor: int) -> exact.Int:
+    """floor(value / divisor) for value >= 0 (two limbs) and 0 < divisor < 2**15."""
+    low, high = value.limbs
+    quotient_high = high // divisor
+    remainder = high - quotient_high * divisor  # < 2**15
+    # remainder 2**30 + low = divisor q + r: split low in 15-bit halves to stay in int32
+    middle = jnp.left_shift(remainder, 15) + jnp.right_shift(low, 15)  # < 2**30
+    quotient_middle = middle // divisor
+    rest = jnp.left_shift(middle - quotient_middle * divisor, 15) + jnp.bitwise_and(low, 0x7FFF)
+    quotient_low = jnp.left_shift(quotient_middle, 15) + rest // divisor
+    return exact.normalize([quotient_low, quotient_high])
 
-    With n~ fixed (it is released by the Laplace mechanism) the scores change by at
-    most (t/q + alpha) / max(n~, 1) when one point is added or removed (Lemmas 3
-    and 4: a rank and an interval count change by at most one). Since
-    max(n~ - lambda, 1) <= max(n~, 1), the returned value is always an upper bound,
-    also in the low-probability event n~ - lambda > |S| that the paper charges
-    delta_cnt for.
+
+def exponent_ratio(n_tilde: jax.Array, offset, node_size: jax.Array) -> jax.Array:
+    """min(1, max(n~ - lambda, 1) / N): Lemma 5's Delta_f = (t/q + alpha) / (n~ - lambda) as a factor.
+
+    The paper's exponent eps f / (2 Delta_f) equals eps G ratio / (2 Delta_G) with
+    this ratio (G ~ 2**k N f). Capping it at 1 keeps the exponent at most
+    eps / (2 Delta_G) per unit of G, which is what privacy needs; n~ and lambda are
+    public, so the ratio is too.
     """
-    return (t / q + alpha) / jnp.maximum(n_tilde - offset, 1.0)
+    ratio = jnp.maximum(n_tilde - offset, 1.0) / jnp.maximum(node_size.astype(jnp.float32), 1.0)
+    return jnp.minimum(ratio, 1.0)

@@ -16,10 +16,13 @@ One level:
      indices or, with many dimensions, the parent level's counts minus the
      histogram of each node's smaller sibling (:func:`children_histogram`);
   2. scores for every (node, dimension, candidate), invalid ones masked;
-  3. the exponential mechanism per node with epsilon_exp_l and
-     Delta_f = (t/q + alpha) / max(n~ - lambda_l, 1) (Lemma 5);
+  3. the exponential mechanism per node with epsilon_exp_l on the exact integer
+     scores of :mod:`dpm_jax.scoring` (sensitivity a1 + a3), its exponent scaled by
+     min(1, max(n~ - lambda_l, 1) / N) as Lemma 5's Delta_f = (t/q + alpha) /
+     (n~ - lambda_l) prescribes;
   4. the points of each node go to child 2i + (x[dim*] > s*) (lines 26-27);
-  5. noisy child counts with epsilon_cnt_{l+1}; a node whose two children both
+  5. noisy child counts with epsilon_cnt_{l+1}, added in exact integer arithmetic
+     (:func:`dpm_jax.mechanisms.add_count_noise`); a node whose two children both
      reach tau_e is split, otherwise it becomes a leaf (lines 16-18). Points of a
      leaf keep following the left-most path so that, at depth tau_r, their local
      index is the leaf's *slot*: slots are unique and static (2**tau_r of them).
@@ -36,11 +39,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dpm_jax import exact
 from dpm_jax._arrays import bin_dtype, looped_under_vmap
 from dpm_jax.budget import Allocation
 from dpm_jax.config import DPMConfig
-from dpm_jax.mechanisms import select_with_uniforms
-from dpm_jax.scoring import score_sensitivity, split_scores
+from dpm_jax.mechanisms import add_count_noise, em_exponent_scale, select_with_bits
+from dpm_jax.scoring import exponent_ratio, score_coefficients, split_scores
 
 _CHUNK_ELEMENTS = 2**20
 _SIBLING_MIN_DIMS = 32
@@ -184,23 +188,24 @@ def _children_histogram(max_splits: int, parent_counts, child_true, half_bins, c
     return jnp.where(is_smaller[:, None, None], smaller_counts, sibling_counts)
 
 
-def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: jnp.ndarray,
-               point_mask: jnp.ndarray, lower: jnp.ndarray, upper: jnp.ndarray, root_count, beta,
-               allocation: Allocation, config: DPMConfig) -> tuple[SplitTree, Leaves]:
+def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_points: jnp.ndarray,
+               point_mask: jnp.ndarray, lower: jnp.ndarray, upper: jnp.ndarray, root_count: exact.Int,
+               beta, allocation: Allocation, config: DPMConfig) -> tuple[SplitTree, Leaves]:
     """Run BuildClustering on all levels (Algorithm 1, lines 13-28).
 
     The randomness comes in pre-drawn, in heap layout (row/element i belongs to
     tree node i, index 0 unused), so that each draw has a documented place:
 
     Args:
-      split_uniforms: (2**tau_r,) U[0, 1) values driving the exponential
-        mechanism of each inner node (:func:`dpm_jax.mechanisms.select_with_uniforms`).
-      count_noise: (2**(tau_r+1),) noise of the count mechanism of every node,
-        each drawn with its level's epsilon_cnt; node 1's is the root count's.
+      split_bits: (2**tau_r, EM_TRIES, EM_DIGITS) uint32 random words driving the
+        exponential mechanism of each inner node (:func:`dpm_jax.mechanisms.select_with_bits`).
+      count_noise: (2**(tau_r+1),) exact integer noise of the count mechanism of every
+        node, each drawn with its level's epsilon_cnt; node 1's is the root count's.
+      em_table: the exponential mechanism's weight table on the device.
       unit_points: (n, d) points scaled to [0, 1] by the public bounds.
       point_mask: (n,) bool, padding points are False.
       lower, upper: (d,) public bounds (to report split positions in data units).
-      root_count: n~ of the whole data set (|D| + count_noise[1], Algorithm 1 line 7).
+      root_count: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
       beta: split interval size as a fraction of the range (released).
       allocation: the per-level budgets and offsets.
       config: hyper-parameters.
@@ -208,32 +213,36 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
     n, d = unit_points.shape
     tau_r = config.tau_r
     max_splits = config.max_splits_per_dim
+    coefficients = score_coefficients(config.t, config.q, config.alpha)
     num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
     half_bins = half_bin_indices(unit_points, beta, num_splits, max_splits)
-    tau_e = root_count / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
+    root_size = exact.to_float32(root_count)
+    tau_e = root_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
     candidate_valid = jnp.arange(max_splits) < num_splits
     width = 2 ** (tau_r - 1)  # nodes of the deepest split level; every level is padded to it
-    uniforms = jnp.concatenate([split_uniforms, jnp.zeros(width, split_uniforms.dtype)])
-    noise = jnp.concatenate([count_noise, jnp.zeros(2 * width, count_noise.dtype)])
+    bits = jnp.concatenate([split_bits, jnp.zeros((width,) + split_bits.shape[1:], split_bits.dtype)])
+    noise = tuple(jnp.concatenate([limb, jnp.zeros(2 * width, limb.dtype)]) for limb in count_noise.limbs)
 
     # Scoring runs on the slots a level can use, in at most three compiled widths (the
     # root's 1, about sqrt(width), and width): scoring all ``width`` slots on every level
     # would waste most of it, one width per level would compile the scoring tau_r times.
-    branch_widths = sorted({1, 2 ** -(-(tau_r - 1) // 2), width})
+    branch_widths = sorted({1, 2 ** -(-(tau_r - 1) // 2), max(1, width // 4), max(1, width // 2), width})
     branch_of_level = [next(i for i, w in enumerate(branch_widths) if w >= 2**level)
                        for level in range(tau_r)]
 
     def choose_splits(num_nodes):
         """Lines 22-25 on the first ``num_nodes`` slots; (dim, j) padded to ``width``."""
-        def choose(counts, node_count, node_active, level_uniforms, epsilon, offset):
-            count = node_count[:num_nodes]
-            scores = split_scores(counts[:num_nodes].astype(jnp.float32), count[:, None],
-                                  config.t, config.q, config.alpha)
+        def choose(counts, node_count, node_active, level_bits, epsilon, offset):
+            count = exact.Int(tuple(limb[:num_nodes] for limb in node_count))
+            size = exact.clip_to_int32(count, 1, 2**31 - 1)  # N: the released n~ as an integer
+            scores = split_scores(counts[:num_nodes], size[:, None], coefficients)
+            flat = exact.Int(tuple(limb.reshape(num_nodes, d * max_splits) for limb in scores.limbs))
             valid = jnp.broadcast_to(node_active[:num_nodes, None, None] & candidate_valid,
-                                     scores.shape)
-            sensitivity = score_sensitivity(count, offset, config.t, config.q, config.alpha)
-            chosen = select_with_uniforms(level_uniforms[:num_nodes], scores, valid, epsilon,
-                                          sensitivity)
+                                     (num_nodes, d, max_splits)).reshape(num_nodes, d * max_splits)
+            ratio = exponent_ratio(exact.to_float32(count), offset, size)
+            scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)
+            index = select_with_bits(level_bits[:num_nodes], em_table, flat, valid, scale)
+            chosen = (index // max_splits, index % max_splits)
             return tuple(jnp.pad(c, (0, width - num_nodes)) for c in chosen)
         return choose
 
@@ -251,20 +260,23 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
         split_dim, split_index = jax.lax.switch(
             jnp.asarray(branch_of_level)[level], [choose_splits(w) for w in branch_widths],
             counts, node_count, node_active,
-            jax.lax.dynamic_slice(uniforms, (first,), (width,)), epsilon, offset)
+            jax.lax.dynamic_slice_in_dim(bits, first, width), epsilon, offset)
         # 4. route: right child iff the coordinate lies above s*, i.e. half-bin >= 2j* + 1.
         point_bins = half_bins[jnp.arange(n), split_dim[point_node]].astype(jnp.int32)
         go_right = point_bins >= 2 * split_index[point_node] + 1
         child = 2 * point_node + go_right.astype(jnp.int32)
-        # 5. noisy child counts and the stopping rule (lines 16-18).
+        # 5. noisy child counts (exact integers) and the stopping rule (lines 16-18).
         child_true = jnp.zeros(2 * width, jnp.int32).at[
             jnp.where(point_active, child, 2 * width)].add(1, mode="drop")
-        child_count = child_true + jax.lax.dynamic_slice(noise, (2 * first,), (2 * width,))
+        child_exact = add_count_noise(child_true, exact.Int(tuple(
+            jax.lax.dynamic_slice_in_dim(limb, 2 * first, 2 * width) for limb in noise)))
+        child_count = exact.to_float32(child_exact)  # post-processing of released integers
         applied = node_active & (child_count[0::2] >= tau_e) & (child_count[1::2] >= tau_e)
         child_active = jnp.repeat(applied, 2)
 
         position = lower[split_dim] + (split_index + 0.5) * beta * (upper - lower)[split_dim]
-        released = (jnp.where(node_active, node_count, 0.0), node_active, applied,
+        node_size = exact.to_float32(exact.Int(node_count))
+        released = (jnp.where(node_active, node_size, 0.0), node_active, applied,
                     jnp.where(node_active, split_dim, -1), jnp.where(node_active, position, jnp.nan),
                     node_active & ~applied, child_count, child_active)
         point_split = applied[point_node]
@@ -279,7 +291,8 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
                 lambda: children_histogram(counts, child_true, half_bins, next_node, next_active,
                                            go_right, max_splits),
                 lambda: counts)
-        state = (next_node, next_active, child_count[:width], child_active[:width], next_counts)
+        state = (next_node, next_active, tuple(limb[:width] for limb in child_exact.limbs),
+                 child_active[:width], next_counts)
         return state, released
 
     # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
@@ -289,8 +302,8 @@ def build_tree(split_uniforms: jax.Array, count_noise: jax.Array, unit_points: j
     root_counts = (level_histogram(half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
                    if use_siblings else jnp.zeros(0, jnp.int32))
     initial = (jnp.zeros(n, jnp.int32), point_mask,
-               jnp.zeros(width, jnp.float32).at[0].set(root_count), jnp.arange(width) == 0,
-               root_counts)
+               tuple(jnp.zeros(width, jnp.int32).at[0].set(limb) for limb in root_count.limbs),
+               jnp.arange(width) == 0, root_counts)
     level_inputs = (jnp.arange(tau_r), jnp.asarray(allocation.split_epsilons, jnp.float32),
                     jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32))
     (point_slot, *_), per_level = jax.lax.scan(split_level, initial, level_inputs)
