@@ -41,11 +41,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import mechanisms
+from dpm_jax import exact, mechanisms, tree
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
-from dpm_jax.scoring import score_sensitivity, split_scores
-from dpm_jax.tree import half_bin_indices, level_histogram
+from dpm_jax.scoring import score_coefficients
 
 __all__ = [
     "AuditResult",
@@ -288,33 +287,32 @@ def cluster_mechanism(budget: Budget, bounds, config: DPMConfig = DPMConfig()) -
     return mechanism
 
 
-def split_step_mechanism(n_tilde: float, epsilon: float, beta: float,
+def split_step_mechanism(n_tilde: int, epsilon: float, beta: float,
                          config: DPMConfig = DPMConfig(), offset: float = 0.0) -> Mechanism:
-    """One split choice of the tree, built from the library's pieces, for auditing.
+    """One split choice of the tree, on the engine's own code path, for auditing.
 
     ``mechanism(key, unit_points) -> (dim, candidate)``: the half-bin histogram of
-    the points (``tree.half_bin_indices`` and ``tree.level_histogram``, one node),
-    the scores ``scoring.split_scores`` with the *public* noisy count ``n_tilde``,
-    the sensitivity ``scoring.score_sensitivity(n_tilde, offset, ...)`` and
-    ``mechanisms.exponential_mechanism`` (looked up at call time, so a test can
-    substitute a broken variant). Conditioned on n~, the tree's split choice is this
-    mechanism; its claim is (epsilon, 0)-DP. ``offset=0`` gives the smallest
-    sensitivity that is still valid for a fixed n~ (the tree uses lambda_level >= 0,
-    which is more conservative).
+    the points (``tree.half_bin_indices`` and ``tree.level_histogram``, one node), then
+    exactly the function the tree calls for a level's split choice,
+    ``tree.select_splits`` (integer scores, the exact exponential mechanism), with the
+    *public* released count ``n_tilde`` and the level's ``offset`` lambda (looked up at
+    call time, so a test can substitute a broken variant of any piece). Conditioned
+    on n~, the tree's split choice is this mechanism; its claim is (epsilon, delta)-DP
+    with the sampler's delta :func:`dpm_jax.mechanisms.em_sampler_tv` (1 + e^epsilon).
     """
     num_splits = math.ceil(1.0 / beta - 1e-6)
+    coefficients = score_coefficients(config.t, config.q, config.alpha)
+    table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
 
     def mechanism(key, unit_points):
         n, d = unit_points.shape
-        half_bins = half_bin_indices(unit_points, beta, num_splits, num_splits)
-        histogram = level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1,
-                                    num_splits)
-        count = jnp.full((1,), n_tilde, jnp.float32)
-        scores = split_scores(histogram.astype(jnp.float32), count[:, None], config.t, config.q,
-                              config.alpha)
-        sensitivity = score_sensitivity(count, offset, config.t, config.q, config.alpha)
-        dim, candidate = mechanisms.exponential_mechanism(
-            key, scores, jnp.ones(scores.shape, bool), epsilon, sensitivity)
+        half_bins = tree.half_bin_indices(unit_points, beta, num_splits, num_splits)
+        histogram = tree.level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1,
+                                         num_splits)
+        bits = jax.random.bits(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
+        count = exact.from_int32(jnp.full((1,), n_tilde, jnp.int32))
+        dim, candidate = tree.select_splits(bits, table, histogram, count, jnp.ones(1, bool),
+                                            jnp.ones(num_splits, bool), epsilon, offset, coefficients)
         return dim[0], candidate[0]
 
     return mechanism

@@ -75,7 +75,10 @@ def plan_averaging(epsilon: float, delta: float, d: int) -> AveragingPlan:
     """Calibrate the leaf-sum mechanism to (epsilon, delta) for d dimensions (host side)."""
     root_d = math.sqrt(d) * (1.0 + 2.0**-50)  # rounded up: the sensitivity is an upper bound
     sampler_delta = 0.0
-    for _ in range(3):  # the sampler's delta depends (weakly) on the table it needs
+    for _ in range(10):  # the sampler's delta depends (weakly) on the table it needs
+        if sampler_delta > 0.1 * delta:
+            raise ValueError(f"the averaging mechanism's sampler would use {sampler_delta:.3g} of its "
+                             f"delta {delta:.3g} (more than 10%); raise delta or lower epsilon")
         multiplier = discrete_gaussian_multiplier(epsilon, delta - sampler_delta)
         ratio = 2 ** int(np.clip(math.floor(math.log2(_TARGET_SIGMA / (multiplier * root_d))),
                                  0, FIXED_POINT_BITS - 1))
@@ -87,9 +90,6 @@ def plan_averaging(epsilon: float, delta: float, d: int) -> AveragingPlan:
         sampler_delta = needed
     else:
         raise ValueError(f"the averaging delta {delta:.3g} cannot pay for its sampler at d = {d}")
-    if sampler_delta > 0.01 * delta:
-        raise ValueError(f"the averaging mechanism's sampler would use {sampler_delta:.3g} of its "
-                         f"delta {delta:.3g}; raise delta or lower epsilon_avg")
     shift = FIXED_POINT_BITS - 1 - int(math.log2(ratio))
     return AveragingPlan(shift, sensitivity, multiplier, table.sigma, sampler_delta)
 

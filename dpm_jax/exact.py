@@ -165,9 +165,11 @@ def to_float32(a: Int) -> jax.Array:
     Correctly rounded for two-limb values with |a| < 2**31 (one int32 conversion);
     otherwise the limbs are combined in float32.
     """
+    magnitude = where(a.limbs[-1] < 0, negate(a), a)  # non-negative limbs: no cancellation
     value = jnp.zeros(a.limbs[0].shape, jnp.float32)
     for i in reversed(range(len(a.limbs))):
-        value = value * np.float32(2.0**LIMB_BITS) + a.limbs[i].astype(jnp.float32)
+        value = value * np.float32(2.0**LIMB_BITS) + magnitude.limbs[i].astype(jnp.float32)
+    value = jnp.where(a.limbs[-1] < 0, -value, value)
     if len(a.limbs) != 2:
         return value
     low, top = a.limbs

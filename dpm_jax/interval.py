@@ -57,6 +57,7 @@ __all__ = ["gaussian_gap_constant", "gap_counts_below", "sorted_gaps", "interval
            "PERCENTILE_SENSITIVITY"]
 
 PERCENTILE_SENSITIVITY = 2  # Lemma 1, per dimension
+_UTILITY_UNITS = 2**10
 _QUANTISATION_LEVELS = 2**30
 _SENTINEL = np.int32(2**31 - 1)
 _SORT_GROUPS = 16
@@ -164,7 +165,7 @@ def _integer_from_float32(value: jax.Array) -> exact.Int:
 
 
 def interval_utility(counts: exact.Int, n_tilde, percentile: float, num_dims: int) -> exact.Int:
-    """-|C(y_g) - d' p (n~ - 1)|, exact; sensitivity 2 d' (:func:`utility_sensitivity`).
+    """-|C(y_g) - d' p (n~ - 1)| 2**10, exact; sensitivity 2 d' 2**10 (:func:`utility_sensitivity`).
 
     The target d' p (n~ - 1) is rounded to an integer: it is public (n~ is
     released), so its rounding changes nothing about the sensitivity.
@@ -172,12 +173,15 @@ def interval_utility(counts: exact.Int, n_tilde, percentile: float, num_dims: in
     target = _integer_from_float32(percentile / 100.0 * (jnp.maximum(n_tilde, 2.0) - 1.0) * num_dims)
     difference = exact.subtract(counts, exact.Int(tuple(jnp.broadcast_to(limb, counts.limbs[0].shape)
                                                          for limb in target.limbs)))
-    return exact.where(difference.limbs[-1] < 0, difference, exact.negate(difference))
+    magnitude = exact.where(difference.limbs[-1] < 0, exact.negate(difference), difference)
+    # In units of 2**-10 (|utility| < 2**46): keeps the exponential mechanism's scale
+    # per unit small, where its exact sampler represents it (dpm_jax.mechanisms).
+    return exact.negate(exact.narrow(exact.mul_small(magnitude, _UTILITY_UNITS), 2))
 
 
 def utility_sensitivity(num_dims: int) -> int:
-    """Lemma 1 per dimension (2), summed over the d' dimensions Algorithm 2 uses."""
-    return PERCENTILE_SENSITIVITY * num_dims
+    """Lemma 1 per dimension (2), summed over the d' dimensions Algorithm 2 uses, in units of 2**-10."""
+    return PERCENTILE_SENSITIVITY * num_dims * _UTILITY_UNITS
 
 
 def estimate_split_interval_size(key: jax.Array, em_table, unit_points: jnp.ndarray,

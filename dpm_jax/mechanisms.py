@@ -362,7 +362,10 @@ def _scale_as_dyadic(exponent_scale: jax.Array) -> tuple[jax.Array, jax.Array]:
     mantissa, exponent = jnp.frexp(scaled)  # scaled = mantissa 2**exponent, mantissa in [0.5, 1)
     numerator = jnp.floor(mantissa * 2**15).astype(jnp.int32)
     shift = 15 - exponent.astype(jnp.int32)
-    too_large = shift < 0  # round down to the largest representable scale
+    # Scales of 2**-3 bits per score unit and more are rounded down to just below it
+    # (never up: privacy holds, only utility is lost). Callers scale their integer
+    # scores so that this is not reached (the engine's sensitivities are >= 2**10).
+    too_large = shift < 0
     numerator = jnp.where(too_large, 2**15 - 1, numerator)
     return numerator, jnp.clip(shift, 0, 150)
 
@@ -587,11 +590,14 @@ def discrete_gaussian_table(sigma: float) -> DiscreteGaussianTable:
     scaled = np.floor(weights * (2.0**_GAUSSIAN_TABLE_BITS / math.fsum(weights))).astype(np.uint64)
     scaled[half_width] = 0
     scaled[half_width] = np.uint64(2**_GAUSSIAN_TABLE_BITS - int(scaled.sum(dtype=np.uint64)))
+    # Trim values of weight 0 at both ends: then every stored cumulative sum is below 2**62.
+    keep = np.nonzero(scaled)[0]
+    scaled, first = scaled[keep[0]:keep[-1] + 1], keep[0]
     cumulative = np.cumsum(scaled, dtype=np.uint64)[:-1]  # the last one, 2**62, is never <= U
     high = (cumulative >> np.uint64(31)).astype(np.int32)
     low = (cumulative & np.uint64(2**31 - 1)).astype(np.int32)
     tv = (4 * (2**19 + 2 * half_width + 1) + 2**12) / 2.0**_GAUSSIAN_TABLE_BITS + 2.0**-64
-    return DiscreteGaussianTable(float(sigma), -half_width, high, low, tv)
+    return DiscreteGaussianTable(float(sigma), int(first) - half_width, high, low, tv)
 
 
 def discrete_gaussian_noise(key: jax.Array, thresholds_high: jax.Array, thresholds_low: jax.Array,

@@ -64,6 +64,9 @@ class ScoreCoefficients(NamedTuple):
 
 def score_coefficients(t: float, q: float, alpha: float) -> ScoreCoefficients:
     """The integer coefficients of G for Definition 6's (t, q) and Definition 7's alpha."""
+    if not (0 < q < 0.5 and 2 * q <= t <= 1 and alpha > 0):
+        raise ValueError(f"need 0 < q < 1/2, 2q <= t <= 1 and alpha > 0 (Definitions 6-7), got "
+                         f"t={t}, q={q}, alpha={alpha}")
     reals = (t / q, (1.0 - t) / (0.5 - q), (t - 2.0 * q) / (1.0 - 2.0 * q), alpha)
     scale_bits = math.floor(math.log2(_COEFFICIENT_LIMIT / max(reals)))
     if scale_bits < 4:

@@ -44,12 +44,12 @@ from dpm_jax._arrays import bin_dtype, looped_under_vmap
 from dpm_jax.budget import Allocation
 from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import add_count_noise, em_exponent_scale, select_with_bits
-from dpm_jax.scoring import exponent_ratio, score_coefficients, split_scores
+from dpm_jax.scoring import ScoreCoefficients, exponent_ratio, score_coefficients, split_scores
 
 _CHUNK_ELEMENTS = 2**20
 _SIBLING_MIN_DIMS = 32
 
-__all__ = ["SplitTree", "Leaves", "build_tree", "half_bin_indices", "level_histogram",
+__all__ = ["SplitTree", "Leaves", "build_tree", "select_splits", "half_bin_indices", "level_histogram",
            "children_histogram"]
 
 
@@ -188,6 +188,44 @@ def _children_histogram(max_splits: int, parent_counts, child_true, half_bins, c
     return jnp.where(is_smaller[:, None, None], smaller_counts, sibling_counts)
 
 
+def select_splits(bits: jax.Array, em_table, counts: jax.Array, node_count: exact.Int,
+                  node_active: jax.Array, candidate_valid: jax.Array, epsilon, offset,
+                  coefficients: ScoreCoefficients) -> tuple[jax.Array, jax.Array]:
+    """Algorithm 1, lines 22-25 for a batch of nodes: the exponential mechanism over all splits.
+
+    Scores every candidate (:func:`dpm_jax.scoring.split_scores`, exact integers with
+    sensitivity ``coefficients.sensitivity``) with the node's released size n~ as the
+    integer N, and selects one per node with
+    :func:`dpm_jax.mechanisms.select_with_bits` at epsilon_exp, the exponent scaled by
+    :func:`dpm_jax.scoring.exponent_ratio` (Lemma 5's n~ - lambda).
+
+    Privacy: (epsilon, sampler delta)-DP per node given the released n~; the nodes of
+    a level are disjoint (parallel composition).
+
+    Args:
+      bits: (nodes, EM_TRIES, EM_DIGITS) uint32 random words.
+      em_table: the exponential mechanism's weight table on the device.
+      counts: (nodes, d, 2B) int32 half-bin counts.
+      node_count: (nodes,) released n~ (exact integers).
+      node_active: (nodes,) bool; inactive nodes have no valid candidate.
+      candidate_valid: (B,) bool, the candidates inside the bounds.
+      epsilon, offset: the level's epsilon_exp and count offset lambda.
+      coefficients: :func:`dpm_jax.scoring.score_coefficients`.
+    Returns:
+      (dimension, candidate index), (nodes,) int32 each.
+    """
+    nodes, d, num_candidates = counts.shape[0], counts.shape[1], counts.shape[2] // 2
+    size = exact.clip_to_int32(node_count, 1, 2**31 - 1)  # N: the released n~ as an integer
+    scores = split_scores(counts, size[:, None], coefficients)
+    flat = exact.Int(tuple(limb.reshape(nodes, d * num_candidates) for limb in scores.limbs))
+    valid = jnp.broadcast_to(node_active[:, None, None] & candidate_valid,
+                             (nodes, d, num_candidates)).reshape(nodes, d * num_candidates)
+    ratio = exponent_ratio(exact.to_float32(node_count), offset, size)
+    scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)
+    index = select_with_bits(bits, em_table, flat, valid, scale)
+    return index // num_candidates, index % num_candidates
+
+
 def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_points: jnp.ndarray,
                point_mask: jnp.ndarray, lower: jnp.ndarray, upper: jnp.ndarray, root_count: exact.Int,
                beta, allocation: Allocation, config: DPMConfig) -> tuple[SplitTree, Leaves]:
@@ -233,16 +271,10 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
     def choose_splits(num_nodes):
         """Lines 22-25 on the first ``num_nodes`` slots; (dim, j) padded to ``width``."""
         def choose(counts, node_count, node_active, level_bits, epsilon, offset):
-            count = exact.Int(tuple(limb[:num_nodes] for limb in node_count))
-            size = exact.clip_to_int32(count, 1, 2**31 - 1)  # N: the released n~ as an integer
-            scores = split_scores(counts[:num_nodes], size[:, None], coefficients)
-            flat = exact.Int(tuple(limb.reshape(num_nodes, d * max_splits) for limb in scores.limbs))
-            valid = jnp.broadcast_to(node_active[:num_nodes, None, None] & candidate_valid,
-                                     (num_nodes, d, max_splits)).reshape(num_nodes, d * max_splits)
-            ratio = exponent_ratio(exact.to_float32(count), offset, size)
-            scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)
-            index = select_with_bits(level_bits[:num_nodes], em_table, flat, valid, scale)
-            chosen = (index // max_splits, index % max_splits)
+            chosen = select_splits(level_bits[:num_nodes], em_table, counts[:num_nodes],
+                                   exact.Int(tuple(limb[:num_nodes] for limb in node_count)),
+                                   node_active[:num_nodes], candidate_valid, epsilon, offset,
+                                   coefficients)
             return tuple(jnp.pad(c, (0, width - num_nodes)) for c in chosen)
         return choose
 

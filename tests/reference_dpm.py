@@ -6,7 +6,7 @@ Algorithm 2 of 000_e63c772e1db0dbd8.txt, with the errata fixed as in dpm_jax
 size, half-open split intervals). No histograms, no padding, no heap layout: every
 score is computed from the points of the node by direct comparisons, and the
 recursion is Python recursion. It shares only the public conventions (the sigma
-grid, the Gaussian gap constant, the analytic Gaussian calibration) with the
+grid, the Gaussian gap constant, the averaging noise calibration) with the
 library, never the array code.
 """
 
@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from dpm_jax.interval import gaussian_gap_constant
-from dpm_jax.mechanisms import analytic_gaussian_sigma
+from dpm_jax.mechanisms import discrete_gaussian_multiplier
 
 
 def reference_scores(points, n_tilde, lower, upper, beta, num_splits, t, q, alpha):
@@ -129,8 +129,9 @@ def reference_dpm(rng: np.random.Generator, X, epsilon, delta, bounds, config):
     build_clustering(X, n_tilde, 0)
 
     middle = (lower + upper) / 2.0
-    sensitivity = float(np.sqrt(np.sum(((upper - lower) / 2.0) ** 2)))
-    sigma = analytic_gaussian_sigma(eps_avg, delta_avg, sensitivity)
+    # The library's noise level in real arithmetic: its L2 sensitivity is the half-diagonal
+    # of the unit box, sqrt(d) / 2, so each coordinate gets multiplier sqrt(d) / 2 ranges.
+    sigma = discrete_gaussian_multiplier(eps_avg, delta_avg) * math.sqrt(d) / 2.0 * (upper - lower)
     centers = np.array([middle + (np.sum(C - middle, axis=0) + rng.normal(0.0, sigma, d))
                         / max(w, 1.0) for C, w in zip(clusters, weights)])
     return dict(centers=np.clip(centers, lower, upper), counts=np.array(weights), k=len(clusters),

@@ -4,14 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax._arrays import bin_dtype, cumsum_last, looped_under_vmap
-
-
-def test_cumsum_last_equals_numpy_cumsum():
-    rng = np.random.default_rng(0)
-    for length in (1, 31, 32, 33, 256, 300):
-        x = rng.integers(0, 1000, (3, 2, length)).astype(np.float32)
-        np.testing.assert_array_equal(cumsum_last(jnp.asarray(x)), np.cumsum(x, axis=-1))
+from dpm_jax._arrays import bin_dtype, looped_under_vmap
 
 
 def test_bin_dtype_is_the_smallest_that_holds_every_bin():

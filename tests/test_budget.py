@@ -6,8 +6,17 @@ import pytest
 
 import dpm_jax
 from dpm_jax import Budget, DPMConfig
+from dpm_jax.averaging import plan_averaging
 from dpm_jax.budget import allocate, build_ledger, heap_count_epsilons, level_weights
-from dpm_jax.mechanisms import count_offset
+from dpm_jax.mechanisms import EM_EPSILON_MARGIN, count_offset, count_sampler_tv, em_sampler_tv
+
+D = 10
+
+
+def ledger_of(budget, config, d=D):
+    allocation = allocate(budget, config, d)
+    averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+    return allocation, build_ledger(allocation, config, d, 17, averaging)
 
 CONFIGS = [
     DPMConfig(),
@@ -15,14 +24,13 @@ CONFIGS = [
     DPMConfig(tau_r=3, epsilon_shares=(0.1, 0.3, 0.3, 0.3), delta_shares=(0.5, 0.5)),
     DPMConfig(tau_r=10, epsilon_shares=(0.01, 0.09, 0.4, 0.5)),
 ]
-BUDGETS = [Budget(1.0, 1e-6), Budget(0.1, 1e-9), Budget(7.3, 0.01), Budget(1e-3, 0.5)]
+BUDGETS = [Budget(1.0, 1e-6), Budget(0.1, 1e-9), Budget(7.3, 0.01), Budget(1e-2, 0.5)]
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_ledger_adds_up_exactly_to_the_budget(config, budget):
-    allocation = allocate(budget, config)
-    ledger = build_ledger(allocation, config, 1.0, 1.0)
+    allocation, ledger = ledger_of(budget, config)
     assert math.isclose(ledger.total_epsilon, budget.epsilon, rel_tol=1e-12)
     assert math.isclose(ledger.total_delta, budget.delta, rel_tol=1e-12)
     # one count entry per count level (tau_r + 1), one split entry per split level (tau_r)
@@ -30,12 +38,15 @@ def test_ledger_adds_up_exactly_to_the_budget(config, budget):
     assert sum(n.startswith("count/") for n in names) == config.tau_r + 1
     assert sum(n.startswith("split/") for n in names) == config.tau_r
     assert names.count("interval_size") == 1 and names.count("leaf_sums") == 1
+    # every entry's sampler share is inside its own epsilon / delta
+    for entry in ledger:
+        assert 0 <= entry.sampler_epsilon < entry.epsilon and 0 <= entry.sampler_delta <= entry.delta
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_shares_and_per_level_weights(config):
     budget = Budget(2.0, 1e-5)
-    a = allocate(budget, config)
+    a = allocate(budget, config, D)
     eps_int, eps_cnt, eps_exp, eps_avg = (budget.epsilon * s for s in config.epsilon_shares)
     assert math.isclose(a.interval_epsilon, eps_int)
     assert math.isclose(math.fsum(a.count_epsilons), eps_cnt, rel_tol=1e-12)
@@ -45,9 +56,17 @@ def test_shares_and_per_level_weights(config):
     for parts in (a.count_epsilons, a.split_epsilons):
         for low, high in zip(parts, parts[1:]):
             assert math.isclose(high / low, math.sqrt(2), rel_tol=1e-9)
-    # delta: 0.2 for the counts, split evenly over the tau_r + 1 count levels.
-    assert all(math.isclose(d, budget.delta * config.delta_shares[0] / (config.tau_r + 1))
-               for d in a.count_deltas)
+    # delta: 0.2 for the counts (the offsets, split evenly over the tau_r + 1 count
+    # levels, plus every exact sampler's delta), 0.8 for the averaging.
+    samplers = math.fsum(a.count_sampler_deltas + a.split_sampler_deltas + (a.interval_sampler_delta,))
+    assert math.isclose(math.fsum(a.count_deltas) + samplers, budget.delta * config.delta_shares[0],
+                        rel_tol=1e-12)
+    assert len(set(a.count_deltas)) <= 2  # equal parts (the last absorbs rounding)
+    # the sampler deltas are the proven total-variation bounds times (1 + e^epsilon)
+    for delta, e in zip(a.count_sampler_deltas, a.count_epsilons):
+        assert delta == count_sampler_tv(e) * (1 + math.exp(e))
+    for delta, e in zip(a.split_sampler_deltas, a.split_epsilons):
+        assert delta == em_sampler_tv(D * config.max_splits_per_dim) * (1 + math.exp(e))
     assert math.isclose(a.average_delta, budget.delta * config.delta_shares[1])
     # Equation 1 offsets, through the count mechanism's own offset rule.
     for offset, e, d in zip(a.count_offsets, a.count_epsilons, a.count_deltas):
@@ -63,7 +82,7 @@ def test_level_weights_sum_to_one():
 
 def test_heap_count_epsilons_follow_the_levels():
     config = DPMConfig(tau_r=3)
-    a = allocate(Budget(1.0, 1e-6), config)
+    a = allocate(Budget(1.0, 1e-6), config, D)
     per_node = heap_count_epsilons(a)
     assert len(per_node) == 2 ** (config.tau_r + 1)
     for node in range(1, len(per_node)):
@@ -82,10 +101,25 @@ def test_invalid_budget(epsilon, delta, error):
 
 def test_ledger_table_and_dicts():
     config = DPMConfig(tau_r=2)
-    ledger = build_ledger(allocate(Budget(1.0, 1e-6), config), config, 3.0, 2.0)
+    allocation, ledger = ledger_of(Budget(1.0, 1e-6), config)
     text = ledger.table()
     assert "leaf_sums" in text and "split/level1" in text and "total" in text
     rows = ledger.to_dicts()
     assert math.isclose(sum(r["epsilon"] for r in rows), 1.0)
-    assert rows[-1]["noise_scale"] == 6.0  # sensitivity 3 x sigma per unit 2
+    averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, D)
+    assert rows[-1]["noise_scale"] == averaging.sigma and rows[-1]["sensitivity"] == averaging.sensitivity
+    assert rows[2]["sensitivity"] == 17 and rows[2]["sampler_epsilon"] == EM_EPSILON_MARGIN
     assert isinstance(ledger, dpm_jax.Ledger)
+
+
+@pytest.mark.parametrize("budget, config, message", [
+    # per-level count epsilons near 45: e^epsilon times the sampler's deviation is not small
+    (Budget(1000.0, 1e-6), DPMConfig(tau_r=1), "degenerate budget"),
+    # split epsilons per level below the exact sampler's margin
+    (Budget(1e-5, 1e-6), DPMConfig(), "too small for the exact"),
+    (Budget(1.0, 1e-6), DPMConfig(max_splits_per_dim=128), "split candidates per node"),
+])
+def test_degenerate_budgets_are_refused(budget, config, message):
+    d = 4096 if "candidates" in message else D
+    with pytest.raises(ValueError, match=message):
+        allocate(budget, config, d)

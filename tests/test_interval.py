@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpm_jax import DPMConfig
+from dpm_jax import DPMConfig, exact
+from dpm_jax.mechanisms import em_weight_table
 from dpm_jax.interval import (estimate_split_interval_size, gap_counts_below, gaussian_gap_constant,
                               interval_dimensions)
 
@@ -24,6 +25,11 @@ def test_gaussian_gap_constant_matches_simulation(n):
     assert np.mean(percentiles) == pytest.approx(predicted, rel=0.03)
 
 
+def exact_values(value: exact.Int) -> list[int]:
+    low, high = (np.asarray(limb).astype(object) for limb in value.limbs)
+    return [int(x) for x in low + high * 2**30]
+
+
 def test_gap_counts_below_equals_brute_force():
     rng = np.random.default_rng(1)
     points = rng.uniform(0, 1, (300, 4)) ** 2  # uneven spacing
@@ -31,12 +37,12 @@ def test_gap_counts_below_equals_brute_force():
     mask = np.ones(300, bool)
     mask[-40:] = False  # padding points are ignored
     step, count = 0.0013, 12
-    got = np.asarray(gap_counts_below(jnp.asarray(points, jnp.float32), jnp.asarray(mask), step, count))
+    got = exact_values(gap_counts_below(jnp.asarray(points, jnp.float32), jnp.asarray(mask), step, count))
     real = points[mask]
     quantised = np.floor(real.astype(np.float32) * 2**30).astype(np.int64)
     gaps = np.diff(np.sort(quantised, axis=0), axis=0) / 2**30
-    expected = [np.mean(np.sum(gaps < step * g, axis=0)) for g in range(1, count + 1)]
-    np.testing.assert_allclose(got, expected, atol=1e-5)
+    expected = [int(np.sum(gaps < step * g)) for g in range(1, count + 1)]  # summed over dims
+    assert got == expected
 
 
 def test_gap_counts_below_with_grouped_sorts_and_under_vmap():
@@ -50,9 +56,9 @@ def test_gap_counts_below_with_grouped_sorts_and_under_vmap():
                                                      step, count))(jnp.asarray(steps))
     quantised = np.floor(points.astype(np.float32) * 2**30).astype(np.int64)
     gaps = np.diff(np.sort(quantised, axis=0), axis=0) / 2**30
-    for row, step in zip(np.asarray(batched), steps):
-        expected = [np.mean(np.sum(gaps < step * g, axis=0)) for g in range(1, count + 1)]
-        np.testing.assert_allclose(row, expected, atol=1e-5)
+    for member, step in enumerate(steps):
+        row = exact_values(exact.Int(tuple(limb[member] for limb in batched.limbs)))
+        assert row == [int(np.sum(gaps < step * g)) for g in range(1, count + 1)]
 
 
 def test_estimate_finds_the_sigma_of_gaussian_data():
@@ -65,8 +71,9 @@ def test_estimate_finds_the_sigma_of_gaussian_data():
     rng = np.random.default_rng(2)
     points = jnp.asarray(rng.normal(0.5, 0.04, (20_000, 3)), jnp.float32)
     config = DPMConfig(sigma_step=0.005, num_sigmas=20)
-    beta, index = estimate_split_interval_size(jax.random.key(0), points, jnp.ones(20_000, bool),
-                                               20_000.0, 50.0, config)
+    table = tuple(jnp.asarray(part) for part in em_weight_table())
+    beta, index = estimate_split_interval_size(jax.random.key(0), table, points,
+                                               jnp.ones(20_000, bool), 20_000.0, 50.0, config)
     assert abs(int(index) - 7) <= 1  # sigma = 0.005 * (index + 1) = 0.04
     assert float(beta) == pytest.approx(0.5 * 0.005 * (int(index) + 1))
 

@@ -1,29 +1,159 @@
-"""Scores (Definitions 5-7) from histograms equal the plain per-point computation."""
+"""Integer split scores G (Definitions 5-7 as exact integers) and their exact sensitivity."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpm_jax.scoring import centreness, score_sensitivity, split_scores
+from dpm_jax.scoring import candidate_statistics, exponent_ratio, score_coefficients, split_scores
 from dpm_jax.tree import half_bin_indices, level_histogram
-from reference_dpm import reference_scores
 
 T, Q, ALPHA = 0.3, 1 / 12, 5.0
+PARAMETERS = [(T, Q, ALPHA), (0.5, 0.25, 1.0), (0.9, 0.05, 0.5), (0.2, 0.1, 20.0), (1.0, 0.01, 100.0)]
+
+_scores = jax.jit(split_scores, static_argnums=2)
 
 
-def _jax_scores(points, n_tilde, lower, upper, beta, num_splits, max_splits):
-    """Scores the way the tree computes them: half-bins -> one histogram -> scores."""
-    unit = jnp.asarray((points - lower) / (upper - lower), jnp.float32)
-    half_bins = half_bin_indices(unit, beta, num_splits, max_splits)
-    counts = level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), jnp.ones(len(points), bool),
-                             1, max_splits)
-    scores = split_scores(counts.astype(jnp.float32), jnp.asarray([[n_tilde]], jnp.float32), T, Q, ALPHA)
-    return np.asarray(scores[0, :, :num_splits])
+# Copied from tests/reference_dpm.py (which cannot be imported while it uses a removed
+# mechanisms function): the per-point float64 scores of the paper.
+def reference_scores(points, n_tilde, lower, upper, beta, num_splits, t, q, alpha):
+    """Scores f = c + alpha e (Definitions 5-7) of every (dimension, candidate).
+
+    Candidate j of dimension i sits at s = lo_i + (j + 1/2) beta (hi_i - lo_i); its
+    split interval is [lo_i + j beta w_i, lo_i + (j+1) beta w_i), w_i = hi_i - lo_i.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    n_tilde = max(float(n_tilde), 1.0)
+    d = points.shape[1]
+    j = np.arange(num_splits)
+    scores = np.zeros((d, num_splits))
+    for i in range(d):
+        width = (upper[i] - lower[i]) * beta
+        left = lower[i] + j * width
+        right = np.where(j == num_splits - 1, np.inf, left + width)  # the last interval holds hi
+        candidate = left + 0.5 * width
+        column = points[:, i][:, None]
+        interval_count = np.sum((column >= left) & (column < right), axis=0)
+        rank = np.sum(column < candidate, axis=0)
+        emptiness = 1.0 - interval_count / n_tilde
+        half = n_tilde / 2.0
+        border_distance = half - np.abs(rank - half)
+        outer = (rank <= n_tilde * q) | (rank >= n_tilde - n_tilde * q)
+        centreness = np.where(
+            outer, border_distance * t / (n_tilde * q),
+            (t - 2 * q) / (1 - 2 * q) + border_distance * (1 - t) / (half - n_tilde * q))
+        scores[i] = centreness + alpha * emptiness
+    return scores
 
 
-@pytest.mark.parametrize("seed", range(6))
+def as_int64(g) -> np.ndarray:
+    """Value of a two-limb Int (|G| < 2**46) as int64."""
+    low, high = (np.asarray(limb).astype(np.int64) for limb in g.limbs)
+    assert np.all((low >= 0) & (low < 2**30))
+    return low + (high << 30)
+
+
+def big_int_scores(counts, size, c) -> np.ndarray:
+    """G = min(a1 D, b N + a2 D) - a3 |s|, D = min(r, N - r), in Python ints (object arrays)."""
+    counts = np.asarray(counts, np.int64).astype(object)
+    ranks = np.cumsum(counts, axis=-1)[..., 0::2]
+    interval = counts[..., 0::2] + counts[..., 1::2]
+    size = np.asarray(size, np.int64).astype(object)[..., None]
+    distance = np.minimum(ranks, size - ranks)
+    outer = c.outer_slope * distance
+    inner = c.inner_intercept * size + c.inner_slope * distance
+    return (np.minimum(outer, inner) - c.emptiness_weight * interval).astype(np.int64)
+
+
+def random_histograms(rng, shape, high):
+    counts = rng.integers(0, high, shape)
+    counts[..., :3] = 0  # empty borders
+    counts[0, 0] = 0  # an empty dimension
+    return counts
+
+
+@pytest.mark.parametrize("t, q, alpha", PARAMETERS)
+def test_split_scores_equal_the_big_int_formula(t, q, alpha):
+    rng = np.random.default_rng(0)
+    c = score_coefficients(t, q, alpha)
+    for high in (5, 1000, 2**25):
+        counts = random_histograms(rng, (6, 3, 32), high)
+        totals = counts[:, 0].sum(-1)
+        # N: the total, far below it (D < 0), far above it, 1, and the int32 maximum
+        size = np.asarray([max(totals[0], 1), max(totals[1] // 7, 1), totals[2] * 3 + 5, 1, 2**31 - 1,
+                           int(rng.integers(1, 2**31 - 1))])
+        got = as_int64(_scores(jnp.asarray(counts, jnp.int32), jnp.asarray(size[:, None], jnp.int32), c))
+        np.testing.assert_array_equal(got, big_int_scores(counts, size[:, None], c))
+
+
+def test_coefficients_are_the_scaled_reals():
+    for t, q, alpha in PARAMETERS:
+        c = score_coefficients(t, q, alpha)
+        scale = 2.0**c.scale_bits
+        assert 0 <= c.inner_slope <= c.outer_slope < 2**14 and c.emptiness_weight < 2**14
+        assert 0 <= c.inner_intercept < 2**14
+        assert abs(c.outer_slope - t / q * scale) <= 0.5
+        assert abs(c.emptiness_weight - alpha * scale) <= 0.5
+        assert abs(c.inner_intercept - (t - 2 * q) / (1 - 2 * q) * scale) <= 0.5
+        assert c.inner_slope == min(round((1 - t) / (0.5 - q) * scale), c.outer_slope)
+        assert c.sensitivity == c.outer_slope + c.emptiness_weight
+        assert isinstance(c.sensitivity, int)
+        # 2**k is as large as the 2**14 limit allows
+        assert max(c.outer_slope, c.emptiness_weight, c.inner_slope) * 2 >= 2**14 - 2
+
+
+def test_score_coefficients_reject_too_large_t_over_q_or_alpha():
+    score_coefficients(0.3, 1 / 12, 1000.0)  # still fits
+    with pytest.raises(ValueError):
+        score_coefficients(0.3, 1 / 12, 1100.0)
+    with pytest.raises(ValueError):
+        score_coefficients(0.5, 1e-4, 5.0)  # t / q = 5000
+    with pytest.raises(ValueError):
+        score_coefficients(0.3, 1 / 12, 1e9)
+
+
+def paper_scores(counts, n, t, q, alpha):
+    """Definition 7 in float64: c(r) of Definition 6 plus alpha (1 - |s| / n)."""
+    counts = np.asarray(counts, np.float64)
+    ranks = np.cumsum(counts, axis=-1)[..., 0::2]
+    interval = counts[..., 0::2] + counts[..., 1::2]
+    distance = np.minimum(ranks, n - ranks)
+    outer = (ranks <= n * q) | (ranks >= n - n * q)
+    centreness = np.where(outer, distance * t / (n * q),
+                          (t - 2 * q) / (1 - 2 * q) + distance * (1 - t) / (n / 2 - n * q))
+    return centreness + alpha * (1 - interval / n)
+
+
+def recovered_scores(g, size, c):
+    return as_int64(g) / (2.0**c.scale_bits * np.asarray(size, np.float64)) + c.emptiness_weight / 2.0**c.scale_bits
+
+
+@pytest.mark.parametrize("t, q, alpha", PARAMETERS)
+def test_integer_score_recovers_the_paper_score(t, q, alpha):
+    """G / (2**k N) + alpha = f of Definition 7 when N = n~: 1e-3 relative (or absolute below 1).
+
+    The only error is the rounding of the coefficients to integers: <= 2**-k per unit of f.
+    """
+    rng = np.random.default_rng(1)
+    c = score_coefficients(t, q, alpha)
+    for high in (20, 2**20):
+        counts = random_histograms(rng, (4, 3, 64), high)
+        size = np.maximum(counts[:, 0].sum(-1), 1)  # N = n~ = the node's total
+        size[1] = 2 * size[1] + 3  # n~ need not equal the data's count
+        got = recovered_scores(_scores(jnp.asarray(counts, jnp.int32), jnp.asarray(size[:, None], jnp.int32), c),
+                               size[:, None, None], c)
+        expected = paper_scores(counts, size[:, None, None].astype(np.float64), t, q, alpha)
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
+        # where 0 <= r <= N and |s| <= N (a consistent node) the error is at most 1.5 2**-k
+        ranks = np.cumsum(counts, -1)[..., 0::2]
+        consistent = (ranks <= size[:, None, None]) & (counts.sum(-1, keepdims=True) <= size[:, None, None])
+        assert consistent.mean() > 0.3
+        assert np.abs(got - expected)[consistent].max() <= 2.0 ** -c.scale_bits * 1.5
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_histogram_scores_equal_reference_scores(seed):
+    """Points -> half-bins -> one histogram -> G, against the per-point reference of the paper."""
     rng = np.random.default_rng(seed)
     n, d = rng.integers(1, 400), rng.integers(1, 5)
     lower, upper = np.full(d, -10.0), np.full(d, 30.0)
@@ -33,42 +163,91 @@ def test_histogram_scores_equal_reference_scores(seed):
     points = np.clip(points, lower, upper)
     beta = [0.37 / 8, 0.05, 0.11][seed % 3]  # interval edges that are not dyadic
     num_splits = int(np.ceil(1 / beta - 1e-6))
-    n_tilde = len(points) + rng.normal(0, 5)
-    expected = reference_scores(points, n_tilde, lower, upper, beta, num_splits, T, Q, ALPHA)
-    got = _jax_scores(points, n_tilde, lower, upper, beta, num_splits, max_splits=32)
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    size = max(int(round(len(points) + rng.normal(0, 5))), 1)
+    expected = reference_scores(points, size, lower, upper, beta, num_splits, T, Q, ALPHA)
+    unit = jnp.asarray((points - lower) / (upper - lower), jnp.float32)
+    half_bins = half_bin_indices(unit, beta, num_splits, 32)
+    counts = level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), jnp.ones(len(points), bool), 1, 32)
+    c = score_coefficients(T, Q, ALPHA)
+    g = _scores(jnp.asarray(counts, jnp.int32), jnp.asarray([[size]], jnp.int32), c)
+    np.testing.assert_array_equal(as_int64(g), big_int_scores(np.asarray(counts), np.asarray([[size]]), c))
+    got = recovered_scores(g, size, c)[0, :, :num_splits]
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
 
 
-def test_centreness_shape_of_definition_6():
-    n = 1200.0
-    ranks = jnp.arange(0, 1201, dtype=jnp.float32)
-    c = np.asarray(centreness(ranks, n, T, Q))
-    assert c[600] == pytest.approx(1.0)  # the median
-    assert c[0] == pytest.approx(0.0) and c[1200] == pytest.approx(0.0)  # the borders
-    assert c[100] == pytest.approx(T, abs=1e-6)  # rank n q: outer meets inner at t
-    # continuous and piecewise linear: steps are t/(n q) outside, (1-t)/(n/2 - n q) inside
-    steps = np.abs(np.diff(c))
-    assert steps.max() == pytest.approx(T / (n * Q), rel=1e-4)
-    assert steps[200:1000].max() == pytest.approx((1 - T) / (n / 2 - n * Q), rel=1e-3)
-    assert np.all(c <= 1.0 + 1e-6)
+def neighbour(rng, counts):
+    """One point added: one half-bin of every (node, dimension) gains one."""
+    added = counts.copy()
+    bins = rng.integers(0, counts.shape[-1], counts.shape[:-1])
+    np.put_along_axis(added, bins[..., None], np.take_along_axis(added, bins[..., None], -1) + 1, -1)
+    return added
 
 
-def test_score_sensitivity_lemma_5_and_clamp():
-    n_tilde = jnp.asarray([1000.0, 50.0, 5.0])
-    got = np.asarray(score_sensitivity(n_tilde, 20.0, T, Q, ALPHA))
-    np.testing.assert_allclose(got[:2], (T / Q + ALPHA) / (np.array([1000.0, 50.0]) - 20.0), rtol=1e-6)
-    assert got[2] == pytest.approx(T / Q + ALPHA)  # n~ - lambda < 1: denominator clamped at 1
+@pytest.mark.parametrize("t, q, alpha", PARAMETERS)
+def test_sensitivity_is_exact_for_every_node_size(t, q, alpha):
+    """|G(D) - G(D')| <= a1 + a3 exactly, N fixed (public), incl. N = 1.6e7 and 2**31 - 1."""
+    rng = np.random.default_rng(2)
+    c = score_coefficients(t, q, alpha)
+    for high, sizes in ((3, [1, 2, 7, 40]), (2**14, [2**18, 2**19, 10**6, 16_000_000]),
+                        (2**19 + 3, [16_000_000, 16_777_217, 2**25, 2**31 - 1]),
+                        (2**25, [2**31 - 1, 2**30, 3, 2**31 - 2])):
+        counts = random_histograms(rng, (4, 3, 64), high)
+        counts = np.minimum(counts, (2**31 - 2) // 64)  # the neighbour's total stays in int32
+        size = jnp.asarray(np.asarray(sizes)[:, None], jnp.int32)
+        g = as_int64(_scores(jnp.asarray(counts, jnp.int32), size, c))
+        for _ in range(3):
+            g_added = as_int64(_scores(jnp.asarray(neighbour(rng, counts), jnp.int32), size, c))
+            assert np.abs(g - g_added).max() <= c.sensitivity
 
 
-def test_scores_are_finite_for_tiny_or_negative_noisy_counts():
-    counts = jnp.asarray(np.random.default_rng(0).integers(0, 3, (2, 1, 8)), jnp.float32)
-    scores = split_scores(counts, jnp.asarray([[-4.0], [0.3]]), T, Q, ALPHA)
-    assert np.all(np.isfinite(np.asarray(scores)))
+def test_sensitivity_bound_is_attained():
+    """Above the median a point added inside the interval below the candidate moves G by -(a1 + a3)."""
+    c = score_coefficients(T, Q, ALPHA)
+    counts = np.zeros((1, 1, 8), np.int64)
+    counts[0, 0, 0] = 900
+    counts[0, 0, 6] = 30  # candidate 3: rank 930 > N / 2 with N = 1000 (D = 70 < q N: outer piece)
+    added = counts.copy()
+    added[0, 0, 6] += 1
+    size = jnp.asarray([[1000]], jnp.int32)
+    g = as_int64(_scores(jnp.asarray(counts, jnp.int32), size, c))
+    g_added = as_int64(_scores(jnp.asarray(added, jnp.int32), size, c))
+    assert g[0, 0, 3] - g_added[0, 0, 3] == c.sensitivity
+
+
+def test_candidate_statistics_exact_near_int32_max():
+    rng = np.random.default_rng(4)
+    counts = rng.integers(0, 2**24, (2, 3, 64))
+    counts[..., -1] += (2**31 - 1) - counts.sum(-1)  # every histogram sums to exactly 2**31 - 1
+    counts[0, 0, :] = 0
+    counts[0, 0, 10] = 2**31 - 1
+    assert np.all(counts >= 0) and np.all(counts.sum(-1) == 2**31 - 1)
+    interval, ranks = candidate_statistics(jnp.asarray(counts, jnp.int32))
+    np.testing.assert_array_equal(np.asarray(interval), counts[..., 0::2] + counts[..., 1::2])
+    np.testing.assert_array_equal(np.asarray(ranks), np.cumsum(counts, -1)[..., 0::2])
+    c = score_coefficients(T, Q, ALPHA)
+    size = jnp.asarray([[2**31 - 1], [2**31 - 1]], jnp.int32)
+    g = as_int64(_scores(jnp.asarray(counts, jnp.int32), size, c))
+    np.testing.assert_array_equal(g, big_int_scores(counts, np.asarray([[2**31 - 1]] * 2), c))
+
+
+def test_exponent_ratio_is_in_unit_interval():
+    rng = np.random.default_rng(5)
+    n_tilde = np.concatenate([rng.normal(0, 1e4, 500), [-1e9, 0.0, 1.0, 2**31, 5.0]]).astype(np.float32)
+    size = np.concatenate([rng.integers(1, 2**31 - 1, 500), [1, 1, 1, 2**31 - 1, 3]]).astype(np.int32)
+    offset = 17.25
+    got = np.asarray(exponent_ratio(jnp.asarray(n_tilde), offset, jnp.asarray(size)))
+    assert np.all((got > 0) & (got <= 1))
+    expected = np.minimum(np.maximum(n_tilde.astype(np.float64) - offset, 1.0) / size, 1.0)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # near the node size the ratio is (n~ - lambda) / N
+    ratio = exponent_ratio(jnp.float32(1000.0), 20.0, jnp.int32(1000))
+    assert float(ratio) == pytest.approx(0.98)
 
 
 def test_scores_jit_and_eager_agree():
-    counts = jnp.asarray(np.random.default_rng(1).integers(0, 9, (3, 2, 16)), jnp.float32)
-    n_tilde = jnp.asarray([[40.0], [70.0], [10.0]])
-    eager = split_scores(counts, n_tilde, T, Q, ALPHA)
-    jitted = jax.jit(split_scores, static_argnums=(2, 3, 4))(counts, n_tilde, T, Q, ALPHA)
-    np.testing.assert_allclose(np.asarray(eager), np.asarray(jitted), rtol=1e-6)
+    c = score_coefficients(T, Q, ALPHA)
+    counts = jnp.asarray(np.random.default_rng(6).integers(0, 9, (3, 2, 16)), jnp.int32)
+    size = jnp.asarray([[40], [70], [1]], jnp.int32)
+    eager, jitted = split_scores(counts, size, c), _scores(counts, size, c)
+    for a, b in zip(eager.limbs, jitted.limbs):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
