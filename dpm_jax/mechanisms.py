@@ -561,10 +561,12 @@ def exponential_mechanism(key: jax.Array, table, scores: Int, valid: jax.Array, 
 # inverse-CDF table of 62-bit integers built on the host: W_k = floor(w_k 2**62 /
 # sum w) for |k| <= K, k != 0, W_0 = 2**62 - sum of the others; a 62-bit uniform
 # integer U selects #{k : C_k <= U} with C the cumulative sums. Distance from the
-# ideal law, per draw: the float64 weights carry a relative error <= 2**-43 (argument
-# and exp2 rounding: an assumed bound on the host's libm), each W_k is floored, W_0
-# absorbs the rest, and the tail beyond K = ceil(sigma sqrt(160 ln 2)) + 1 (ideal
-# mass < 2**-64) is cut: tv <= (4 (2**19 + 2K + 1) + 2**12) / 2**62 + 2**-64.
+# ideal law, per draw: the float64 weights carry a relative error <= 2**-45 (the
+# argument k^2 / (2 sigma^2) <= 56 is rounded twice, <= 2**-46.2 absolute, and exp
+# adds <= 2**-52: an assumed bound on the host's libm, checked by the tests against
+# 50-digit arithmetic), each W_k is floored, W_0 absorbs the rest, and the tail
+# beyond K = ceil(sigma sqrt(160 ln 2)) + 1 (ideal mass < 2**-64) is cut:
+# tv <= (4 (2**17 + 2K + 1) + 2**12) / 2**62 + 2**-64.
 _GAUSSIAN_TABLE_BITS = 62
 _GAUSSIAN_TAIL_EXPONENT = 80 * math.log(2.0)
 
@@ -596,7 +598,7 @@ def discrete_gaussian_table(sigma: float) -> DiscreteGaussianTable:
     cumulative = np.cumsum(scaled, dtype=np.uint64)[:-1]  # the last one, 2**62, is never <= U
     high = (cumulative >> np.uint64(31)).astype(np.int32)
     low = (cumulative & np.uint64(2**31 - 1)).astype(np.int32)
-    tv = (4 * (2**19 + 2 * half_width + 1) + 2**12) / 2.0**_GAUSSIAN_TABLE_BITS + 2.0**-64
+    tv = (4 * (2**17 + 2 * half_width + 1) + 2**12) / 2.0**_GAUSSIAN_TABLE_BITS + 2.0**-64
     return DiscreteGaussianTable(float(sigma), int(first) - half_width, high, low, tv)
 
 

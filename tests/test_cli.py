@@ -23,7 +23,7 @@ from dpm_jax.cli import (CONFIG_OPTIONS, _config, _write_atomically, build_parse
                          read_points)
 from dpm_jax.datasets import synthetic_blobs
 
-EPSILON, DELTA, TAU_R = 1000.0, 1e-6, 2
+EPSILON, DELTA, TAU_R = 10.0, 1e-6, 2
 BOUNDS = (-10.0, 10.0)
 DATA = synthetic_blobs(256, 3, num_blobs=3, box=(-8.0, 8.0), std=0.5, seed=3)
 ARGS = ["--epsilon", str(EPSILON), "--delta", str(DELTA), "--bounds", *map(str, BOUNDS),

@@ -190,8 +190,6 @@ def test_to_float32_of_wide_values_is_close():
     np.testing.assert_allclose(got, np.abs(expected), rtol=2**-22, atol=1.0)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: to_float32 of negative 3+-limb values combines "
-                   "the limbs in float32 and cancels catastrophically (-1 -> 1073741823)")
 def test_to_float32_of_negative_three_limb_values():
     x = np.asarray([-1, -68686, -(2**40) - 12345], object)
     got = np.asarray(exact.to_float32(make(x, 3)), np.float64)

@@ -44,7 +44,7 @@ CI_SCENARIOS = (
     Scenario(50, 200, dpm_jax.Budget(5.0, 0.5), dpm_jax.DPMConfig(tau_r=1, num_sigmas=20)),
     Scenario(400, 4, dpm_jax.Budget(1e-3, 1e-6), dpm_jax.DPMConfig(
         tau_r=3, tau_e=2.0, epsilon_shares=(0.1, 0.2, 0.3, 0.4), delta_shares=(0.5, 0.5))),
-    Scenario(3000, 2, dpm_jax.Budget(100.0, 1e-3), dpm_jax.DPMConfig(tau_r=2, sigma_step=0.01,
+    Scenario(3000, 2, dpm_jax.Budget(20.0, 1e-3), dpm_jax.DPMConfig(tau_r=2, sigma_step=0.01,
                                                                      num_sigmas=5)),
 )
 
@@ -270,3 +270,12 @@ def test_wrong_budget_config_and_mask_are_rejected():
         call(config={"tau_r": 3})
     with pytest.raises(ValueError):
         call(point_mask=np.ones(4, bool))
+
+
+@pytest.mark.parametrize("budget", [dpm_jax.Budget(100.0, 1e-3), dpm_jax.Budget(1000.0, 1e-6)])
+def test_budgets_no_exact_sampler_can_certify_are_rejected(budget):
+    """At epsilon_avg = 60 (or per-level count epsilons near 45) e^epsilon times a
+    sampler's proven deviation exceeds delta: refused before any work, not released
+    with an uncharged delta (a count sampler at epsilon > 45 once added no noise)."""
+    with pytest.raises(ValueError, match="delta|degenerate"):
+        call(budget=budget)
