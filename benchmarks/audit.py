@@ -29,7 +29,7 @@ import numpy as np
 import dpm_jax
 from dpm_jax import audit as audit_lib
 from dpm_jax import budget as budget_lib
-from dpm_jax import mechanisms
+from dpm_jax import averaging, exact, mechanisms
 
 BOUNDS = (-1.0, 1.0)
 COUNT_CONFIG = dpm_jax.DPMConfig(tau_r=1, tau_e=-1e6, sigma_step=0.25, num_sigmas=1,
@@ -79,22 +79,23 @@ def split_step(epsilon: float, runs: int, confidence: float):
     """One split choice from library pieces, public n~ = 72, alpha = 0.01 (see tests)."""
     points = np.concatenate([np.full(66, 0.5), np.full(6, 1.0)]).astype(np.float32)[:, None]
     a, b = points, np.concatenate([points, np.zeros((1, 1), np.float32)])
-    mechanism = audit_lib.split_step_mechanism(72.0, epsilon, 0.125, dpm_jax.DPMConfig(alpha=0.01))
+    mechanism = audit_lib.split_step_mechanism(72, epsilon, 0.125, dpm_jax.DPMConfig(alpha=0.01))
     events = {"a lower candidate": lambda out: out[1] < 4, "candidate 0": lambda out: out[1] == 0}
     return epsilon, audit_lib.audit(jax.random.key(2), mechanism, a, b, events, runs,
+                                    delta=mechanisms.em_sampler_tv(8) * (1 + math.exp(epsilon)),
                                     confidence=confidence)
 
 
 def worst_case_exponential(epsilon: float, runs: int, confidence: float):
     """The exponential mechanism on scores that move by exactly +-Delta."""
-    sensitivity = 0.5
-    scores_a = jnp.array([0.0, 3.0 / epsilon], jnp.float32)
-    scores_b = scores_a + jnp.array([sensitivity, -sensitivity])
+    sensitivity = 1024
+    scores_a = jnp.array([0, round(6 * 1024 / epsilon)], jnp.int32)
+    scores_b = scores_a + jnp.array([sensitivity, -sensitivity], jnp.int32)
+    table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
 
     def mechanism(key, scores):
-        _, candidate = mechanisms.exponential_mechanism(
-            key, scores[None, None, :], jnp.ones((1, 1, 2), bool), epsilon, jnp.array([sensitivity]))
-        return candidate[0]
+        return mechanisms.exponential_mechanism(key, table, exact.from_int32(scores[None, :]),
+                                                jnp.ones((1, 2), bool), epsilon, sensitivity)[0]
 
     return epsilon, audit_lib.audit(jax.random.key(3), mechanism, scores_a, scores_b,
                                     {"candidate 0": lambda c: c == 0}, runs, confidence=confidence)
@@ -102,7 +103,7 @@ def worst_case_exponential(epsilon: float, runs: int, confidence: float):
 
 def discrete_laplace_count(epsilon: float, runs: int, confidence: float):
     """noisy_count alone on |S| = 10 vs 11, tail events n~ >= 11, 12, 14."""
-    mechanism = lambda key, count: mechanisms.noisy_count(key, count, epsilon)
+    mechanism = lambda key, count: exact.to_float32(mechanisms.noisy_count(key, count, epsilon))
     events = {f"n~ >= {t}": (lambda t: lambda out: out >= t)(t) for t in (11, 12, 14)}
     return epsilon, audit_lib.audit(jax.random.key(4), mechanism, jnp.int32(10), jnp.int32(11),
                                     events, runs, confidence=confidence)
@@ -113,22 +114,62 @@ def halved_noise(original):
 
 
 def reused_across_levels(original):
-    def allocate(budget, config):
-        allocation = original(budget, config)
+    def allocate(budget, config, d):
+        allocation = original(budget, config, d)
         total = math.fsum(allocation.count_epsilons)
         return allocation._replace(count_epsilons=(total,) * len(allocation.count_epsilons))
     return allocate
 
 
-def without_factor_2(original):
-    return lambda key, scores, valid, epsilon, sensitivity: original(key, scores, valid,
-                                                                     2.0 * epsilon, sensitivity)
+def doubled_exponent(original):
+    """Delta_f halved, or the factor 2 of Definition 4 dropped: the exponent doubled."""
+    return lambda epsilon, sensitivity, ratio=1.0: 2.0 * original(epsilon, sensitivity, ratio)
+
+
+def float32_sum_construction(epsilon: float, runs: int, confidence: float):
+    """cluster (one leaf) on the float32-sum neighbours; events on the released centre."""
+    a, b = audit_lib.float32_sum_neighbours()
+    budget = dpm_jax.Budget(epsilon, 1e-6)
+    exact_centre = (16_383 + 40_000 * 0.3 * 2.0**-10) / (len(a[0]) - 1)
+    events = {f"centre > exact + {s:g}": (lambda s: lambda r: r.centers[0, 0] > exact_centre + s)(s)
+              for s in (-2e-4, 0.0, 2e-4, 4e-4, 8e-4)}
+    mechanism = audit_lib.cluster_mechanism(budget, (-1.0, 1.0), dpm_jax.DPMConfig(tau_r=1, tau_e=1e9))
+    return epsilon, audit_lib.audit(jax.random.key(4), mechanism, a, b, events, runs,
+                                    delta=budget.delta, confidence=confidence, batch_size=256)
+
+
+def float32_leaf_sums(codes, point_mask, point_slot, num_slots):
+    """The planted bug: leaf sums accumulated in float32 (the engine before exact sums)."""
+    sums = jax.ops.segment_sum(jnp.where(point_mask[:, None], codes.astype(jnp.float32), 0.0),
+                               point_slot, num_segments=num_slots)
+    high = jnp.floor(sums / 2.0**30)
+    return exact.Int(((sums - high * 2.0**30).astype(jnp.int32), high.astype(jnp.int32)))
+
+
+def count_addition(epsilon: float, runs: int, confidence: float):
+    """The tree's count release (add_count_noise) at counts 2**24 + 1 vs 2**24 + 2."""
+    def mechanism(key, count):
+        noise = mechanisms.count_noise(key, np.full((1,), epsilon))
+        return exact.to_float32(mechanisms.add_count_noise(count[None], noise))[0]
+
+    events = {f"release <= 2**24 + {k}": (lambda k: lambda v: v <= 2.0**24 + k)(k) for k in range(4)}
+    return epsilon, audit_lib.audit(jax.random.key(5), mechanism, jnp.int32(2**24 + 1),
+                                    jnp.int32(2**24 + 2), events, runs,
+                                    delta=mechanisms.count_sampler_tv(epsilon) * (1 + math.exp(epsilon)),
+                                    confidence=confidence)
+
+
+def float32_count_addition(true_counts, noise):
+    """The planted bug: the count added to its noise in float32 (the engine before)."""
+    value = jnp.asarray(true_counts).astype(jnp.float32) + exact.to_float32(noise)
+    high = jnp.floor(value / 2.0**30)
+    return exact.Int(((value - high * 2.0**30).astype(jnp.int32), high.astype(jnp.int32)))
 
 
 def configurations(runs: int):
     """(name, variant, broken piece or None, function, epsilon, runs)."""
-    count, allocate, exponential = (mechanisms.count_noise, budget_lib.allocate,
-                                    mechanisms.exponential_mechanism)
+    count, allocate, scale = (mechanisms.count_noise, budget_lib.allocate,
+                              mechanisms.em_exponent_scale)
     return [
         ("discrete Laplace count", "library", None, discrete_laplace_count, 1.0, runs),
         ("cluster, count-heavy", "library", None, count_heavy_cluster, 1.0, runs),
@@ -138,12 +179,19 @@ def configurations(runs: int):
          (allocate, reused_across_levels(allocate)), count_heavy_cluster, 1.0, runs),
         ("cluster, defaults, tau_r=3", "library", None, default_cluster, 1.0, runs // 2),
         ("cluster, defaults, tau_r=3", "library", None, default_cluster, 0.1, runs // 2),
-        ("split step (library pieces)", "library", None, split_step, 1.0, runs),
-        ("split step (library pieces)", "no factor 2", (exponential, without_factor_2(exponential)),
+        ("split step (tree.select_splits)", "library", None, split_step, 1.0, runs),
+        ("split step (tree.select_splits)", "Delta_f halved", (scale, doubled_exponent(scale)),
          split_step, 1.0, runs),
         ("exponential mechanism, worst case", "library", None, worst_case_exponential, 1.0, runs),
-        ("exponential mechanism, worst case", "no factor 2",
-         (exponential, without_factor_2(exponential)), worst_case_exponential, 1.0, runs),
+        ("exponential mechanism, worst case", "no factor 2", (scale, doubled_exponent(scale)),
+         worst_case_exponential, 1.0, runs),
+        ("float32-sum neighbours, cluster", "library", None, float32_sum_construction, 1.0,
+         min(runs, 4096)),
+        ("float32-sum neighbours, cluster", "float32 leaf sums",
+         (averaging.leaf_sums, float32_leaf_sums), float32_sum_construction, 1.0, min(runs, 4096)),
+        ("count at 2**24, add_count_noise", "library", None, count_addition, 1.0, runs),
+        ("count at 2**24, add_count_noise", "float32 count addition",
+         (mechanisms.add_count_noise, float32_count_addition), count_addition, 1.0, runs),
     ]
 
 

@@ -224,13 +224,17 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
 
 @functools.lru_cache(maxsize=1)
 def _em_table():
-    return tuple(jnp.asarray(part) for part in em_weight_table())
+    # Concrete device arrays even when cluster is called inside a caller's jit or vmap
+    # (a staged constant would be a tracer, and caching it would leak it).
+    with jax.ensure_compile_time_eval():
+        return tuple(jax.device_put(part) for part in em_weight_table())
 
 
 @functools.lru_cache(maxsize=8)
 def _gaussian_thresholds(sigma: float):
     table = discrete_gaussian_table(sigma)
-    return jnp.asarray(table.thresholds_high), jnp.asarray(table.thresholds_low)
+    with jax.ensure_compile_time_eval():
+        return jax.device_put(table.thresholds_high), jax.device_put(table.thresholds_low)
 
 
 @functools.partial(jax.jit, static_argnames=("allocation", "config", "averaging"))

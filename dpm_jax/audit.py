@@ -53,6 +53,7 @@ __all__ = [
     "clopper_pearson_bounds",
     "epsilon_lower_bound",
     "far_point_neighbours",
+    "float32_sum_neighbours",
     "cluster_mechanism",
     "split_step_mechanism",
     "node_count_at_least",
@@ -274,6 +275,20 @@ def far_point_neighbours(points, bounds, corner: str = "upper", masked: bool = F
         return points, extended
     present = np.ones(len(extended), bool)
     return (extended, np.arange(len(extended)) < len(points)), (extended, present)
+
+
+def float32_sum_neighbours():
+    """The construction that broke float32 leaf sums, as masked pairs ``((X, mask_A), (X, mask_B))``.
+
+    d = 1, bounds (-1, 1): 16,383 points at +1, then 40,000 pairs (+1.2, -0.9) 2**-10;
+    B adds one point at 1.0 placed first. Float32 partial sums of B sit one binade
+    higher than A's from the start, so every small pair rounds differently: the float32
+    sums differ by about 79 (data units) against a sensitivity of 1. Exact sums
+    differ by the added point only.
+    """
+    pairs = np.tile(np.array([1.2, -0.9]) * 2.0**-10, 40_000)
+    points = np.concatenate([[1.0], np.ones(16_383), pairs]).astype(np.float32)[:, None]
+    return (points, np.arange(len(points)) > 0), (points, np.ones(len(points), bool))
 
 
 def cluster_mechanism(budget: Budget, bounds, config: DPMConfig = DPMConfig()) -> Mechanism:

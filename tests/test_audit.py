@@ -25,8 +25,8 @@ from scipy import stats
 
 import dpm_jax
 from dpm_jax import audit as audit_lib
+from dpm_jax import averaging, exact, mechanisms
 from dpm_jax import budget as budget_lib
-from dpm_jax import mechanisms
 
 CONFIDENCE = 0.999
 CLAIMED = dpm_jax.Budget(1.0, 1e-6)
@@ -151,8 +151,8 @@ def test_audit_catches_count_budget_reused_across_levels():
     """Every count level spends the whole count budget instead of its share."""
     original = budget_lib.allocate
 
-    def reused(budget, config):
-        allocation = original(budget, config)
+    def reused(budget, config, d):
+        allocation = original(budget, config, d)
         total = math.fsum(allocation.count_epsilons)
         return allocation._replace(count_epsilons=(total,) * len(allocation.count_epsilons))
 
@@ -171,20 +171,20 @@ def test_substituted_restores_the_library():
 
 
 def split_step_audit() -> audit_lib.AuditResult:
-    """One split choice of the tree (library pieces, public n~ = 72, 8 candidates,
-    alpha = 0.01 so that the centreness carries the score). A: 66 points at 0.5 and 6
-    at the upper bound; B adds one at the lower bound, which raises every rank by
-    one: the 4 lower candidates (rank 0 -> 1) gain t/(q n~) ~ Delta_f, the 4 upper
-    ones (distance 6 -> 5 from the top) lose as much. The event "a lower candidate"
-    then has log-ratio ~ 2 x eps Delta_f / (2 Delta_f) = eps (correct) or 2 eps
-    (without the factor 2)."""
+    """One split choice of the tree, on the engine's path (``tree.select_splits``: integer
+    scores, the exact exponential mechanism), public n~ = 72, 8 candidates, alpha = 0.01
+    so that the centreness carries the score. A: 66 points at 0.5 and 6 at the upper
+    bound; B adds one at the lower bound, which raises every rank by one: the 4 lower
+    candidates (rank 0 -> 1) gain a1 ~ Delta_G, the 4 upper ones (distance 6 -> 5 from
+    the top) lose as much. The event "a lower candidate" then has log-ratio ~ eps
+    (correct) or 2 eps (the exponent doubled: Delta_f halved, or the factor 2 dropped)."""
     points = np.concatenate([np.full(66, 0.5), np.full(6, 1.0)]).astype(np.float32)[:, None]
     a, b = points, np.concatenate([points, np.zeros((1, 1), np.float32)])
-    mechanism = audit_lib.split_step_mechanism(72.0, CLAIMED.epsilon, 0.125,
+    mechanism = audit_lib.split_step_mechanism(72, CLAIMED.epsilon, 0.125,
                                                dpm_jax.DPMConfig(alpha=0.01))
     events = {"a lower candidate": lambda out: out[1] < 4}
     return audit_lib.audit(jax.random.key(2), mechanism, a, b, events, 100_000,
-                           confidence=CONFIDENCE)
+                           delta=mechanisms.em_sampler_tv(8) * (1 + math.e), confidence=CONFIDENCE)
 
 
 def test_split_step_audit_stays_below_the_claim():
@@ -192,29 +192,29 @@ def test_split_step_audit_stays_below_the_claim():
     assert 0.7 < result.epsilon_lower_bound <= CLAIMED.epsilon
 
 
-def test_audit_catches_exponential_mechanism_without_the_factor_2():
-    """exp(eps f / Delta) as printed in Definition 4 (the paper's erratum)."""
-    original = mechanisms.exponential_mechanism
-    without_factor_2 = lambda key, scores, valid, epsilon, sensitivity: original(
-        key, scores, valid, 2.0 * epsilon, sensitivity)
-    with audit_lib.substituted(original, without_factor_2):
+def test_audit_catches_halved_split_sensitivity():
+    """Delta_f halved, i.e. the exponent per score unit doubled (which is also what
+    dropping the factor 2 of Definition 4, the paper's erratum, does)."""
+    original = mechanisms.em_exponent_scale
+    doubled = lambda epsilon, sensitivity, ratio=1.0: 2.0 * original(epsilon, sensitivity, ratio)
+    with audit_lib.substituted(original, doubled):
         assert split_step_audit().epsilon_lower_bound > CLAIMED.epsilon
 
 
 @pytest.mark.parametrize("factor", [1.0, 2.0])
 def test_worst_case_scores_audit_of_the_exponential_mechanism(factor):
-    """Scores that move by exactly +-Delta between neighbours, the worst case the
-    mechanism's claim covers: the correct sampler stays below eps, the one without the
-    factor 2 (logits doubled) exceeds it."""
-    epsilon, sensitivity = 1.0, 0.5
-    scores_a = jnp.array([0.0, 3.0], jnp.float32)  # A: candidate 0 far behind
-    scores_b = scores_a + jnp.array([sensitivity, -sensitivity])  # B: 0 up, 1 down by Delta
+    """Integer scores that move by exactly +-Delta between neighbours, the worst case the
+    mechanism's claim covers: the exact sampler stays below eps, the one without the
+    factor 2 (exponent doubled) exceeds it."""
+    epsilon, sensitivity = 1.0, 1024
+    scores_a = jnp.array([0, 6 * 1024], jnp.int32)  # A: candidate 0 far behind
+    scores_b = scores_a + jnp.array([sensitivity, -sensitivity], jnp.int32)  # B: 0 up, 1 down
+    table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
 
     def mechanism(key, scores):
-        _, candidate = mechanisms.exponential_mechanism(
-            key, scores[None, None, :], jnp.ones((1, 1, 2), bool), factor * epsilon,
-            jnp.array([sensitivity]))
-        return candidate[0]
+        return mechanisms.exponential_mechanism(
+            key, table, exact.from_int32(scores[None, :]), jnp.ones((1, 2), bool), factor * epsilon,
+            sensitivity)[0]
 
     result = audit_lib.audit(jax.random.key(3), mechanism, scores_a, scores_b,
                              {"candidate 0": lambda c: c == 0}, 100_000, confidence=CONFIDENCE)
@@ -222,3 +222,71 @@ def test_worst_case_scores_audit_of_the_exponential_mechanism(factor):
         assert 0.7 < result.epsilon_lower_bound <= epsilon
     else:
         assert result.epsilon_lower_bound > epsilon
+
+
+# ------------------------------------------- regression suite: the float32 constructions
+# Each construction once broke the claimed guarantee in float32 arithmetic (see
+# docs/privacy.md). It runs on the engine's own path (cluster with point_mask, or the
+# function cluster calls), >= 1,000 keys vmapped, at confidence 0.999; the planted
+# float32 variant of the same step must be caught by the same audit.
+
+def centre_audit(num_runs: int) -> audit_lib.AuditResult:
+    """cluster (one leaf: tau_e above any count) on the float32-sum neighbours; events:
+    the released centre above thresholds around the exact centres."""
+    config = dpm_jax.DPMConfig(tau_r=1, tau_e=1e9)
+    a, b = audit_lib.float32_sum_neighbours()
+    exact_centre = (16_383 + 40_000 * 0.3 * 2.0**-10) / (len(a[0]) - 1)
+    # the centre's noise is ~1e-4 here; the float32 error moves it by ~8e-4
+    events = {f"centre > exact + {shift:g}": (lambda s: lambda result: result.centers[0, 0]
+                                              > exact_centre + s)(shift)
+              for shift in (-2e-4, 0.0, 2e-4, 4e-4, 8e-4)}
+    mechanism = audit_lib.cluster_mechanism(CLAIMED, (-1.0, 1.0), config)
+    return audit_lib.audit(jax.random.key(4), mechanism, a, b, events, num_runs,
+                           delta=CLAIMED.delta, confidence=CONFIDENCE, batch_size=256)
+
+
+def test_float32_sum_construction_audit_stays_below_the_claim():
+    assert centre_audit(1024).epsilon_lower_bound <= CLAIMED.epsilon
+
+
+def test_audit_catches_float32_leaf_sums():
+    def float32_leaf_sums(codes, point_mask, point_slot, num_slots):
+        sums = jax.ops.segment_sum(jnp.where(point_mask[:, None], codes.astype(jnp.float32), 0.0),
+                                   point_slot, num_segments=num_slots)
+        high = jnp.floor(sums / 2.0**30)
+        return exact.Int(((sums - high * 2.0**30).astype(jnp.int32), high.astype(jnp.int32)))
+
+    with audit_lib.substituted(averaging.leaf_sums, float32_leaf_sums):
+        assert centre_audit(1024).epsilon_lower_bound > CLAIMED.epsilon
+
+
+def count_addition_audit() -> audit_lib.AuditResult:
+    """The count release as the tree performs it (mechanisms.add_count_noise) at counts
+    2**24 + 1 and 2**24 + 2, where float32 cannot hold every integer: adding there in
+    float32 rounds to even and doubled the privacy loss."""
+    epsilon = 1.0
+
+    def mechanism(key, count):
+        noise = mechanisms.count_noise(key, np.full((1,), epsilon))
+        return exact.to_float32(mechanisms.add_count_noise(count[None], noise))[0]
+
+    events = {f"release <= 2**24 + {k}": (lambda k: lambda v: v <= 2.0**24 + k)(k) for k in (0, 1, 2, 3)}
+    return audit_lib.audit(jax.random.key(5), mechanism, jnp.int32(2**24 + 1), jnp.int32(2**24 + 2),
+                           events, 20_000, delta=mechanisms.count_sampler_tv(epsilon) * (1 + math.e),
+                           confidence=CONFIDENCE)
+
+
+def test_count_addition_audit_stays_below_the_claim():
+    assert count_addition_audit().epsilon_lower_bound <= 1.0
+
+
+def test_audit_catches_float32_count_addition():
+    original = mechanisms.add_count_noise
+
+    def float32_addition(true_counts, noise):
+        value = jnp.asarray(true_counts).astype(jnp.float32) + exact.to_float32(noise)
+        high = jnp.floor(value / 2.0**30)
+        return exact.Int(((value - high * 2.0**30).astype(jnp.int32), high.astype(jnp.int32)))
+
+    with audit_lib.substituted(original, float32_addition):
+        assert count_addition_audit().epsilon_lower_bound > 1.0
