@@ -145,7 +145,7 @@ def test_plan_averaging_pays_for_its_delta(epsilon, delta):
             continue
         rho = 1.0 / (2.0 * plan.multiplier**2)
         assert cdp_delta(rho, epsilon) + plan.sampler_delta <= delta
-        assert plan.sampler_delta <= 0.01 * delta
+        assert plan.sampler_delta <= 0.1 * delta  # plan_averaging refuses more (documented)
         table = discrete_gaussian_table(plan.sigma)
         assert plan.sampler_delta >= d * table.tv * (1 + math.exp(epsilon))  # the sampler is paid for
         ratio = 2 ** (FIXED_POINT_BITS - 1 - plan.coarse_shift)
