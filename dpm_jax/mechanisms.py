@@ -292,8 +292,12 @@ def count_offset(epsilon: float, delta: float) -> float:
 #   2. c 2**F is rounded *down* to c_num 2**-c_shift with a 15-bit c_num (a smaller
 #      exponent scale spends less privacy, so rounding down is always safe), and
 #      j_i = floor(c_num x_i / 2**c_shift): the exponent in units of 2**-F, exact.
-#   3. The weight is floor(T[j_i mod 2**F] / 2**(j_i div 2**F)), T[k] = floor(2**59
-#      2**(-k / 2**F)) from a host table: the best candidate weighs exactly 2**59.
+#   3. The weight is floor(P(j_i mod 2**F) / 2**(1 + j_i div 2**F)) with P(k) =
+#      A[k div 2**9] B[k mod 2**9], two host tables of 30-bit integers A[i] =
+#      round(2**30 2**(-i / 2**9)) and B[l] = round(2**30 2**(-l / 2**F)) (exact,
+#      40-digit decimal): P is an exact 60-bit product (15-bit halves in int32), so the
+#      best candidate weighs exactly 2**59. Two 512-entry tables stay in cache, where
+#      one 2**18-entry table did not (a cache miss per candidate).
 #   4. Exact cumulative sums of the weights (12-bit digits, int32 columns); V uniform
 #      on [0, W) by rejection from 2**bitlength(W) (at most EM_TRIES tries, each
 #      accepted with probability >= 1/2); the selected index is #{i : C_i <= V}.
@@ -301,10 +305,10 @@ def count_offset(epsilon: float, delta: float) -> float:
 #   * multiplicative: step 2 computes j from floor(x_i / 2**h) (h = c_shift - 17 when
 #     positive, so the dropped bits are worth less than 1/4 unit of j) and floors the
 #     product: j_i is at most 1.25 units of 2**-F below c' x_i 2**F, so every weight is
-#     larger than ideal by a factor in [1, 2**(1.25 2**-F)); the table's float64 entries
-#     carry a relative error <= 2**-43 (an assumed bound on the host's exp2; tests check
-#     the table against 50-digit arithmetic). So every probability is within e^(+-gamma)
-#     of the ideal one, gamma = 1.25 ln 2 2**-F + 2 2**-43, and the mechanism is
+#     larger than ideal by a factor in [1, 2**(1.25 2**-F)); P(k) / 2**60 is within a
+#     relative 2**-29 of 2**(-k / 2**F) (A and B rounded to nearest, A >= 2**29,
+#     B >= 2**30 2**(-1/512)). So every probability is within e^(+-gamma) of the ideal
+#     one, gamma = 1.25 ln 2 2**-F + 2 2**-29, and the mechanism is
 #     (epsilon' + 2 gamma)-DP for an ideal epsilon'; c is computed from
 #     epsilon' = epsilon - EM_EPSILON_MARGIN.
 #   * total variation: flooring the weights to integers moves each probability by
@@ -318,7 +322,8 @@ _DIGIT_BITS = 12
 _DIGIT_MASK = (1 << _DIGIT_BITS) - 1
 EM_DIGITS = 7  # cumulative weights < 2**(59 + 18) fit in 7 digits of 12 bits
 EM_MAX_CANDIDATES = 2**18  # every digit column's cumulative sum stays below 2**31
-_EM_TABLE_RELATIVE_ERROR = 2.0**-43
+_EM_TABLE_RELATIVE_ERROR = 2.0**-29
+_COARSE_BITS = 9
 _EXPONENT_FLOOR_UNITS = 1.25
 EM_EPSILON_MARGIN = 2 * (_EXPONENT_FLOOR_UNITS * math.log(2.0) * 2.0**-EM_FRACTION_BITS
                          + 2 * _EM_TABLE_RELATIVE_ERROR)
@@ -335,12 +340,20 @@ def em_sampler_tv(num_candidates: int) -> float:
 
 @functools.lru_cache(maxsize=1)
 def em_weight_table() -> tuple[np.ndarray, np.ndarray]:
-    """T[k] = floor(2**59 2**(-k / 2**F)) for k < 2**F, as (low, high) 30-bit int32 limbs."""
-    k = np.arange(2**EM_FRACTION_BITS, dtype=np.float64)
-    table = np.floor(np.exp2(EM_WEIGHT_BITS - k / 2**EM_FRACTION_BITS)).astype(np.uint64)
-    low = (table & np.uint64(exact.LIMB_MASK)).astype(np.int32)
-    high = (table >> np.uint64(exact.LIMB_BITS)).astype(np.int32)
-    return low, high
+    """(A, B): A[i] = round(2**30 2**(-i / 2**9)), B[l] = round(2**30 2**(-l / 2**F)), 512 each (int32).
+
+    Exact: 40-digit decimal arithmetic, then rounding to the nearest integer.
+    A[k >> 9] B[k & 511] is 2**60 2**(-k / 2**F) up to a relative 2**-29.
+    """
+    def fixed_point(step_bits: int) -> np.ndarray:
+        with decimal.localcontext() as context:
+            context.prec = 40
+            two = decimal.Decimal(2)
+            values = [(two ** 30 * two ** (decimal.Decimal(-i) / two ** step_bits)).to_integral_value(
+                rounding=decimal.ROUND_HALF_EVEN) for i in range(2**_COARSE_BITS)]
+        return np.array([int(v) for v in values], dtype=np.int64).astype(np.int32)
+
+    return fixed_point(_COARSE_BITS), fixed_point(EM_FRACTION_BITS)
 
 
 def em_exponent_scale(epsilon, sensitivity, ratio=1.0) -> jax.Array:
@@ -402,7 +415,7 @@ def _exponents(gap: Int, exponent_scale: jax.Array) -> jax.Array:
 
 
 def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array) -> jax.Array:
-    """Integer weights floor(2**59 2**(-j_i / 2**F)): five (..., M) arrays of 12-bit digits.
+    """Integer weights floor(P(j_i) / 2**(1 + j_i div 2**F)) ~ 2**59 2**(-j_i / 2**F): five (..., M) 12-bit digit arrays.
 
     ``scores`` (..., M) exact integers, ``valid`` (..., M), ``exponent_scale`` (...,)
     base-2 exponent per score unit. Invalid candidates weigh exactly 0.
@@ -412,16 +425,25 @@ def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array) 
                        for i, limb in enumerate(scores.limbs)))
     best = exact.maximum(masked, axis=-1)
     gap = exact.narrow(exact.subtract(best, masked), 2)  # >= 0 on valid candidates
-    j = _exponents(gap, exponent_scale)
-    table_low, table_high = table
+    # Barriers materialise j (and, in select_with_bits, the scores) once: XLA on CPU
+    # otherwise fuses the whole chain into each of the gathers and shifts below and
+    # repeats it (measured 3-4x slower).
+    j = jax.lax.optimization_barrier(_exponents(gap, exponent_scale))
+    coarse_table, fine_table = table
     k = jnp.bitwise_and(j, 2**EM_FRACTION_BITS - 1)
-    q = jnp.right_shift(j, EM_FRACTION_BITS)  # weight = T[k] / 2**q, q < 60
-    t_low, t_high = table_low[k], table_high[k]
-    low = jnp.where(q >= 30, jnp.right_shift(t_high, jnp.clip(q - 30, 0, 30)),
-                    jnp.right_shift(t_low, jnp.minimum(q, 29))
-                    | jnp.bitwise_and(jnp.left_shift(t_high, jnp.clip(30 - q, 1, 30)), exact.LIMB_MASK))
-    low = jnp.where(q == 0, t_low, low)
-    high = jnp.where(q >= 30, 0, jnp.right_shift(t_high, jnp.minimum(q, 29)))
+    a = coarse_table[jnp.right_shift(k, _COARSE_BITS)]  # <= 2**30
+    b = fine_table[jnp.bitwise_and(k, 2**_COARSE_BITS - 1)]  # <= 2**30
+    a1, a0 = jnp.right_shift(a, 15), jnp.bitwise_and(a, 0x7FFF)
+    b1, b0 = jnp.right_shift(b, 15), jnp.bitwise_and(b, 0x7FFF)
+    middle = a1 * b0 + a0 * b1  # < 2**31: P = a1 b1 2**30 + middle 2**15 + a0 b0
+    p_low = a0 * b0 + jnp.left_shift(jnp.bitwise_and(middle, 0x7FFF), 15)
+    p_high = a1 * b1 + jnp.right_shift(middle, 15) + jnp.right_shift(p_low, 30)
+    p_low = jnp.bitwise_and(p_low, exact.LIMB_MASK)
+    q = jnp.right_shift(j, EM_FRACTION_BITS) + 1  # weight = P / 2**q, 1 <= q <= 61
+    low = jnp.where(q >= 30, jnp.right_shift(p_high, jnp.clip(q - 30, 0, 31)),
+                    jnp.right_shift(p_low, jnp.minimum(q, 29))
+                    | jnp.bitwise_and(jnp.left_shift(p_high, jnp.clip(30 - q, 1, 30)), exact.LIMB_MASK))
+    high = jnp.where(q >= 30, 0, jnp.right_shift(p_high, jnp.minimum(q, 29)))
     keep = valid & (j < _OUT_OF_RANGE)
     # The barrier materialises the weights once: otherwise XLA on CPU fuses the whole
     # chain above into each digit below and computes it five times (measured 3x slower).
