@@ -187,3 +187,73 @@ def test_quality_on_blobs_at_the_papers_signal_to_noise():
         silhouette.append(silhouette_score(data.points, labels, sample_size=5000, random_state=0))
     assert np.median(accuracy) >= 0.95, accuracy
     assert np.median(silhouette) >= 0.9, silhouette
+
+
+# ------------------------------------------------ the noise actually added, re-derived
+def _node_members(points: np.ndarray, tree, num_nodes: int) -> dict:
+    """The points of every reached node, by replaying the released splits (NumPy)."""
+    members = {1: np.arange(len(points))}
+    for node in range(1, num_nodes // 2):
+        if node not in members or not bool(tree.is_split[node]):
+            continue
+        dim, position = int(tree.split_dim[node]), float(tree.split_position[node])
+        inside = members[node]
+        right = points[inside, dim] >= position  # the tree sends s* itself right
+        members[2 * node], members[2 * node + 1] = inside[~right], inside[right]
+    return members
+
+
+def test_every_released_count_is_its_true_count_plus_the_keyed_noise(budget, key):
+    """tree.noisy_count[i] = |S_i| + Z_i exactly, with Z_i element i of the 'count'
+    stream (ledger key path) for every reached node: catches any change to what the
+    tree counts (e.g. + 1 before the noise), to the per-level epsilons or the stream."""
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.normal(-50, 3, (1500, 2)), rng.normal(40, 3, (1500, 2))])
+    points = points.astype(np.float32)
+    config = dpm_jax.DPMConfig(tau_r=3)
+    res = dpm_jax.cluster(key, points, budget, bounds=(-100.0, 100.0), config=config)
+    tree = res.tree
+    allocation = allocate(budget, config, 2)
+    noise = exact.to_float32(count_noise(derive_key(key, "count"), heap_count_epsilons(allocation)))
+    members = _node_members(points, tree, 2 ** (config.tau_r + 1))
+    reached = np.nonzero(np.asarray(tree.reached))[0]
+    assert len(reached) >= 3
+    for node in reached:
+        # the split position is a float32 number; points exactly on it go left (half-bins)
+        assert float(tree.noisy_count[node]) == len(members[node]) + float(noise[node]), node
+
+
+def test_leaf_noise_is_rederived_from_the_average_stream(budget, key):
+    """The released leaf sums minus the exact floor(T / 2**s) are the discrete Gaussian
+    draws of derive_key(key, 'average'): catches a different stream or scale."""
+    from dpm_jax import averaging, mechanisms
+
+    rng = np.random.default_rng(1)
+    points = rng.uniform(-1, 1, (400, 2)).astype(np.float32)
+    config = dpm_jax.DPMConfig(tau_r=1, tau_e=1e9)  # one leaf holding every point
+    res = dpm_jax.cluster(key, points, budget, bounds=(-1.0, 1.0), config=config)
+    allocation = allocate(budget, config, 2)
+    plan = averaging.plan_averaging(allocation.average_epsilon, allocation.average_delta, 2)
+    table = mechanisms.discrete_gaussian_table(plan.sigma)
+    noise = np.asarray(mechanisms.discrete_gaussian_noise(
+        derive_key(key, "average"), jnp.asarray(table.thresholds_high),
+        jnp.asarray(table.thresholds_low), table.support_min, (config.max_clusters, 2)))
+    codes = np.clip(np.round((points + 1.0) / 2.0 * 2**20), 0, 2**20).astype(np.int64) - 2**19
+    floor_sum = np.floor_divide(codes.sum(axis=0), 2**plan.coarse_shift)
+    slot = int(np.nonzero(np.asarray(res.valid))[0][0])
+    released = (floor_sum + noise[slot] + 0.5) * 2.0**plan.coarse_shift / 2**20
+    centre = 0.0 + released / float(res.counts[slot]) * 2.0  # middle 0, range 2
+    np.testing.assert_allclose(np.asarray(res.centers)[slot], np.clip(centre, -1, 1), rtol=0, atol=1e-5)
+
+
+def test_points_outside_the_bounds_are_clipped_before_every_statistic(budget, key):
+    """A far outlier and the same point clipped to the bounds give the identical release."""
+    rng = np.random.default_rng(2)
+    points = rng.normal(0, 10, (300, 2)).astype(np.float32)
+    outlier, clipped = points.copy(), points.copy()
+    outlier[0] = [1e6, -1e6]
+    clipped[0] = [100.0, -100.0]
+    a = _cluster(key, outlier, budget, (-100.0, 100.0))
+    b = _cluster(key, clipped, budget, (-100.0, 100.0))
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
