@@ -33,6 +33,7 @@ class Mutation(NamedTuple):
     file: str  # relative to the repository
     replacements: tuple[tuple[str, str], ...]  # (old, new), each old must occur exactly once
     tests: tuple[str, ...]  # pytest node ids designed to catch it
+    extra: tuple[tuple[str, str, str], ...] = ()  # (file, old, new) in other files
 
 
 MUTATIONS = (
@@ -74,13 +75,16 @@ MUTATIONS = (
              (('centers = leaf_centers(derive_key(key, "average"),',
                'centers = leaf_centers(derive_key(key, "split"),'),),
              ("tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_stream",)),
-    Mutation("clipping to the public bounds removed",
+    Mutation("clipping to the public bounds removed (api) and the codes unclipped (averaging)",
              "dpm_jax/api.py",
              (("points = jnp.clip(points, lower, upper)  # per-record map: DP is unaffected",
                "points = points"),
               ("unit_points = jnp.clip((points - lower) / (upper - lower), 0.0, 1.0)",
                "unit_points = (points - lower) / (upper - lower)")),
-             ("tests/test_api.py::test_points_outside_the_bounds_are_clipped_before_every_statistic",)),
+             ("tests/test_api.py::test_points_outside_the_bounds_are_clipped_before_every_statistic",),
+             extra=(("dpm_jax/averaging.py",
+                     "return jnp.clip(codes, 0, 2**FIXED_POINT_BITS) - _CODE_HALF_RANGE",
+                     "return codes - _CODE_HALF_RANGE"),)),
     Mutation("exponential mechanism: the sampler's epsilon margin not subtracted",
              "dpm_jax/mechanisms.py",
              (("usable = jnp.asarray(epsilon, jnp.float32) - np.float32(EM_EPSILON_MARGIN)",
@@ -117,13 +121,13 @@ def _mutated_copy(mutation: Mutation) -> pathlib.Path:
     for part in ("dpm_jax", "tests"):
         shutil.copytree(REPOSITORY / part, root / part,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    path = root / mutation.file
-    source = path.read_text()
-    for old, new in mutation.replacements:
+    changes = [(mutation.file, old, new) for old, new in mutation.replacements] + list(mutation.extra)
+    for file, old, new in changes:
+        path = root / file
+        source = path.read_text()
         if source.count(old) != 1:
-            raise RuntimeError(f"{mutation.name}: {old!r} occurs {source.count(old)} times in {mutation.file}")
-        source = source.replace(old, new)
-    path.write_text(source)
+            raise RuntimeError(f"{mutation.name}: {old!r} occurs {source.count(old)} times in {file}")
+        path.write_text(source.replace(old, new))
     return root
 
 

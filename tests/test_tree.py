@@ -97,11 +97,23 @@ def test_sibling_subtraction_gives_the_same_clustering(small_blobs, budget, monk
     X = small_blobs.points
     run = lambda key: dpm_jax.cluster(key, X, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG)
     keys = jax.random.split(jax.random.key(4), 3)
+    # The jitted cluster program is cached by its arguments, not by this module global:
+    # clear the caches after each patch, and count the traces of the sibling path to
+    # show that the two runs really are different programs.
+    traced = []
+    original = tree.children_histogram
+    monkeypatch.setattr(tree, "children_histogram",
+                        lambda *args: traced.append(1) or original(*args))
     monkeypatch.setattr(tree, "_SIBLING_MIN_DIMS", 10**9)
+    jax.clear_caches()
     direct = [run(k) for k in keys]
+    assert not traced
     monkeypatch.setattr(tree, "_SIBLING_MIN_DIMS", 1)
+    jax.clear_caches()
     siblings = [run(k) for k in keys]
+    assert traced
     batched = jax.vmap(run)(keys)
+    jax.clear_caches()
     for r, (a, b) in enumerate(zip(direct, siblings)):
         for x, y in zip(jax.tree.leaves(a.tree), jax.tree.leaves(b.tree)):
             np.testing.assert_array_equal(x, y)
