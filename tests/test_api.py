@@ -191,10 +191,11 @@ def test_quality_on_blobs_at_the_papers_signal_to_noise():
 
 # ------------------------------------------------ the noise actually added, re-derived
 def _node_members(points: np.ndarray, tree, num_nodes: int) -> dict:
-    """The points of every reached node, by replaying the released splits (NumPy)."""
+    """The points of every reached node and of the children its drawn split would make
+    (also where the split was not applied), by replaying the released splits (NumPy)."""
     members = {1: np.arange(len(points))}
     for node in range(1, num_nodes // 2):
-        if node not in members or not bool(tree.is_split[node]):
+        if node not in members or not bool(tree.reached[node]):
             continue
         dim, position = int(tree.split_dim[node]), float(tree.split_position[node])
         inside = members[node]
@@ -219,8 +220,16 @@ def test_every_released_count_is_its_true_count_plus_the_keyed_noise(budget, key
     reached = np.nonzero(np.asarray(tree.reached))[0]
     assert len(reached) >= 3
     for node in reached:
-        # the split position is a float32 number; points exactly on it go left (half-bins)
         assert float(tree.noisy_count[node]) == len(members[node]) + float(noise[node]), node
+    # Algorithm 1, lines 16-18: a node is split iff both noisy children reach tau_e;
+    # the children of unsplit nodes were counted too (their noise is in the stream).
+    tau_e = float(tree.noisy_count[1]) / 2**config.tau_r
+    inner = reached[reached < 2**config.tau_r]
+    for node in inner:
+        children = [len(members[child]) + float(noise[child]) for child in (2 * node, 2 * node + 1)]
+        assert bool(tree.is_split[node]) == (min(children) >= tau_e), node
+    split = np.asarray(tree.is_split)[inner]
+    assert split.any() and not split.all()  # both branches of the rule were exercised
 
 
 def test_leaf_noise_is_rederived_from_the_average_stream(budget, key):
