@@ -31,6 +31,8 @@ Maximum n: 2**31 - 1 points (int32 counts; the sums hold up to 2**50).
 
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import NamedTuple
 
@@ -71,6 +73,7 @@ class AveragingPlan(NamedTuple):
         return self.sigma * 2.0**self.coarse_shift / 2.0**FIXED_POINT_BITS
 
 
+@functools.lru_cache(maxsize=64)
 def plan_averaging(epsilon: float, delta: float, d: int) -> AveragingPlan:
     """Calibrate the leaf-sum mechanism to (epsilon, delta) for d dimensions (host side)."""
     root_d = math.sqrt(d) * (1.0 + 2.0**-50)  # rounded up: the sensitivity is an upper bound

@@ -21,6 +21,8 @@ level at once (parallel composition), so the entries add up exactly to the Budge
 
 from __future__ import annotations
 
+import functools
+
 import dataclasses
 import math
 from typing import TYPE_CHECKING, NamedTuple
@@ -101,6 +103,7 @@ class Allocation(NamedTuple):
 _MAX_SAMPLER_SHARE = 0.01
 
 
+@functools.lru_cache(maxsize=64)
 def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     """Split ``budget`` over DPM's mechanisms and levels for d dimensions; the parts add up to it.
 
@@ -212,6 +215,7 @@ class Ledger(tuple):
         return f"Ledger(total_epsilon={self.total_epsilon!r}, total_delta={self.total_delta!r}, entries={len(self)})"
 
 
+@functools.lru_cache(maxsize=64)
 def build_ledger(allocation: Allocation, config: DPMConfig, d: int, split_sensitivity: int,
                  averaging: "AveragingPlan") -> Ledger:
     """One entry per mechanism per level, in the order Algorithm 1 runs them.

@@ -33,6 +33,8 @@ share their end points). The sensitivity of Lemma 4 is unchanged.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import NamedTuple
 
@@ -62,6 +64,7 @@ class ScoreCoefficients(NamedTuple):
         return self.outer_slope + self.emptiness_weight
 
 
+@functools.lru_cache(maxsize=64)
 def score_coefficients(t: float, q: float, alpha: float) -> ScoreCoefficients:
     """The integer coefficients of G for Definition 6's (t, q) and Definition 7's alpha."""
     if not (0 < q < 0.5 and 2 * q <= t <= 1 and alpha > 0):

@@ -259,14 +259,17 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
     half_bins = half_bin_indices(unit_points, beta, num_splits, max_splits)
     root_size = exact.to_float32(root_count)
     tau_e = root_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
+    min_child = jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32)  # float32-exact ends
     candidate_valid = jnp.arange(max_splits) < num_splits
     width = 2 ** (tau_r - 1)  # nodes of the deepest split level; every level is padded to it
     bits = jnp.concatenate([split_bits, jnp.zeros((width,) + split_bits.shape[1:], split_bits.dtype)])
     noise = tuple(jnp.concatenate([limb, jnp.zeros(2 * width, limb.dtype)]) for limb in count_noise.limbs)
 
-    # Scoring runs on the slots a level can use, in at most three compiled widths (the
-    # root's 1, about sqrt(width), and width): scoring all ``width`` slots on every level
-    # would waste most of it, one width per level would compile the scoring tau_r times.
+    # Scoring runs on the slots a level can use, in at most five compiled widths (the
+    # root's 1, about sqrt(width), width / 4, width / 2 and width): scoring all ``width``
+    # slots on every level would waste most of it (the exact scores and sampler cost
+    # about 10 ns per candidate), one width per level would compile the scoring tau_r
+    # times (about 1.2 s each on CPU).
     branch_widths = sorted({1, 2 ** -(-(tau_r - 1) // 2), max(1, width // 4), max(1, width // 2), width})
     branch_of_level = [next(i for i, w in enumerate(branch_widths) if w >= 2**level)
                        for level in range(tau_r)]
@@ -306,7 +309,10 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
         child_exact = add_count_noise(child_true, exact.Int(tuple(
             jax.lax.dynamic_slice_in_dim(limb, 2 * first, 2 * width) for limb in noise)))
         child_count = exact.to_float32(child_exact)  # post-processing of released integers
-        applied = node_active & (child_count[0::2] >= tau_e) & (child_count[1::2] >= tau_e)
+        # n~ >= tau_e for integers n~ <=> n~ >= ceil(tau_e): int32 comparisons, cheap where
+        # XLA fuses this rule into the per-point gathers below (it repeats it per point).
+        child_size = exact.clip_to_int32(child_exact, -(2**31) + 1, 2**31 - 1)
+        applied = node_active & (child_size[0::2] >= min_child) & (child_size[1::2] >= min_child)
         child_active = jnp.repeat(applied, 2)
 
         position = lower[split_dim] + (split_index + 0.5) * beta * (upper - lower)[split_dim]
