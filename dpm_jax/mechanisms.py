@@ -425,10 +425,7 @@ def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array) 
                        for i, limb in enumerate(scores.limbs)))
     best = exact.maximum(masked, axis=-1)
     gap = exact.narrow(exact.subtract(best, masked), 2)  # >= 0 on valid candidates
-    # Barriers materialise j (and, in select_with_bits, the scores) once: XLA on CPU
-    # otherwise fuses the whole chain into each of the gathers and shifts below and
-    # repeats it (measured 3-4x slower).
-    j = jax.lax.optimization_barrier(_exponents(gap, exponent_scale))
+    j = _exponents(gap, exponent_scale)
     coarse_table, fine_table = table
     k = jnp.bitwise_and(j, 2**EM_FRACTION_BITS - 1)
     a = coarse_table[jnp.right_shift(k, _COARSE_BITS)]  # <= 2**30
@@ -445,9 +442,7 @@ def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array) 
                     | jnp.bitwise_and(jnp.left_shift(p_high, jnp.clip(30 - q, 1, 30)), exact.LIMB_MASK))
     high = jnp.where(q >= 30, 0, jnp.right_shift(p_high, jnp.minimum(q, 29)))
     keep = valid & (j < _OUT_OF_RANGE)
-    # The barrier materialises the weights once: otherwise XLA on CPU fuses the whole
-    # chain above into each digit below and computes it five times (measured 3x slower).
-    low, high = jax.lax.optimization_barrier((jnp.where(keep, low, 0), jnp.where(keep, high, 0)))
+    low, high = jnp.where(keep, low, 0), jnp.where(keep, high, 0)
     return (jnp.bitwise_and(low, _DIGIT_MASK),
             jnp.bitwise_and(jnp.right_shift(low, 12), _DIGIT_MASK),
             jnp.right_shift(low, 24) | jnp.left_shift(jnp.bitwise_and(high, 0x3F), 6),
@@ -505,9 +500,6 @@ def select_with_bits(bits: jax.Array, table, scores: Int, valid: jax.Array,
     Returns:
       (rows,) int32 index into M; 0 for a row without valid candidates.
     """
-    # The barrier materialises the scores once: otherwise XLA on CPU fuses their
-    # computation into several consumers below and repeats it (measured 2-3x slower).
-    scores = Int(jax.lax.optimization_barrier(scores.limbs))
     weights = em_weights(table, scores, valid, exponent_scale)
     length = weights[0].shape[-1]
     prefixes, num_blocks = _block_prefixes(weights)

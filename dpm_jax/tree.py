@@ -222,9 +222,6 @@ def select_splits(bits: jax.Array, em_table, counts: jax.Array, node_count: exac
                              (nodes, d, num_candidates)).reshape(nodes, d * num_candidates)
     ratio = exponent_ratio(exact.to_float32(node_count), offset, size)
     scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)
-    # Materialise the sampler's inputs once: XLA on CPU otherwise fuses their
-    # computation into each consumer inside the sampler and repeats it (measured 2x).
-    flat, valid, scale = jax.lax.optimization_barrier((flat, valid, scale))
     index = select_with_bits(bits, em_table, flat, valid, scale)
     return index // num_candidates, index % num_candidates
 
