@@ -165,7 +165,7 @@ def _validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
         if not np.all(arrays[0].astype(np.float32) < arrays[1].astype(np.float32)):
             raise ValueError(f"bounds lo={lower}, hi={upper} collapse to lo == hi in float32; "
                              "rescale the data so the range is resolvable in single precision")
-    # Concrete bounds stay NumPy (float32) so the ledger can state numbers under jit too.
+    # Concrete bounds stay NumPy (float32): the value checks above ran on exactly these numbers.
     arrays = [a if _is_tracer(a) else np.asarray(a, np.float32) for a in arrays]
     return arrays[0], arrays[1]
 

@@ -138,6 +138,16 @@ def shift_right(a: Int, shift) -> Int:
     """floor(a / 2**shift) for a >= 0 and an int32 ``shift`` >= 0 (broadcasts)."""
     shift = jnp.asarray(shift, jnp.int32)
     n = len(a.limbs)
+    if n == 2:  # direct formula: no limb selection (the exponential mechanism's hot path)
+        low, high = a.limbs
+        beyond = jnp.right_shift(high, jnp.clip(shift - LIMB_BITS, 0, 31))
+        within_low = jnp.right_shift(low, jnp.minimum(shift, LIMB_BITS - 1)) | jnp.bitwise_and(
+            jnp.left_shift(high, jnp.clip(LIMB_BITS - shift, 1, LIMB_BITS)), LIMB_MASK)
+        within_low = jnp.where(shift == 0, low, within_low)
+        far = shift >= LIMB_BITS
+        return Int((jnp.where(far, jnp.bitwise_and(beyond, LIMB_MASK), within_low),
+                    jnp.where(far, jnp.right_shift(beyond, LIMB_BITS),
+                              jnp.right_shift(high, jnp.minimum(shift, 31)))))
     whole = jnp.minimum(shift // LIMB_BITS, n)
     bits = shift % LIMB_BITS
     zero = jnp.zeros_like(a.limbs[0])

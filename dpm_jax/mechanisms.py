@@ -437,10 +437,7 @@ def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array) 
     p_high = a1 * b1 + jnp.right_shift(middle, 15) + jnp.right_shift(p_low, 30)
     p_low = jnp.bitwise_and(p_low, exact.LIMB_MASK)
     q = jnp.right_shift(j, EM_FRACTION_BITS) + 1  # weight = P / 2**q, 1 <= q <= 61
-    low = jnp.where(q >= 30, jnp.right_shift(p_high, jnp.clip(q - 30, 0, 31)),
-                    jnp.right_shift(p_low, jnp.minimum(q, 29))
-                    | jnp.bitwise_and(jnp.left_shift(p_high, jnp.clip(30 - q, 1, 30)), exact.LIMB_MASK))
-    high = jnp.where(q >= 30, 0, jnp.right_shift(p_high, jnp.minimum(q, 29)))
+    low, high = exact.shift_right(Int((p_low, p_high)), q).limbs
     keep = valid & (j < _OUT_OF_RANGE)
     low, high = jnp.where(keep, low, 0), jnp.where(keep, high, 0)
     return (jnp.bitwise_and(low, _DIGIT_MASK),

@@ -7,43 +7,12 @@ import pytest
 
 from dpm_jax.scoring import candidate_statistics, exponent_ratio, score_coefficients, split_scores
 from dpm_jax.tree import half_bin_indices, level_histogram
+from reference_dpm import reference_scores
 
 T, Q, ALPHA = 0.3, 1 / 12, 5.0
 PARAMETERS = [(T, Q, ALPHA), (0.5, 0.25, 1.0), (0.9, 0.05, 0.5), (0.2, 0.1, 20.0), (1.0, 0.01, 100.0)]
 
 _scores = jax.jit(split_scores, static_argnums=2)
-
-
-# Copied from tests/reference_dpm.py (which cannot be imported while it uses a removed
-# mechanisms function): the per-point float64 scores of the paper.
-def reference_scores(points, n_tilde, lower, upper, beta, num_splits, t, q, alpha):
-    """Scores f = c + alpha e (Definitions 5-7) of every (dimension, candidate).
-
-    Candidate j of dimension i sits at s = lo_i + (j + 1/2) beta (hi_i - lo_i); its
-    split interval is [lo_i + j beta w_i, lo_i + (j+1) beta w_i), w_i = hi_i - lo_i.
-    """
-    points = np.asarray(points, dtype=np.float64)
-    n_tilde = max(float(n_tilde), 1.0)
-    d = points.shape[1]
-    j = np.arange(num_splits)
-    scores = np.zeros((d, num_splits))
-    for i in range(d):
-        width = (upper[i] - lower[i]) * beta
-        left = lower[i] + j * width
-        right = np.where(j == num_splits - 1, np.inf, left + width)  # the last interval holds hi
-        candidate = left + 0.5 * width
-        column = points[:, i][:, None]
-        interval_count = np.sum((column >= left) & (column < right), axis=0)
-        rank = np.sum(column < candidate, axis=0)
-        emptiness = 1.0 - interval_count / n_tilde
-        half = n_tilde / 2.0
-        border_distance = half - np.abs(rank - half)
-        outer = (rank <= n_tilde * q) | (rank >= n_tilde - n_tilde * q)
-        centreness = np.where(
-            outer, border_distance * t / (n_tilde * q),
-            (t - 2 * q) / (1 - 2 * q) + border_distance * (1 - t) / (half - n_tilde * q))
-        scores[i] = centreness + alpha * emptiness
-    return scores
 
 
 def as_int64(g) -> np.ndarray:
