@@ -8,7 +8,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-__all__ = ["looped_under_vmap", "bin_dtype"]
+__all__ = ["looped_under_vmap", "bin_dtype", "materialized"]
+
 
 def looped_under_vmap(function: Callable, *static_args) -> Callable:
     """``function(*static_args, *arrays)``, which ``jax.vmap`` runs as a loop over the batch.
@@ -39,3 +40,20 @@ def bin_dtype(num_bins: int):
         if num_bins <= jnp.iinfo(dtype).max + 1:
             return dtype
     return jnp.int32
+
+
+def materialized(x: jax.Array) -> jax.Array:
+    """``x``, computed once into its own buffer.
+
+    XLA fuses a cheap elementwise producer into each of its consumers, so a per-node
+    quantity read through a per-point gather (``x[point_node]``) is recomputed for
+    every point, and an integer chain read by several reductions once per reduction.
+    A scatter is never fused into its consumers: writing ``x`` through one (unique,
+    sorted indices: a plain copy) stops the recomputation, under ``jax.vmap`` too.
+    ``jax.lax.optimization_barrier`` does not: XLA's CPU backend removes it before
+    fusion.
+    """
+    flat = x.reshape(-1)
+    out = jnp.zeros_like(flat).at[jnp.arange(flat.size)].set(flat, unique_indices=True,
+                                                             indices_are_sorted=True)
+    return out.reshape(x.shape)

@@ -109,15 +109,26 @@ def less(a: Int, b: Int) -> jax.Array:
 
 
 def maximum(a: Int, axis: int) -> Int:
-    """The largest value along ``axis`` (kept as a size-1 axis), lexicographically exact."""
+    """The largest value along ``axis`` (kept as a size-1 axis), lexicographically exact.
+
+    One variadic reduction over all limbs, so that XLA computes the operand (often a
+    long fused chain of integer arithmetic) once per element, not once per limb.
+    """
     limbs = a.limbs
-    candidate = jnp.ones(limbs[0].shape, bool)
-    out = [None] * len(limbs)
-    for i in reversed(range(len(limbs))):
-        masked = jnp.where(candidate, limbs[i], jnp.iinfo(jnp.int32).min)
-        out[i] = jnp.max(masked, axis=axis, keepdims=True)
-        candidate = candidate & (limbs[i] == out[i])
-    return Int(tuple(out))
+    smallest = jnp.iinfo(jnp.int32).min
+
+    def larger(x, y):
+        # canonical limbs: the top limb decides, then the next one down, and so on
+        x_wins = jnp.zeros((), bool)
+        decided = jnp.zeros((), bool)
+        for xi, yi in zip(reversed(x), reversed(y)):
+            x_wins = jnp.where(decided, x_wins, xi > yi)
+            decided = decided | (xi != yi)
+        return tuple(jnp.where(x_wins, xi, yi) for xi, yi in zip(x, y))
+
+    out = jax.lax.reduce(limbs, (jnp.int32(smallest),) * len(limbs), larger,
+                         (axis % limbs[0].ndim,))
+    return Int(tuple(jnp.expand_dims(limb, axis) for limb in out))
 
 
 def mul_small(a: Int, factor) -> Int:

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact
+from dpm_jax._arrays import materialized
 from dpm_jax.exact import Int
 
 __all__ = [
@@ -390,8 +391,8 @@ def _exponents(gap: Int, exponent_scale: jax.Array) -> jax.Array:
     Every step is an exact int32 operation; gaps whose exponent certainly exceeds
     _OUT_OF_RANGE are clamped (their weight is 0 either way).
     """
-    numerator, shift = _scale_as_dyadic(exponent_scale)
-    numerator, shift = numerator[..., None], shift[..., None]
+    # Per row, materialized: XLA would recompute them for every candidate.
+    numerator, shift = (materialized(v)[..., None] for v in _scale_as_dyadic(exponent_scale))
     drop = jnp.maximum(shift - 17, 0)  # h
     rest = shift - drop  # s <= 17
     low, high = gap.limbs
@@ -414,16 +415,24 @@ def _exponents(gap: Int, exponent_scale: jax.Array) -> jax.Array:
     return jnp.minimum(j, _OUT_OF_RANGE)
 
 
-def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array) -> jax.Array:
+def _masked_scores(scores: Int, valid: jax.Array) -> Int:
+    """Invalid candidates' scores replaced by one far below any score (|G| < 2**58)."""
+    floor_limb = jnp.int32(-(2**29))
+    return Int(tuple(jnp.where(valid, limb, floor_limb if i == len(scores.limbs) - 1 else 0)
+                     for i, limb in enumerate(scores.limbs)))
+
+
+def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array,
+               best: Int | None = None) -> jax.Array:
     """Integer weights floor(P(j_i) / 2**(1 + j_i div 2**F)) ~ 2**59 2**(-j_i / 2**F): five (..., M) 12-bit digit arrays.
 
     ``scores`` (..., M) exact integers, ``valid`` (..., M), ``exponent_scale`` (...,)
-    base-2 exponent per score unit. Invalid candidates weigh exactly 0.
+    base-2 exponent per score unit, ``best`` (..., 1) the largest valid score of each
+    row (computed here when not given). Invalid candidates weigh exactly 0.
     """
-    floor_limb = jnp.int32(-(2**29))  # far below any score (|G| < 2**58)
-    masked = Int(tuple(jnp.where(valid, limb, floor_limb if i == len(scores.limbs) - 1 else 0)
-                       for i, limb in enumerate(scores.limbs)))
-    best = exact.maximum(masked, axis=-1)
+    masked = _masked_scores(scores, valid)
+    if best is None:
+        best = exact.maximum(masked, axis=-1)
     gap = exact.narrow(exact.subtract(best, masked), 2)  # >= 0 on valid candidates
     j = _exponents(gap, exponent_scale)
     coarse_table, fine_table = table
@@ -475,8 +484,12 @@ def _block_prefixes(weight_digits) -> tuple[tuple, int]:
     length = weight_digits[0].shape[-1]
     num_blocks = -(-length // _BLOCK)
     padding = [(0, 0)] * (weight_digits[0].ndim - 1) + [(0, num_blocks * _BLOCK - length)]
-    sums = [jnp.sum(jnp.pad(digit, padding).reshape(digit.shape[:-1] + (num_blocks, _BLOCK)), axis=-1)
-            for digit in weight_digits]
+    blocked = tuple(jnp.pad(digit, padding).reshape(digit.shape[:-1] + (num_blocks, _BLOCK))
+                    for digit in weight_digits)
+    # One variadic reduction for all digits: XLA then computes the weights (a long
+    # fused chain from the scores on) once per candidate instead of once per digit.
+    sums = jax.lax.reduce(blocked, (jnp.int32(0),) * len(blocked),
+                          lambda x, y: tuple(a + b for a, b in zip(x, y)), (blocked[0].ndim - 1,))
     return _normalized_digits([jnp.cumsum(column, axis=-1) for column in sums]), num_blocks
 
 
@@ -497,7 +510,8 @@ def select_with_bits(bits: jax.Array, table, scores: Int, valid: jax.Array,
     Returns:
       (rows,) int32 index into M; 0 for a row without valid candidates.
     """
-    weights = em_weights(table, scores, valid, exponent_scale)
+    best = exact.maximum(_masked_scores(scores, valid), axis=-1)
+    weights = em_weights(table, scores, valid, exponent_scale, best)
     length = weights[0].shape[-1]
     prefixes, num_blocks = _block_prefixes(weights)
     total = [digit[..., -1] for digit in prefixes]  # EM_DIGITS of (rows,)
@@ -518,9 +532,13 @@ def select_with_bits(bits: jax.Array, table, scores: Int, valid: jax.Array,
     block = jnp.minimum(_count_at_most(prefixes, chosen), num_blocks - 1)
     before = tuple(jnp.where(block > 0, jnp.take_along_axis(
         digit, jnp.maximum(block - 1, 0)[..., None], axis=-1)[..., 0], 0) for digit in prefixes)
+    # The block's weights are recomputed from its scores: gathering them from the
+    # weight arrays would make XLA compute every weight once more per digit.
     members = block[..., None] * _BLOCK + jnp.arange(_BLOCK)
-    in_block = [jnp.where(members < length, jnp.take_along_axis(
-        digit, jnp.minimum(members, length - 1), axis=-1), 0) for digit in weights]
+    member_index = jnp.minimum(members, length - 1)
+    in_block = em_weights(
+        table, Int(tuple(jnp.take_along_axis(limb, member_index, axis=-1) for limb in scores.limbs)),
+        jnp.take_along_axis(valid, member_index, axis=-1) & (members < length), exponent_scale, best)
     within = _normalized_digits([
         (jnp.cumsum(in_block[i], axis=-1) if i < len(in_block) else 0) + before[i][..., None]
         for i in range(EM_DIGITS)])

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact
+from dpm_jax._arrays import materialized
 
 __all__ = ["ScoreCoefficients", "score_coefficients", "candidate_statistics", "split_scores",
            "exponent_ratio"]
@@ -97,13 +98,15 @@ def split_scores(half_bin_counts: jax.Array, node_size: jax.Array,
     and carried once: G = high 2**16 + low exactly (|G| < 2**46).
     """
     interval_counts, ranks = candidate_statistics(half_bin_counts)
-    size = jnp.asarray(node_size, jnp.int32)[..., None]
+    size = materialized(jnp.asarray(node_size, jnp.int32))[..., None]
     distance = jnp.minimum(ranks, size - ranks)  # D; negative only when r > N (N is noisy)
     a1, a2, b, a3 = (coefficients.outer_slope, coefficients.inner_slope,
                      coefficients.inner_intercept, coefficients.emptiness_weight)
+    # Per-node quantities are materialized: XLA would recompute them for every candidate.
     intercept = exact.narrow(exact.mul_small(exact.from_int32(size), b), 2)  # b N per node, < 2**45
+    intercept = exact.Int(tuple(materialized(limb) for limb in intercept.limbs))
     if a1 > a2:  # D <= floor(b N / (a1 - a2))  <=>  a1 D <= b N + a2 D  (integers)
-        crossing = exact.clip_to_int32(_floor_divide(intercept, a1 - a2), 0, 2**31 - 1)
+        crossing = materialized(exact.clip_to_int32(_floor_divide(intercept, a1 - a2), 0, 2**31 - 1))
         outer = distance <= crossing
     else:
         outer = jnp.ones(distance.shape, bool)

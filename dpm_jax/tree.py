@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact
-from dpm_jax._arrays import bin_dtype, looped_under_vmap
+from dpm_jax._arrays import bin_dtype, looped_under_vmap, materialized
 from dpm_jax.budget import Allocation
 from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import add_count_noise, em_exponent_scale, select_with_bits
@@ -306,10 +306,11 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
         child_exact = add_count_noise(child_true, exact.Int(tuple(
             jax.lax.dynamic_slice_in_dim(limb, 2 * first, 2 * width) for limb in noise)))
         child_count = exact.to_float32(child_exact)  # post-processing of released integers
-        # n~ >= tau_e for integers n~ <=> n~ >= ceil(tau_e): int32 comparisons, cheap where
-        # XLA fuses this rule into the per-point gathers below (it repeats it per point).
+        # n~ >= tau_e for integers n~ <=> n~ >= ceil(tau_e): int32 comparisons, once per
+        # node (materialized: XLA would repeat the rule for every point it gathers it for).
         child_size = exact.clip_to_int32(child_exact, -(2**31) + 1, 2**31 - 1)
-        applied = node_active & (child_size[0::2] >= min_child) & (child_size[1::2] >= min_child)
+        applied = materialized(node_active & (child_size[0::2] >= min_child)
+                               & (child_size[1::2] >= min_child))
         child_active = jnp.repeat(applied, 2)
 
         position = lower[split_dim] + (split_index + 0.5) * beta * (upper - lower)[split_dim]
