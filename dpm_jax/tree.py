@@ -6,9 +6,10 @@ shapes, so the whole recursion is one jit-compiled program. Nodes use heap ids
 node's *local* index is its id minus 2**l. The levels run in one ``lax.scan``
 whose body handles 2**(tau_r - 1) node slots (the deepest split level's count;
 shallower levels leave the rest inactive): one compiled level instead of tau_r
-unrolled ones, which cuts the compile time by about the factor tau_r. Scoring, the
-costliest per-slot step, runs on the first 1, ~sqrt(2**(tau_r - 1)) or all slots,
-whichever the level needs (three compiled widths).
+unrolled ones, which cuts the compile time by about the factor tau_r. Scoring and
+selection, the costliest per-node steps, run in a loop over chunks of 8 node slots
+whose trip count follows the level (one chunk at the root, all of them at the
+deepest), so they are compiled once and cost what the level's nodes need.
 
 One level:
   1. half-bin counts per (node, dimension), (nodes, d, 2B) (see
@@ -48,6 +49,7 @@ from dpm_jax.scoring import ScoreCoefficients, exponent_ratio, score_coefficient
 
 _CHUNK_ELEMENTS = 2**20
 _SIBLING_MIN_DIMS = 32
+_SELECT_CHUNK = 8  # nodes scored per loop step (a power of two)
 
 __all__ = ["SplitTree", "Leaves", "build_tree", "select_splits", "half_bin_indices", "level_histogram",
            "children_histogram"]
@@ -262,24 +264,26 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
     bits = jnp.concatenate([split_bits, jnp.zeros((width,) + split_bits.shape[1:], split_bits.dtype)])
     noise = tuple(jnp.concatenate([limb, jnp.zeros(2 * width, limb.dtype)]) for limb in count_noise.limbs)
 
-    # Scoring runs on the slots a level can use, in at most five compiled widths (the
-    # root's 1, about sqrt(width), width / 4, width / 2 and width): scoring all ``width``
-    # slots on every level would waste most of it (the exact scores and sampler cost
-    # about 10 ns per candidate), one width per level would compile the scoring tau_r
-    # times (about 1.2 s each on CPU).
-    branch_widths = sorted({1, 2 ** -(-(tau_r - 1) // 2), max(1, width // 4), max(1, width // 2), width})
-    branch_of_level = [next(i for i, w in enumerate(branch_widths) if w >= 2**level)
-                       for level in range(tau_r)]
+    # Lines 22-25 run on the slots a level can use, in chunks of _SELECT_CHUNK nodes in
+    # a loop whose trip count follows the level (1 chunk at the root, width / chunk at
+    # the deepest): the level's work is proportional to its node count, and the
+    # scoring and sampler are compiled once (about 1 s each on CPU), not per width.
+    chunk = min(_SELECT_CHUNK, width)
 
-    def choose_splits(num_nodes):
-        """Lines 22-25 on the first ``num_nodes`` slots; (dim, j) padded to ``width``."""
-        def choose(counts, node_count, node_active, level_bits, epsilon, offset):
-            chosen = select_splits(level_bits[:num_nodes], em_table, counts[:num_nodes],
-                                   exact.Int(tuple(limb[:num_nodes] for limb in node_count)),
-                                   node_active[:num_nodes], candidate_valid, epsilon, offset,
-                                   coefficients)
-            return tuple(jnp.pad(c, (0, width - num_nodes)) for c in chosen)
-        return choose
+    def choose_splits(level, counts, node_count, node_active, level_bits, epsilon, offset):
+        """(dim, j) for the first 2**level of the ``width`` slots, chunk by chunk."""
+        def choose_chunk(index, chosen):
+            start = index * chunk
+            part = lambda a: jax.lax.dynamic_slice_in_dim(a, start, chunk)
+            picked = select_splits(part(level_bits), em_table, part(counts),
+                                   exact.Int(tuple(part(limb) for limb in node_count)),
+                                   part(node_active), candidate_valid, epsilon, offset, coefficients)
+            return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0)
+                         for c, p in zip(chosen, picked))
+
+        num_chunks = jnp.maximum(jnp.right_shift(jnp.left_shift(1, level), chunk.bit_length() - 1), 1)
+        return jax.lax.fori_loop(0, num_chunks, choose_chunk,
+                                 (jnp.zeros(width, jnp.int32), jnp.zeros(width, jnp.int32)))
 
     def split_level(state, level_inputs):
         """Lines 15-18 for the (at most ``width``) nodes of one level; heap id = 2**level + local."""
@@ -291,11 +295,10 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
         counts = (carried_counts if use_siblings
                   else level_histogram(half_bins, point_node, point_active, width, max_splits))
         # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23);
-        # ``level`` is not batched under vmap, so the switch stays a real branch.
-        split_dim, split_index = jax.lax.switch(
-            jnp.asarray(branch_of_level)[level], [choose_splits(w) for w in branch_widths],
-            counts, node_count, node_active,
-            jax.lax.dynamic_slice_in_dim(bits, first, width), epsilon, offset)
+        # ``level`` is not batched under vmap, so the loop's trip count stays unbatched.
+        split_dim, split_index = choose_splits(level, counts, node_count, node_active,
+                                               jax.lax.dynamic_slice_in_dim(bits, first, width),
+                                               epsilon, offset)
         # 4. route: right child iff the coordinate lies above s*, i.e. half-bin >= 2j* + 1.
         point_bins = half_bins[jnp.arange(n), split_dim[point_node]].astype(jnp.int32)
         go_right = point_bins >= 2 * split_index[point_node] + 1
