@@ -1,0 +1,60 @@
+"""Bit-identity of ``cluster`` against outputs recorded from main (tests/data/golden.npz).
+
+Restructuring must not change results: the same key, data and config give the same
+bits. The fixture was recorded after the exact-arithmetic engine landed (the privacy
+fixes changed outputs on purpose); re-record it only for a deliberate change of the
+algorithm, and say so in the commit:
+
+    python tests/test_golden.py      # rewrites tests/data/golden.npz
+
+The cases reuse shapes the rest of the suite compiles (and one with d >= 32, where
+the tree takes the sibling-subtraction path), so the test adds little compile time.
+"""
+
+import pathlib
+
+import jax
+import numpy as np
+
+import dpm_jax
+from dpm_jax.datasets import synthetic_blobs
+
+GOLDEN = pathlib.Path(__file__).parent / "data" / "golden.npz"
+SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10)  # as conftest.py
+CASES = {  # name: (n, d, num_blobs, seed, config, keys)
+    "small_3d": (600, 3, 6, 3, SMALL_CONFIG, (0, 1, 2)),
+    "siblings_40d": (1500, 40, 4, 5, SMALL_CONFIG, (0, 7)),
+}
+FIELDS = ("centers", "counts", "valid", "k", "split_interval_size", "leaf_node", "labels_nonprivate")
+TREE_FIELDS = ("noisy_count", "reached", "is_split", "split_dim", "split_position")
+
+
+def current_outputs() -> dict[str, np.ndarray]:
+    """Every released array (and the non-private labels) of every case and key."""
+    outputs = {}
+    for name, (n, d, blobs, seed, config, keys) in CASES.items():
+        data = synthetic_blobs(n=n, d=d, num_blobs=blobs, std=1.0, seed=seed)
+        for k in keys:
+            result = dpm_jax.cluster(jax.random.key(k), data.points, dpm_jax.Budget(1.0, 1e-6),
+                                     bounds=data.bounds, config=config)
+            for field in FIELDS:
+                outputs[f"{name}/{k}/{field}"] = np.asarray(getattr(result, field))
+            for field in TREE_FIELDS:
+                outputs[f"{name}/{k}/tree.{field}"] = np.asarray(getattr(result.tree, field))
+    return outputs
+
+
+def test_outputs_are_bit_identical_to_the_recorded_ones():
+    recorded = np.load(GOLDEN)
+    outputs = current_outputs()
+    assert sorted(recorded.files) == sorted(outputs)
+    differing = [name for name in outputs
+                 if recorded[name].dtype != outputs[name].dtype
+                 or recorded[name].tobytes() != outputs[name].tobytes()]
+    assert not differing, f"outputs changed: {differing}"
+
+
+if __name__ == "__main__":
+    GOLDEN.parent.mkdir(exist_ok=True)
+    np.savez_compressed(GOLDEN, **current_outputs())
+    print(f"recorded {GOLDEN}")
