@@ -232,6 +232,70 @@ def test_every_released_count_is_its_true_count_plus_the_keyed_noise(budget, key
     assert split.any() and not split.all()  # both branches of the rule were exercised
 
 
+def _replayed_splits(key, points, result, config, allocation, offsets):
+    """(node, released (dim, j), replayed (dim, j)) for every reached inner node: the
+    node's true half-bin histogram (from its members) through tree.select_splits with
+    its released n~, its row of the 'split' stream and its level's epsilon and offset."""
+    from dpm_jax import tree as tree_lib
+    from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES
+    from dpm_jax.scoring import score_coefficients
+
+    tree, d = result.tree, points.shape[1]
+    beta = jnp.float32(np.asarray(result.split_interval_size)[0])  # bounds (0, 1): exact
+    max_splits = config.max_splits_per_dim
+    num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
+    half_bins = tree_lib.half_bin_indices(jnp.asarray(points), beta, num_splits, max_splits)
+    bits = jax.random.bits(derive_key(key, "split"), (config.max_clusters, EM_TRIES, EM_DIGITS),
+                           dtype=jnp.uint32)
+    coefficients = score_coefficients(config.t, config.q, config.alpha)
+    members = _node_members(points, tree, 2 ** (config.tau_r + 1))
+
+    @jax.jit
+    def replay(node_bits, member_mask, count, epsilon, offset):
+        histogram = tree_lib.level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), member_mask,
+                                             1, max_splits)
+        return tree_lib.select_splits(node_bits, dpm_jax.api._em_table(), histogram,
+                                      exact.from_int32(count), jnp.ones(1, bool),
+                                      jnp.arange(max_splits) < num_splits, epsilon, offset, coefficients)
+
+    out = []
+    for node in np.nonzero(np.asarray(tree.reached)[:2**config.tau_r])[0]:
+        level = int(node).bit_length() - 1
+        member_mask = np.zeros(len(points), bool)
+        member_mask[members[node]] = True
+        dim, j = replay(bits[node:node + 1], member_mask, jnp.asarray([int(tree.noisy_count[node])], jnp.int32),
+                        allocation.split_epsilons[level], offsets[level])
+        released_j = round(float(tree.split_position[node]) / float(beta) - 0.5)
+        out.append((int(node), (int(tree.split_dim[node]), released_j), (int(dim[0]), int(j[0]))))
+    return out
+
+
+def test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits(key):
+    """Every drawn split equals tree.select_splits replayed on the node's true histogram
+    with its released n~, row `node` of the 'split' stream and its level's epsilon and
+    offset lambda: catches a change to which bits, epsilon or offset a level uses. The
+    data are large enough that n~ - lambda > 0 at every level (the unclamped regime of
+    Lemma 5, where the offset changes the exponent), and the replay with lambda = 0
+    disagrees somewhere: the check has the power to see the offset."""
+    rng = np.random.default_rng(4)
+    centres = np.array([[0.2, 0.2], [0.2, 0.8], [0.8, 0.3], [0.7, 0.8]])
+    points = np.clip(centres[rng.integers(0, 4, 2400)] + rng.normal(0, 0.04, (2400, 2)), 0, 1)
+    points = points.astype(np.float32)
+    config, budget = dpm_jax.DPMConfig(tau_r=3), dpm_jax.Budget(1.0, 1e-6)
+    allocation = allocate(budget, config, 2)
+    result = dpm_jax.cluster(key, points, budget, bounds=(0.0, 1.0), config=config)
+    tree = result.tree
+    for node in np.nonzero(np.asarray(tree.reached)[:2**config.tau_r])[0]:
+        level = int(node).bit_length() - 1
+        assert float(tree.noisy_count[node]) > allocation.count_offsets[level] > 0, node
+    replayed = _replayed_splits(key, points, result, config, allocation, allocation.count_offsets)
+    assert len(replayed) >= 5
+    for node, released, replay in replayed:
+        assert released == replay, node
+    unshifted = _replayed_splits(key, points, result, config, allocation, (0.0,) * config.tau_r)
+    assert sum(released != replay for _, released, replay in unshifted) >= 3
+
+
 def test_leaf_noise_is_rederived_from_the_average_stream(budget, key):
     """The released leaf sums minus the exact floor(T / 2**s) are the discrete Gaussian
     draws of derive_key(key, 'average'): catches a different stream or scale."""
