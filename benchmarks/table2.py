@@ -24,7 +24,7 @@ Algorithms (``--algorithms``, default all available):
   diffprivlib     diffprivlib's KMeans, the authors' DP-Lloyd; skipped when it cannot
                   be imported (diffprivlib 0.6 imports scikit-learn internals that
                   scikit-learn >= 1.6 no longer has)
-  dpm-numpy       the plain NumPy DPM of tests/reference_dpm.py, the sequential
+  dpm-numpy       the plain NumPy DPM of dpm_jax/baselines/numpy_dpm.py, the sequential
                   speed baseline; skipped when that file is absent
 
 Outputs: ``--out`` (JSON rows), the same path with ``.md`` (Markdown tables) and
@@ -50,10 +50,10 @@ import numpy as np
 
 import dpm_jax
 from dpm_jax import baselines, metrics
+from dpm_jax.baselines.numpy_dpm import reference_dpm
 from dpm_jax.benchmark import machine_description
 from dpm_jax.datasets import Dataset, load_dataset
 
-REPOSITORY = Path(__file__).resolve().parent.parent
 ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", "dpm", "dpm-numpy")
 METRICS = ("silhouette", "accuracy", "inertia", "kmeans_distance", "k", "seconds")
 METRIC_TITLES = {"silhouette": "Silh. score (up)", "accuracy": "Accuracy (up)", "inertia": "Inertia (down)",
@@ -152,23 +152,11 @@ def _run_diffprivlib(key, task: Task):
     return _all_valid(model.fit(data.points).cluster_centers_, task)
 
 
-def _load_numpy_reference():
-    """The module tests/reference_dpm.py, or None when it is absent or has no ``reference_dpm``."""
-    path = REPOSITORY / "tests" / "reference_dpm.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location("reference_dpm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module if hasattr(module, "reference_dpm") else None
-
-
 def _run_dpm_numpy(key, task: Task):
-    """tests/reference_dpm.py's ``reference_dpm(rng, X, epsilon, delta, bounds, config)["centers"]``."""
+    """dpm_jax.baselines.numpy_dpm's ``reference_dpm(rng, X, epsilon, delta, bounds, config)["centers"]``."""
     data = task.dataset
-    result = _load_numpy_reference().reference_dpm(np.random.default_rng(_seed(key)), data.points,
-                                                   task.budget.epsilon, task.budget.delta, data.bounds,
-                                                   dpm_jax.DPMConfig())
+    result = reference_dpm(np.random.default_rng(_seed(key)), data.points, task.budget.epsilon,
+                           task.budget.delta, data.bounds, dpm_jax.DPMConfig())
     centers = np.asarray(result["centers"], float)
     return centers, np.ones(len(centers), bool)
 
@@ -232,8 +220,6 @@ def unavailable_reason(algorithm: str) -> str | None:
         except Exception as error:  # ImportError, or its imports of scikit-learn internals failing
             return f"diffprivlib cannot be imported ({type(error).__name__}: {error})"
         return None
-    if algorithm == "dpm-numpy":
-        return None if _load_numpy_reference() else "tests/reference_dpm.py with reference_dpm() is absent"
     return None
 
 

@@ -12,7 +12,7 @@ exponential mechanism and returns DP cluster centres without being told k.
 from dpm_jax.api import ClusterResult, cluster
 from dpm_jax.budget import Budget, Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig
-from dpm_jax.mechanisms import derive_key
+from dpm_jax.keys import derive_key
 from dpm_jax.tree import SplitTree
 
 __all__ = [

@@ -4,7 +4,7 @@ Data flows one way: validate -> clip to the public bounds -> noisy total count
 (line 7) -> split interval size (line 8, Algorithm 2) -> the padded recursion
 (lines 10, 13-28) -> DP centres of the leaves (line 11).
 
-Key path of every mechanism (see :func:`dpm_jax.mechanisms.derive_key`); each
+Key path of every mechanism (see :func:`dpm_jax.keys.derive_key`); each
 stream is drawn once, as one array in heap layout (element i belongs to node i):
   counts of all nodes   count_noise(derive_key(key, "count"), heap_count_epsilons(...))
   interval size         exponential_mechanism(derive_key(key, "interval"), ...)
@@ -32,7 +32,8 @@ from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
 from dpm_jax.budget import Allocation, Budget, Ledger, allocate, build_ledger, heap_count_epsilons
 from dpm_jax.config import DPMConfig
 from dpm_jax.interval import estimate_split_interval_size
-from dpm_jax.mechanisms import (EM_DIGITS, EM_TRIES, add_count_noise, count_noise, derive_key,
+from dpm_jax.keys import derive_key
+from dpm_jax.mechanisms import (EM_DIGITS, EM_TRIES, add_count_noise, count_noise,
                                 discrete_gaussian_table, em_weight_table)
 from dpm_jax.scoring import score_coefficients
 from dpm_jax.tree import SplitTree, build_tree

@@ -9,7 +9,7 @@ paper's Section 6.1) it measures, on the machine it runs on:
   ratio to ``warm_s``;
 * ``temp_bytes``: XLA's temporary buffer size for one call (its peak working memory
   besides inputs and outputs), and its ratio to the input size;
-* optionally ``baseline_s``: a sequential NumPy DPM (tests/reference_dpm.py, the
+* optionally ``baseline_s``: a sequential NumPy DPM (dpm_jax/baselines/numpy_dpm.py, the
   plain line-by-line recursion) on the same data in the same run, and the speed-up.
 
 Timings are wall-clock seconds with ``block_until_ready``; medians are reported.
@@ -33,7 +33,7 @@ import numpy as np
 import dpm_jax
 from dpm_jax.datasets import synthetic_blobs
 
-__all__ = ["speed_benchmark", "main"]
+__all__ = ["speed_benchmark", "numpy_baseline", "main"]
 
 DATASETS = {"synth-10d": 10, "synth-100d": 100}
 
@@ -113,8 +113,15 @@ def speed_benchmark(dataset: str, n: int = 100_000, repeats: int = 5, vmap_keys:
     return row
 
 
-def main(argv: list[str] | None = None,
-         baseline: Callable | None = None) -> int:
+def numpy_baseline(rng: np.random.Generator, points: np.ndarray, epsilon: float, delta: float,
+                   bounds: tuple) -> dict:
+    """The sequential NumPy DPM (:mod:`dpm_jax.baselines.numpy_dpm`) with the paper's defaults."""
+    from dpm_jax.baselines.numpy_dpm import reference_dpm
+
+    return reference_dpm(rng, points, epsilon, delta, bounds, dpm_jax.DPMConfig())
+
+
+def main(argv: list[str] | None = None) -> int:
     """Command-line entry: ``dpm-jax bench`` / ``python benchmarks/speed.py``."""
     parser = argparse.ArgumentParser(prog="dpm-jax bench", description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="synth-10d,synth-100d")
@@ -123,7 +130,7 @@ def main(argv: list[str] | None = None,
     parser.add_argument("--vmap-keys", type=int, default=16)
     parser.add_argument("--no-first-call", action="store_true", help="skip the fresh-process timing")
     parser.add_argument("--baseline", action="store_true",
-                        help="also time the sequential NumPy DPM (needs a repository checkout)")
+                        help="also time the sequential NumPy DPM (dpm_jax.baselines.numpy_dpm)")
     parser.add_argument("--out", default=None, help="write the JSON here")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.datasets.split(",") if name.strip()]
@@ -131,12 +138,9 @@ def main(argv: list[str] | None = None,
     if unknown:
         print(f"dpm-jax bench: unknown data set(s) {unknown}; choose from {sorted(DATASETS)}", file=sys.stderr)
         return 2
-    if args.baseline and baseline is None:
-        print("dpm-jax bench: --baseline needs the repository's benchmarks/speed.py", file=sys.stderr)
-        return 2
     rows = [speed_benchmark(name, n=args.n, repeats=args.repeats, vmap_keys=args.vmap_keys,
                             first_call=not args.no_first_call,
-                            baseline=baseline if args.baseline else None) for name in names]
+                            baseline=numpy_baseline if args.baseline else None) for name in names]
     report = dict(machine=machine_description(), results=rows)
     text = json.dumps(report, indent=2)
     if args.out:

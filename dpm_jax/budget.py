@@ -167,7 +167,7 @@ class LedgerEntry(NamedTuple):
     ``epsilon`` and ``delta`` that pay for the exact sampler's proven distance from
     its ideal distribution (:mod:`dpm_jax.mechanisms`). ``noise_scale`` is in the
     units of the input. ``key_path`` is the argument list of
-    :func:`dpm_jax.mechanisms.derive_key` that re-derives the entry's random key.
+    :func:`dpm_jax.keys.derive_key` that re-derives the entry's random key.
     """
 
     name: str

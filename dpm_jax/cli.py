@@ -22,7 +22,6 @@ import importlib
 import json
 import math
 import os
-import secrets
 import sys
 import tempfile
 import time
@@ -34,11 +33,11 @@ import numpy as np
 from dpm_jax.api import ClusterResult, cluster
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
+from dpm_jax.keys import MAX_SEED, key_from_seed
 
-__all__ = ["main", "key_from_seed", "read_points", "release_to_dict"]
+__all__ = ["main", "read_points", "release_to_dict"]
 
 PROG = "dpm-jax"
-MAX_SEED = 2**32
 # Scalar hyper-parameters of DPMConfig exposed as options: (field, type, help).
 CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
     ("tau_r", int, "maximum recursion depth; at most 2**tau_r clusters"),
@@ -78,23 +77,6 @@ class Points(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- keys
-def key_from_seed(seed: int | None) -> jax.Array:
-    """The PRNG key of one DP release.
-
-    ``seed=None`` draws 64 bits from the operating system (:mod:`secrets`): the right
-    choice for a real release, as anyone who knows the seed can recompute the noise
-    and subtract it. An integer in ``[0, 2**32)`` gives ``jax.random.key(seed)``, so a
-    run can be reproduced with :func:`dpm_jax.cluster` and audited along the key paths
-    of the ledger; keep such a seed as secret as the data.
-    """
-    if seed is None:
-        words = np.array([secrets.randbits(32), secrets.randbits(32)], dtype=np.uint32)
-        return jax.random.wrap_key_data(words, impl="threefry2x32")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be None or an integer, got {type(seed).__name__}")
-    if not 0 <= seed < MAX_SEED:
-        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
-    return jax.random.key(int(seed))
 
 
 # ----------------------------------------------------------------------------- input

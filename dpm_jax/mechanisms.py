@@ -1,7 +1,7 @@
 """The DP mechanisms DPM is built from, each next to its privacy statement.
 
 Every function takes its PRNG key (or the random bits drawn from it) first; keys
-come from :func:`derive_key`, so each draw of a run can be re-derived from the
+come from :func:`dpm_jax.keys.derive_key`, so each draw of a run can be re-derived from the
 caller's key. Neighbouring data sets differ by adding or removing one point
 (Definition 1 of the DPM paper, 000_e63c772e1db0dbd8.txt).
 
@@ -41,8 +41,6 @@ from dpm_jax._arrays import materialized
 from dpm_jax.exact import Int
 
 __all__ = [
-    "STREAMS",
-    "derive_key",
     "count_noise",
     "add_count_noise",
     "noisy_count",
@@ -63,20 +61,6 @@ __all__ = [
     "cdp_delta",
     "discrete_gaussian_multiplier",
 ]
-
-# Key derivation: derive_key(key, stream) = fold_in(key, STREAMS[stream]). Each
-# mechanism draws all of its noise for the whole tree from its stream's key in one
-# call, in heap layout (element i belongs to tree node i), so every draw of a run is
-# re-derivable and the compiled program holds one PRNG invocation per stream.
-STREAMS = {"count": 0, "interval": 1, "split": 2, "average": 3}
-
-
-def derive_key(key: jax.Array, stream: str) -> jax.Array:
-    """The key of mechanism ``stream`` (one of STREAMS), derived from the caller's key."""
-    if stream not in STREAMS:
-        raise ValueError(f"unknown key stream {stream!r}; expected one of {sorted(STREAMS)}")
-    return jax.random.fold_in(key, STREAMS[stream])
-
 
 # ---------------------------------------------------------- discrete Laplace (counts)
 # Counts are released with the discrete Laplace (two-sided geometric) mechanism:

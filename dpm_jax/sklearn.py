@@ -31,7 +31,7 @@ except ImportError as error:  # pragma: no cover - exercised only without scikit
 
 from dpm_jax.api import cluster
 from dpm_jax.budget import Budget
-from dpm_jax.cli import key_from_seed
+from dpm_jax.keys import key_from_seed
 from dpm_jax.config import DPMConfig
 
 __all__ = ["DPMClustering"]

@@ -11,7 +11,8 @@ import dpm_jax
 from conftest import SMALL_CONFIG, majority_accuracy, nearest_center_labels
 from dpm_jax.budget import allocate, heap_count_epsilons
 from dpm_jax import exact
-from dpm_jax.mechanisms import count_noise, derive_key
+from dpm_jax.keys import derive_key
+from dpm_jax.mechanisms import count_noise
 
 
 def _cluster(key, X, budget, bounds, **kw):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import dpm_jax
-from dpm_jax.cli import (CONFIG_OPTIONS, _config, _write_atomically, build_parser, key_from_seed, main,
+from dpm_jax.cli import (CONFIG_OPTIONS, _config, _write_atomically, build_parser, main,
                          read_points)
 from dpm_jax.datasets import synthetic_blobs
 
@@ -242,16 +242,6 @@ def test_config_options_are_dpm_config_fields():
     assert {name for name, _, _ in CONFIG_OPTIONS} <= fields
     args = build_parser().parse_args(["demo", "--tau-r", "3", "--alpha", "2.5"])
     assert _config(args) == dpm_jax.DPMConfig(tau_r=3, alpha=2.5)
-
-
-def test_key_from_seed():
-    np.testing.assert_array_equal(jax.random.key_data(key_from_seed(123)),
-                                  jax.random.key_data(jax.random.key(123)))
-    fresh = [jax.random.key_data(key_from_seed(None)) for _ in range(2)]
-    assert not np.array_equal(*fresh)
-    for seed, error in ((-1, ValueError), (2**32, ValueError), (True, TypeError), ("1", TypeError)):
-        with pytest.raises(error):
-            key_from_seed(seed)
 
 
 def test_python_dash_m_runs_the_cli(tmp_path):

@@ -8,6 +8,12 @@ score is computed from the points of the node by direct comparisons, and the
 recursion is Python recursion. It shares only the public conventions (the sigma
 grid, the Gaussian gap constant, the averaging noise calibration) with the
 library, never the array code.
+
+Used by the tests (the oracle the engine must agree with in distribution) and by
+the benchmarks (the sequential baseline of ``dpm-jax bench --baseline`` and the
+``dpm-numpy`` column of benchmarks/table2.py). It computes in float64 and draws its
+noise with NumPy's floating-point samplers: NOT a private release in the machine's
+arithmetic (docs/privacy.md) -- use :func:`dpm_jax.cluster` for data that matter.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import numpy as np
 
 from dpm_jax.interval import gaussian_gap_constant
 from dpm_jax.mechanisms import discrete_gaussian_multiplier
+
+__all__ = ["reference_scores", "reference_interval_size", "reference_dpm"]
 
 
 def reference_scores(points, n_tilde, lower, upper, beta, num_splits, t, q, alpha):
