@@ -20,6 +20,7 @@ def _cluster(key, X, budget, bounds, **kw):
 
 
 def test_result_shapes_and_ledger(small_blobs, budget, key):
+    # Long because: the first test to compile the shared small configuration pays its compile (~12 s).
     res = _cluster(key, small_blobs.points, budget, small_blobs.bounds)
     slots = SMALL_CONFIG.max_clusters
     d = small_blobs.points.shape[1]
@@ -63,6 +64,7 @@ def test_recorded_noise_is_rederived_from_its_key_path(small_blobs, budget, key)
 
 
 def test_jit_vmap_over_keys_and_over_data_sets(small_blobs, budget):
+    # Long because: compiles cluster under jit and under vmap over keys and over data sets (~20 s).
     X = small_blobs.points
     fn = lambda k: _cluster(k, X, budget, small_blobs.bounds)
     keys = jax.random.split(jax.random.key(3), 4)
@@ -164,6 +166,7 @@ def test_nan_in_a_jax_array_is_found_also_when_jit_closes_over_it(closed_over_by
 
 
 def test_quality_on_blobs_at_the_papers_signal_to_noise():
+    # Long because: several keys at the paper's n * epsilon, the only signal-to-noise at which quality is meaningful (~12 s).
     """Synth-10d-style data, n = 20,000, median over 3 keys: accuracy >= 0.95, silhouette >= 0.9.
 
     DPM's noise is a function of epsilon * n (Delta_f ~ 1/n, count noise ~ 1/epsilon,
@@ -272,6 +275,7 @@ def _replayed_splits(key, points, result, config, allocation, offsets):
 
 
 def test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits(key):
+    # Long because: n = 2,400 for the unclamped regime, and two replays of every node (~11 s).
     """Every drawn split equals tree.select_splits replayed on the node's true histogram
     with its released n~, row `node` of the 'split' stream and its level's epsilon and
     offset lambda: catches a change to which bits, epsilon or offset a level uses. The

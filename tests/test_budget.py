@@ -126,6 +126,7 @@ def test_degenerate_budgets_are_refused(budget, config, message):
 
 
 def test_the_noise_actually_added_has_the_ledgers_scales():
+    # Long because: 4,000 keys, for a spread test with a stated error rate (~11 s).
     """Over 4,000 keys on fixed data and a fixed one-leaf tree, the released root count
     and the released centre spread as the ledger's entries say: Var Z = 2r/(1-r)^2 with
     r = e^-epsilon of count/level0, and the centre's standard deviation is the leaf_sums

@@ -141,6 +141,7 @@ def check_cluster_properties(key, points, budget, bounds, config) -> dpm_jax.Clu
 @CI_SETTINGS
 @given(data=st.data())
 def test_cluster_on_fuzzed_valid_inputs(data):
+    # Long because: 30 fuzzed scenarios, each a new (n, d, config) and so a new compile (~30 s).
     scenario = data.draw(st.sampled_from(CI_SCENARIOS), label="scenario")
     bounds = data.draw(public_bounds(scenario.d), label="bounds")
     points = data.draw(points_for(scenario.n, scenario.d, bounds, scenario.config), label="points")

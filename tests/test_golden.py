@@ -7,8 +7,9 @@ algorithm, and say so in the commit:
 
     python tests/test_golden.py      # rewrites tests/data/golden.npz
 
-The cases reuse shapes the rest of the suite compiles (and one with d >= 32, where
-the tree takes the sibling-subtraction path), so the test adds little compile time.
+The case reuses the shape and config the rest of the suite compiles, so the test adds
+little compile time; the sibling-subtraction path (d >= 32) is held to this one by
+tests/test_tree.py::test_sibling_subtraction_gives_the_same_clustering.
 """
 
 import pathlib
@@ -23,7 +24,6 @@ GOLDEN = pathlib.Path(__file__).parent / "data" / "golden.npz"
 SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10)  # as conftest.py
 CASES = {  # name: (n, d, num_blobs, seed, config, keys)
     "small_3d": (600, 3, 6, 3, SMALL_CONFIG, (0, 1, 2)),
-    "siblings_40d": (1500, 40, 4, 5, SMALL_CONFIG, (0, 7)),
 }
 FIELDS = ("centers", "counts", "valid", "k", "split_interval_size", "leaf_node", "labels_nonprivate")
 TREE_FIELDS = ("noisy_count", "reached", "is_split", "split_dim", "split_position")

@@ -62,6 +62,7 @@ def test_gap_counts_below_with_grouped_sorts_and_under_vmap():
 
 
 def test_estimate_finds_the_sigma_of_gaussian_data():
+    # Long because: Algorithm 2 on several sigmas at a sample size where the percentile is stable (~11 s).
     """Data from N(0.5, 0.04^2): sigma* should be the grid value 0.04 (relative).
 
     With epsilon = 50 the exponential mechanism concentrates on the best grid

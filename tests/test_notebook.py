@@ -25,6 +25,7 @@ def outputs_text(cell) -> str:
 
 
 def test_quickstart_runs(tmp_path):
+    # Long because: executes the whole quickstart notebook in a fresh kernel (~25 s).
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     parameters = [i for i, cell in enumerate(notebook.cells) if "parameters" in cell.metadata.get("tags", [])]
     assert len(parameters) == 1, "the notebook needs exactly one cell tagged 'parameters'"

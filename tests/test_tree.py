@@ -92,6 +92,7 @@ def test_children_histogram_equals_histogram_of_the_children():
 
 
 def test_sibling_subtraction_gives_the_same_clustering(small_blobs, budget, monkeypatch):
+    # Long because: three programs compiled after clearing JAX's caches: direct, siblings, vmapped (~25 s).
     # The tree with carried counts and sibling subtraction (used from _SIBLING_MIN_DIMS
     # dimensions on) must release exactly what one histogram per level releases.
     X = small_blobs.points
