@@ -69,7 +69,8 @@ def main(argv=None) -> int:
     for row in rows:
         print(f"n={row['n']:>6} d={row['d']:>3} eps={row['epsilon']:<4} k={row['k']['median']:>5.1f} "
               f"accuracy={row['accuracy']['median']:.3f} [{row['accuracy']['min']:.3f}, {row['accuracy']['max']:.3f}] "
-              f"silhouette={row['silhouette']['median']:.3f} [{row['silhouette']['min']:.3f}, {row['silhouette']['max']:.3f}]")
+              f"silhouette={row['silhouette']['median']:.3f} "
+              f"[{row['silhouette']['min']:.3f}, {row['silhouette']['max']:.3f}]")
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out + ".tmp", "w") as handle:

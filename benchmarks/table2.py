@@ -1,9 +1,9 @@
 """Reproduce Tables 2 and 3 of the DPM paper: quality and speed of DPM against its baselines.
 
-    python benchmarks/table2.py --datasets synth-10d,synth-100d,digits,china-pixels \\
+    python benchmarks/table2.py --datasets synth-10d,synth-100d,digits,china-pixels,letters \\
         --runs 20 --epsilon 1.0 --out results.json
 
-Protocol (000_e63c772e1db0dbd8.txt, Sections 6.1 and 6.2):
+Protocol (the DPM paper, Sections 6.1 and 6.2):
   * every algorithm runs ``--runs`` times per data set with epsilon = ``--epsilon``
     and delta = 1 / (n sqrt(n)); the baselines get the number of classes (for an
     unlabelled data set, the k of the best reference below), DPM does not;
@@ -25,7 +25,7 @@ Algorithms (``--algorithms``, default all available):
                   be imported (diffprivlib 0.6 imports scikit-learn internals that
                   scikit-learn >= 1.6 no longer has)
   dpm-numpy       the plain NumPy DPM of dpm_jax/baselines/numpy_dpm.py, the sequential
-                  speed baseline; skipped when that file is absent
+                  speed baseline
 
 Outputs: ``--out`` (JSON rows), the same path with ``.md`` (Markdown tables) and
 ``.png`` (a figure comparing the algorithms).

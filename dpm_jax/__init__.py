@@ -1,6 +1,6 @@
 """dpm_jax: differentially private clustering with DPM in pure-functional JAX.
 
-DPM (000_e63c772e1db0dbd8.txt, "DPM: Clustering Sensitive Data through
+DPM (the paper "DPM: Clustering Sensitive Data through
 Separation") recursively splits the data through sparse regions chosen by the
 exponential mechanism and returns DP cluster centres without being told k.
 
@@ -10,7 +10,8 @@ exponential mechanism and returns DP cluster centres without being told k.
 """
 
 from dpm_jax.api import ClusterResult, cluster
-from dpm_jax.budget import Budget, Ledger, LedgerEntry
+from dpm_jax.budget import Budget
+from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig
 from dpm_jax.keys import derive_key
 from dpm_jax.tree import SplitTree

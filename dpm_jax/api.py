@@ -6,10 +6,10 @@ Data flows one way: validate -> clip to the public bounds -> noisy total count
 
 Key path of every mechanism (see :func:`dpm_jax.keys.derive_key`); each
 stream is drawn once, as one array in heap layout (element i belongs to node i):
-  counts of all nodes   count_noise(derive_key(key, "count"), heap_count_epsilons(...))
-  interval size         exponential_mechanism(derive_key(key, "interval"), ...)
-  split choices         bits(derive_key(key, "split"), (2**tau_r, EM_TRIES, EM_DIGITS))
-  leaf sums             discrete_gaussian_noise(derive_key(key, "average"), ..., (2**tau_r, d))
+  counts of all nodes   count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(...))
+  interval size         exponential_mechanism(derive_key(key, keys.INTERVAL), ...)
+  split choices         bits(derive_key(key, keys.SPLIT), (2**tau_r, EM_TRIES, EM_DIGITS))
+  leaf sums             discrete_gaussian_noise(derive_key(key, keys.AVERAGE), ..., (2**tau_r, d))
 
 Every released number is computed in exact integer arithmetic from exact integer
 statistics of the data (counts, ranks, gap counts, fixed-point sums; see
@@ -27,18 +27,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import exact
+from dpm_jax import averaging as averaging_lib
+from dpm_jax import exact, interval, keys, tree
 from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
-from dpm_jax.budget import Allocation, Budget, Ledger, allocate, build_ledger, heap_count_epsilons
+from dpm_jax.budget import Allocation, Budget, allocate, count_entry, heap_count_epsilons
 from dpm_jax.config import DPMConfig
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
+from dpm_jax.ledger import Ledger
 from dpm_jax.mechanisms import (EM_DIGITS, EM_TRIES, add_count_noise, count_noise,
                                 discrete_gaussian_table, em_weight_table)
-from dpm_jax.scoring import score_coefficients
 from dpm_jax.tree import SplitTree, build_tree
 
-__all__ = ["ClusterResult", "cluster", "MAX_POINTS"]
+__all__ = ["ClusterResult", "cluster", "build_ledger", "MAX_POINTS"]
 
 MAX_POINTS = 2**31 - 1
 
@@ -64,7 +65,7 @@ class ClusterResult:
     NOT differentially private (a function of each individual point):
       labels_nonprivate: (n,) cluster slot of every input point; do not publish.
     Static:
-      ledger: the privacy ledger (:class:`dpm_jax.budget.Ledger`).
+      ledger: the privacy ledger (:class:`dpm_jax.ledger.Ledger`).
     """
 
     centers: jax.Array
@@ -212,8 +213,7 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
 
     allocation = allocate(budget, config, d)
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-    split_sensitivity = score_coefficients(config.t, config.q, config.alpha).sensitivity
-    ledger = build_ledger(allocation, config, d, split_sensitivity, averaging)
+    ledger = build_ledger(allocation, config, d, averaging)
     lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (d,))
     upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (d,))
 
@@ -221,6 +221,23 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
                              _gaussian_thresholds(averaging.sigma), allocation=allocation,
                              config=config, averaging=averaging)
     return ClusterResult(**arrays, ledger=ledger)
+
+
+@functools.lru_cache(maxsize=64)
+def build_ledger(allocation: Allocation, config: DPMConfig, d: int, averaging: AveragingPlan) -> Ledger:
+    """The run's ledger: every mechanism's own lines, in the order Algorithm 1 runs them.
+
+    The root count (line 7), Algorithm 2 (line 8), the tree's split choices and child
+    counts level by level (lines 13-28), the leaf sums (line 11). Each line comes from
+    the module that draws the noise, from the parameters it draws it with; the lines
+    add up exactly to the budget (:func:`dpm_jax.budget.allocate`).
+    """
+    return Ledger([count_entry(allocation, 0),
+                   interval.ledger_entry(allocation.interval_epsilon, allocation.interval_sampler_delta,
+                                         d, config),
+                   *tree.ledger_entries(allocation, config),
+                   averaging_lib.ledger_entry(averaging, allocation.average_epsilon,
+                                              allocation.average_delta)])
 
 
 @functools.lru_cache(maxsize=1)
@@ -250,20 +267,20 @@ def _cluster_arrays(key, points, mask, lower, upper, em_table, gaussian_threshol
 
     # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
     # exact integers.
-    noise = count_noise(derive_key(key, "count"), heap_count_epsilons(allocation))
+    noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
     root_count = add_count_noise(jnp.sum(mask, dtype=jnp.int32),
                                  exact.Int(tuple(limb[1] for limb in noise.limbs)))
     # Line 8: Algorithm 2.
     beta, _ = estimate_split_interval_size(
-        derive_key(key, "interval"), em_table, unit_points, mask, exact.to_float32(root_count),
+        derive_key(key, keys.INTERVAL), em_table, unit_points, mask, exact.to_float32(root_count),
         allocation.interval_epsilon, config)
     # Lines 10, 13-28.
-    split_bits = jax.random.bits(derive_key(key, "split"), (config.max_clusters, EM_TRIES, EM_DIGITS),
+    split_bits = jax.random.bits(derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS),
                                  dtype=jnp.uint32)
     tree, leaves = build_tree(split_bits, noise, em_table, unit_points, mask, lower, upper,
                               root_count, beta, allocation, config)
     # Line 11.
-    centers = leaf_centers(derive_key(key, "average"), unit_points, mask, leaves.point_slot,
+    centers = leaf_centers(derive_key(key, keys.AVERAGE), unit_points, mask, leaves.point_slot,
                            leaves.noisy_count, leaves.valid, lower, upper, gaussian_thresholds,
                            averaging)
     return dict(

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact, mechanisms, tree
+from dpm_jax import histogram as histogram_lib
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
 from dpm_jax.scoring import score_coefficients
@@ -307,7 +308,7 @@ def split_step_mechanism(n_tilde: int, epsilon: float, beta: float,
     """One split choice of the tree, on the engine's own code path, for auditing.
 
     ``mechanism(key, unit_points) -> (dim, candidate)``: the half-bin histogram of
-    the points (``tree.half_bin_indices`` and ``tree.level_histogram``, one node), then
+    the points (``histogram.half_bin_indices`` and ``histogram.level_histogram``, one node), then
     exactly the function the tree calls for a level's split choice,
     ``tree.select_splits`` (integer scores, the exact exponential mechanism), with the
     *public* released count ``n_tilde`` and the level's ``offset`` lambda (looked up at
@@ -321,8 +322,8 @@ def split_step_mechanism(n_tilde: int, epsilon: float, beta: float,
 
     def mechanism(key, unit_points):
         n, d = unit_points.shape
-        half_bins = tree.half_bin_indices(unit_points, beta, num_splits, num_splits)
-        histogram = tree.level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1,
+        half_bins = histogram_lib.half_bin_indices(unit_points, beta, num_splits, num_splits)
+        histogram = histogram_lib.level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1,
                                          num_splits)
         bits = jax.random.bits(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
         count = exact.from_int32(jnp.full((1,), n_tilde, jnp.int32))

@@ -40,13 +40,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import exact
+from dpm_jax import exact, keys
 from dpm_jax._arrays import looped_under_vmap
+from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import (DiscreteGaussianTable, discrete_gaussian_multiplier,
                                 discrete_gaussian_noise, discrete_gaussian_table)
 
 __all__ = ["FIXED_POINT_BITS", "AveragingPlan", "plan_averaging", "fixed_point_codes", "leaf_sums",
-           "release_leaf_sums", "leaf_centers"]
+           "release_leaf_sums", "leaf_centers", "ledger_entry"]
 
 FIXED_POINT_BITS = 20
 _CODE_HALF_RANGE = 2 ** (FIXED_POINT_BITS - 1)
@@ -95,6 +96,13 @@ def plan_averaging(epsilon: float, delta: float, d: int) -> AveragingPlan:
         raise ValueError(f"the averaging delta {delta:.3g} cannot pay for its sampler at d = {d}")
     shift = FIXED_POINT_BITS - 1 - int(math.log2(ratio))
     return AveragingPlan(shift, sensitivity, multiplier, table.sigma, sampler_delta)
+
+
+def ledger_entry(plan: AveragingPlan, epsilon: float, delta: float) -> LedgerEntry:
+    """The ledger line of the leaf sums' discrete Gaussian (:func:`release_leaf_sums`), from its plan."""
+    return LedgerEntry("leaf_sums", "discrete_gaussian", None, epsilon, delta, plan.sensitivity,
+                       f"L2 of fixed-point sums / 2**{plan.coarse_shift}", plan.sigma, (keys.AVERAGE,),
+                       sampler_delta=plan.sampler_delta)
 
 
 def fixed_point_codes(unit_points: jax.Array) -> jax.Array:

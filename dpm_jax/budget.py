@@ -1,6 +1,8 @@
-"""The privacy budget, its allocation over DPM's mechanisms and levels, and the ledger.
+"""The privacy budget and its allocation over DPM's mechanisms and levels.
 
-Paper (000_e63c772e1db0dbd8.txt):
+The ledger's lines are written by the mechanisms themselves (:mod:`dpm_jax.ledger`).
+
+Paper ("DPM: Clustering Sensitive Data through Separation"):
   * Section 3.3, Equation 2: within the counts (and within the split choices) the
     level-i budget is proportional to sqrt(2**i) (Algorithm 1, lines 4-5).
   * Equation 1: the count offset lambda_i with P[n~ - lambda_i > |S|] <= delta_cnt_i
@@ -25,17 +27,15 @@ import functools
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
+from dpm_jax import keys
 from dpm_jax.config import DPMConfig, _is_real
+from dpm_jax.ledger import LedgerEntry, heap_rows
 from dpm_jax.mechanisms import (EM_EPSILON_MARGIN, EM_MAX_CANDIDATES, count_offset,
                                 count_sampler_tv, em_sampler_tv)
 
-if TYPE_CHECKING:
-    from dpm_jax.averaging import AveragingPlan
-
-__all__ = ["Budget", "Allocation", "LedgerEntry", "Ledger", "allocate", "build_ledger",
-           "heap_count_epsilons", "level_weights"]
+__all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons", "count_entry", "level_weights"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,104 +158,17 @@ def heap_count_epsilons(allocation: Allocation) -> tuple[float, ...]:
     return tuple(per_node)
 
 
-class LedgerEntry(NamedTuple):
-    """One mechanism applied at one level (to all disjoint nodes of that level).
+def count_entry(allocation: Allocation, level: int) -> LedgerEntry:
+    """The ledger line of the counts of ``level``'s nodes (discrete Laplace, sensitivity 1).
 
-    ``sensitivity`` is the bound on the change of the mechanism's exact integer
-    input (a count, an integer score, a fixed-point sum), ``sensitivity_rule`` says
-    what it is. ``sampler_epsilon`` and ``sampler_delta`` are the parts of
-    ``epsilon`` and ``delta`` that pay for the exact sampler's proven distance from
-    its ideal distribution (:mod:`dpm_jax.mechanisms`). ``noise_scale`` is in the
-    units of the input. ``key_path`` is the argument list of
-    :func:`dpm_jax.keys.derive_key` that re-derives the entry's random key.
+    Their noise is element ``heap_rows(level)`` of the count stream, drawn with
+    ``heap_count_epsilons(allocation)`` (:func:`dpm_jax.mechanisms.count_noise`).
     """
-
-    name: str
-    mechanism: str
-    level: int | None
-    epsilon: float
-    delta: float
-    sensitivity: float
-    sensitivity_rule: str
-    noise_scale: float | None
-    key_path: tuple
-    sampler_epsilon: float = 0.0
-    sampler_delta: float = 0.0
+    epsilon, sampler_delta = allocation.count_epsilons[level], allocation.count_sampler_deltas[level]
+    return LedgerEntry(
+        f"count/level{level}", "discrete_laplace", level, epsilon,
+        allocation.count_deltas[level] + sampler_delta, 1.0,
+        f"count; offset lambda={allocation.count_offsets[level]:.4g}", 1.0 / epsilon,
+        (keys.COUNT, heap_rows(level)), sampler_delta=sampler_delta)
 
 
-class Ledger(tuple):
-    """The privacy ledger of one run: a tuple of :class:`LedgerEntry`."""
-
-    @property
-    def total_epsilon(self) -> float:
-        return math.fsum(e.epsilon for e in self)
-
-    @property
-    def total_delta(self) -> float:
-        return math.fsum(e.delta for e in self)
-
-    def table(self) -> str:
-        """A plain-text table, one line per entry."""
-        header = (f"{'entry':<16}{'mechanism':<18}{'epsilon':>10}{'delta':>11}{'sampler d':>11}  "
-                  f"{'sensitivity':<40}{'noise scale':>12}  key path")
-        lines = [header, "-" * len(header)]
-        for e in self:
-            scale = "-" if e.noise_scale is None else f"{e.noise_scale:.4g}"
-            sens = f"{e.sensitivity:.6g} ({e.sensitivity_rule})"
-            lines.append(f"{e.name:<16}{e.mechanism:<18}{e.epsilon:>10.5g}{e.delta:>11.3g}"
-                         f"{e.sampler_delta:>11.2g}  {sens:<40.40}{scale:>12}  {e.key_path}")
-        lines.append(f"{'total':<34}{self.total_epsilon:>10.5g}{self.total_delta:>11.3g}")
-        return "\n".join(lines)
-
-    def to_dicts(self) -> list[dict]:
-        """JSON-ready list of entries."""
-        return [dict(e._asdict(), key_path=list(e.key_path)) for e in self]
-
-    def __repr__(self) -> str:
-        return f"Ledger(total_epsilon={self.total_epsilon!r}, total_delta={self.total_delta!r}, entries={len(self)})"
-
-
-@functools.lru_cache(maxsize=64)
-def build_ledger(allocation: Allocation, config: DPMConfig, d: int, split_sensitivity: int,
-                 averaging: "AveragingPlan") -> Ledger:
-    """One entry per mechanism per level, in the order Algorithm 1 runs them.
-
-    Args:
-      allocation: from :func:`allocate`.
-      config: the hyper-parameters.
-      d: the number of dimensions.
-      split_sensitivity: the exact sensitivity of the integer split score
-        (:attr:`dpm_jax.scoring.ScoreCoefficients.sensitivity`).
-      averaging: the leaf-sum mechanism's plan (:func:`dpm_jax.averaging.plan_averaging`).
-    """
-    interval_dims = d if config.interval_max_dims is None else min(d, config.interval_max_dims)
-
-    def count_entry(level, key_path):
-        return LedgerEntry(
-            f"count/level{level}", "discrete_laplace", level, allocation.count_epsilons[level],
-            allocation.count_deltas[level] + allocation.count_sampler_deltas[level], 1.0,
-            f"count; offset lambda={allocation.count_offsets[level]:.4g}",
-            1.0 / allocation.count_epsilons[level], key_path,
-            sampler_delta=allocation.count_sampler_deltas[level])
-
-    entries = [
-        count_entry(0, ("count", "heap[1]")),
-        LedgerEntry("interval_size", "exponential", None, allocation.interval_epsilon,
-                    allocation.interval_sampler_delta, 2.0 * interval_dims,
-                    f"gap counts summed over {interval_dims} dims (Lemma 1)", None, ("interval",),
-                    sampler_epsilon=EM_EPSILON_MARGIN,
-                    sampler_delta=allocation.interval_sampler_delta),
-    ]
-    for level in range(config.tau_r):
-        entries.append(LedgerEntry(
-            f"split/level{level}", "exponential", level, allocation.split_epsilons[level],
-            allocation.split_sampler_deltas[level], float(split_sensitivity),
-            f"integer score; x min(1,(n~-{allocation.count_offsets[level]:.4g})/N)", None,
-            ("split", f"heap[{2**level}:{2**(level + 1)}]"), sampler_epsilon=EM_EPSILON_MARGIN,
-            sampler_delta=allocation.split_sampler_deltas[level]))
-        entries.append(count_entry(level + 1, ("count", f"heap[{2**(level + 1)}:{2**(level + 2)}]")))
-    entries.append(LedgerEntry(
-        "leaf_sums", "discrete_gaussian", None, allocation.average_epsilon, allocation.average_delta,
-        averaging.sensitivity, f"L2 of fixed-point sums / 2**{averaging.coarse_shift}",
-        averaging.sigma, ("average",), sampler_delta=averaging.sampler_delta))
-    return Ledger(entries)

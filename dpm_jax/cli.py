@@ -4,7 +4,7 @@
     dpm-jax demo --n 100000 --d 10
     dpm-jax bench ...
 
-``cluster`` writes the *release* of one DPM run (000_e63c772e1db0dbd8.txt,
+``cluster`` writes the *release* of one DPM run (the DPM paper,
 Algorithm 1): the DP centres, their noisy sizes, the split tree, the split interval
 size and the privacy ledger, together with the public inputs (budget, bounds,
 hyper-parameters). Nothing computed from individual points without noise (labels,

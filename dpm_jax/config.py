@@ -1,7 +1,7 @@
 """Hyper-parameters of DPM with the paper's defaults.
 
 Every number here is *public*: it must not be read from the private data. The
-defaults are those of Section 6.1 of the DPM paper (000_e63c772e1db0dbd8.txt):
+defaults are those of Section 6.1 of the DPM paper ("DPM: Clustering Sensitive Data through Separation"):
 tau_r = 7, tau_e = n~ / 2**tau_r, t = 0.3, q = 1/12, alpha = 5 (Section 5.2),
 epsilon = 0.04 eps_int + 0.18 eps_cnt + 0.18 eps_exp + 0.6 eps_avg and
 delta = 0.2 delta_cnt + 0.8 delta_avg.

@@ -1,6 +1,6 @@
 """Data sets of the DPM paper's evaluation (Section 6.1) and real ones that ship offline.
 
-Synthetic (000_e63c772e1db0dbd8.txt, Section 6.1 and Table 1):
+Synthetic (the DPM paper, "DPM: Clustering Sensitive Data through Separation", Section 6.1 and Table 1):
   ``synthetic_blobs`` reproduces the recipe of scikit-learn's ``make_blobs`` with
   ``center_box=(-100, 100)`` and ``cluster_std=1``: centres uniform in the box, equal
   blob sizes (the remainder spread over the first blobs), Gaussian points around
@@ -16,20 +16,26 @@ Real, shipped inside scikit-learn (no download at run time):
   ``china.jpg``, 273,280 x 3, unlabelled (the colour quantisation example of
   scikit-learn's documentation clusters exactly these points with k-means).
 
-Bounds are public knowledge about the *domain*, never read from the data
-(DESIGN.md, "Bounds"); every loader documents where its bounds come from.
+Real, shipped with the repository's benchmarks (benchmarks/data/, provenance there):
+  ``letters``: UCI Letter Recognition, 20,000 x 16 integer features in 0..15, 26
+  classes: the data set of the DPM paper's Table 3.
+
+Bounds are public knowledge about the *domain*, never read from the data; every
+loader documents where its bounds come from.
 ``load_dataset(name)`` maps the names of ``DATASETS`` to the loaders.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Dataset", "DATASETS", "synthetic_blobs", "paper_blobs", "digits", "china_pixels",
+__all__ = ["Dataset", "DATASETS", "synthetic_blobs", "paper_blobs", "digits", "china_pixels", "letters",
            "load_dataset"]
 
 
@@ -102,6 +108,26 @@ def china_pixels() -> Dataset:
     return Dataset(image.reshape(-1, 3).astype(np.float32), None, (0.0, 255.0), None, "china-pixels")
 
 
+LETTERS_CSV = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "uci_letters.csv"
+
+
+def letters(path: str | os.PathLike | None = None) -> Dataset:
+    """UCI Letter Recognition: 20,000 points x 16 features, 26 classes (the DPM paper's Table 3).
+
+    Bounds (0, 15): every feature is an integer in 0..15 by the data set's
+    construction (scaled statistics of the letter images). Read from ``path`` or, by
+    default, the copy in the repository's benchmarks/data/ (``DPM_JAX_LETTERS``
+    overrides it); a clear error names the file when it is missing.
+    """
+    path = Path(path or os.environ.get("DPM_JAX_LETTERS") or LETTERS_CSV)
+    if not path.is_file():
+        raise FileNotFoundError(f"UCI Letters not found at {path}: pass path=, set DPM_JAX_LETTERS, or "
+                                "use a repository checkout (benchmarks/data/uci_letters.csv)")
+    table = np.genfromtxt(path, delimiter=",", skip_header=1, dtype=str)
+    labels = np.array([ord(letter) - ord("A") for letter in table[:, 0]])
+    return Dataset(table[:, 1:].astype(np.float32), labels, (0.0, 15.0), None, "letters")
+
+
 def _synth(d: int) -> Callable[[], Dataset]:
     def load() -> Dataset:
         try:
@@ -119,6 +145,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "synth-100d": _synth(100),
     "digits": digits,
     "china-pixels": china_pixels,
+    "letters": letters,
 }
 
 

@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["LIMB_BITS", "Int", "from_int32", "normalize", "widen", "narrow", "where", "add", "negate", "subtract", "less",
+__all__ = ["LIMB_BITS", "Int", "from_int32", "normalize", "widen", "narrow", "where", "add", "negate", "subtract",
+           "less",
            "maximum", "mul_small", "shift_right", "to_float32", "clip_to_int32", "exact_cumsum",
            "chunk_totals", "tree_total"]
 

@@ -47,14 +47,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import exact
+from dpm_jax import exact, keys
 from dpm_jax._arrays import looped_under_vmap
 from dpm_jax.config import DPMConfig
-from dpm_jax.mechanisms import exponential_mechanism
+from dpm_jax.ledger import LedgerEntry
+from dpm_jax.mechanisms import EM_EPSILON_MARGIN, exponential_mechanism
 
 __all__ = ["gaussian_gap_constant", "gap_counts_below", "sorted_gaps", "interval_dimensions",
-           "interval_utility", "utility_sensitivity", "estimate_split_interval_size",
-           "PERCENTILE_SENSITIVITY"]
+           "num_interval_dimensions", "interval_utility", "utility_sensitivity",
+           "estimate_split_interval_size", "ledger_entry", "PERCENTILE_SENSITIVITY"]
 
 PERCENTILE_SENSITIVITY = 2  # Lemma 1, per dimension
 _UTILITY_UNITS = 2**10
@@ -151,7 +152,7 @@ def interval_dimensions(key: jax.Array, d: int, max_dims: int | None) -> jnp.nda
 
     The draw uses only the key, never the data, so the choice is public.
     """
-    if max_dims is None or d <= max_dims:
+    if num_interval_dimensions(d, max_dims) == d:
         return None
     return jax.random.choice(key, d, (max_dims,), replace=False)
 
@@ -177,6 +178,25 @@ def interval_utility(counts: exact.Int, n_tilde, percentile: float, num_dims: in
     # In units of 2**-10 (|utility| < 2**46): keeps the exponential mechanism's scale
     # per unit small, where its exact sampler represents it (dpm_jax.mechanisms).
     return exact.negate(exact.narrow(exact.mul_small(magnitude, _UTILITY_UNITS), 2))
+
+
+def num_interval_dimensions(d: int, max_dims: int | None) -> int:
+    """d', the number of dimensions Algorithm 2 uses (public: it depends on d and the config)."""
+    return d if max_dims is None else min(d, max_dims)
+
+
+def ledger_entry(epsilon: float, sampler_delta: float, d: int, config: DPMConfig) -> LedgerEntry:
+    """The ledger line of Algorithm 2's one exponential mechanism (:func:`estimate_split_interval_size`).
+
+    Sensitivity 2 d' gap counts (the integer utility's :func:`utility_sensitivity` in its
+    2**-10 units); the sampler's margin and total variation are charged
+    (:mod:`dpm_jax.mechanisms`).
+    """
+    num_dims = num_interval_dimensions(d, config.interval_max_dims)
+    return LedgerEntry("interval_size", "exponential", None, epsilon, sampler_delta,
+                       utility_sensitivity(num_dims) / _UTILITY_UNITS,
+                       f"gap counts summed over {num_dims} dims (Lemma 1)", None, (keys.INTERVAL,),
+                       sampler_epsilon=EM_EPSILON_MARGIN, sampler_delta=sampler_delta)
 
 
 def utility_sensitivity(num_dims: int) -> int:

@@ -3,7 +3,7 @@
 Every function takes its PRNG key (or the random bits drawn from it) first; keys
 come from :func:`dpm_jax.keys.derive_key`, so each draw of a run can be re-derived from the
 caller's key. Neighbouring data sets differ by adding or removing one point
-(Definition 1 of the DPM paper, 000_e63c772e1db0dbd8.txt).
+(Definition 1 of the DPM paper, "DPM: Clustering Sensitive Data through Separation").
 
 Every mechanism here runs in exact integer arithmetic on the device: its input is
 an integer (a count, an integer score, a fixed-point sum, see :mod:`dpm_jax.exact`),
@@ -408,7 +408,7 @@ def _masked_scores(scores: Int, valid: jax.Array) -> Int:
 
 def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array,
                best: Int | None = None) -> jax.Array:
-    """Integer weights floor(P(j_i) / 2**(1 + j_i div 2**F)) ~ 2**59 2**(-j_i / 2**F): five (..., M) 12-bit digit arrays.
+    """Weights floor(P(j_i) / 2**(1 + j_i div 2**F)) ~ 2**59 2**(-j_i / 2**F): five (..., M) 12-bit digit arrays.
 
     ``scores`` (..., M) exact integers, ``valid`` (..., M), ``exponent_scale`` (...,)
     base-2 exponent per score unit, ``best`` (..., 1) the largest valid score of each

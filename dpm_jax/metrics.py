@@ -1,6 +1,6 @@
 """Clustering quality metrics of the DPM paper's evaluation, as memory-bounded JAX programs.
 
-Paper (000_e63c772e1db0dbd8.txt), Section 6 and Appendix C.1:
+Paper ("DPM: Clustering Sensitive Data through Separation"), Section 6 and Appendix C.1:
   * inertia (Definition 10): the paper prints a sum of distances, but its Table 2
     values (1.0e6 for KMeans on Synth-10d = n * d * std^2) and the authors'
     evaluation code use the *squared* distances to the nearest centre, as

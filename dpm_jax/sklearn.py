@@ -4,7 +4,7 @@
     model = DPMClustering(epsilon=1.0, delta=1e-6, bounds=(-100.0, 100.0)).fit(X)
     model.cluster_centers_, model.counts_, model.n_clusters_, model.ledger_
 
-It wraps :func:`dpm_jax.cluster` (DPM, 000_e63c772e1db0dbd8.txt, Algorithm 1) in the
+It wraps :func:`dpm_jax.cluster` (DPM, "DPM: Clustering Sensitive Data through Separation", Algorithm 1) in the
 scikit-learn conventions, so it clones, pickles and runs inside a Pipeline.
 Needs scikit-learn (>= 1.6), which is not a dependency of dpm_jax itself.
 

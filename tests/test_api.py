@@ -166,7 +166,8 @@ def test_nan_in_a_jax_array_is_found_also_when_jit_closes_over_it(closed_over_by
 
 
 def test_quality_on_blobs_at_the_papers_signal_to_noise():
-    # Long because: several keys at the paper's n * epsilon, the only signal-to-noise at which quality is meaningful (~12 s).
+    # Long because: several keys at the paper's n * epsilon, the only signal-to-noise at which
+    # quality is meaningful (~12 s).
     """Synth-10d-style data, n = 20,000, median over 3 keys: accuracy >= 0.95, silhouette >= 0.9.
 
     DPM's noise is a function of epsilon * n (Delta_f ~ 1/n, count noise ~ 1/epsilon,
@@ -240,15 +241,16 @@ def _replayed_splits(key, points, result, config, allocation, offsets):
     """(node, released (dim, j), replayed (dim, j)) for every reached inner node: the
     node's true half-bin histogram (from its members) through tree.select_splits with
     its released n~, its row of the 'split' stream and its level's epsilon and offset."""
+    from dpm_jax import histogram
     from dpm_jax import tree as tree_lib
     from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES
     from dpm_jax.scoring import score_coefficients
 
-    tree, d = result.tree, points.shape[1]
+    tree = result.tree
     beta = jnp.float32(np.asarray(result.split_interval_size)[0])  # bounds (0, 1): exact
     max_splits = config.max_splits_per_dim
     num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
-    half_bins = tree_lib.half_bin_indices(jnp.asarray(points), beta, num_splits, max_splits)
+    half_bins = histogram.half_bin_indices(jnp.asarray(points), beta, num_splits, max_splits)
     bits = jax.random.bits(derive_key(key, "split"), (config.max_clusters, EM_TRIES, EM_DIGITS),
                            dtype=jnp.uint32)
     coefficients = score_coefficients(config.t, config.q, config.alpha)
@@ -256,9 +258,9 @@ def _replayed_splits(key, points, result, config, allocation, offsets):
 
     @jax.jit
     def replay(node_bits, member_mask, count, epsilon, offset):
-        histogram = tree_lib.level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), member_mask,
-                                             1, max_splits)
-        return tree_lib.select_splits(node_bits, dpm_jax.api._em_table(), histogram,
+        counts = histogram.level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), member_mask,
+                                           1, max_splits)
+        return tree_lib.select_splits(node_bits, dpm_jax.api._em_table(), counts,
                                       exact.from_int32(count), jnp.ones(1, bool),
                                       jnp.arange(max_splits) < num_splits, epsilon, offset, coefficients)
 

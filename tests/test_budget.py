@@ -7,7 +7,10 @@ import pytest
 import dpm_jax
 from dpm_jax import Budget, DPMConfig
 from dpm_jax.averaging import plan_averaging
-from dpm_jax.budget import allocate, build_ledger, heap_count_epsilons, level_weights
+from dpm_jax.scoring import score_coefficients
+from dpm_jax.api import build_ledger
+from dpm_jax.budget import allocate, heap_count_epsilons, level_weights
+from dpm_jax.interval import utility_sensitivity
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, count_offset, count_sampler_tv, em_sampler_tv
 
 D = 10
@@ -16,7 +19,7 @@ D = 10
 def ledger_of(budget, config, d=D):
     allocation = allocate(budget, config, d)
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-    return allocation, build_ledger(allocation, config, d, 17, averaging)
+    return allocation, build_ledger(allocation, config, d, averaging)
 
 CONFIGS = [
     DPMConfig(),
@@ -108,7 +111,12 @@ def test_ledger_table_and_dicts():
     assert math.isclose(sum(r["epsilon"] for r in rows), 1.0)
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, D)
     assert rows[-1]["noise_scale"] == averaging.sigma and rows[-1]["sensitivity"] == averaging.sensitivity
-    assert rows[2]["sensitivity"] == 17 and rows[2]["sampler_epsilon"] == EM_EPSILON_MARGIN
+    split_sensitivity = score_coefficients(config.t, config.q, config.alpha).sensitivity
+    assert rows[2]["sensitivity"] == split_sensitivity and rows[2]["sampler_epsilon"] == EM_EPSILON_MARGIN
+    assert rows[1]["sensitivity"] == utility_sensitivity(D) / 2**10 == 2 * D  # Lemma 1, d' = D
+    # key paths name the stream and the heap rows each line's noise is drawn from
+    assert [r["key_path"] for r in rows[:4]] == [["count", "heap[1]"], ["interval"], ["split", "heap[1]"],
+                                                  ["count", "heap[2:4]"]]
     assert isinstance(ledger, dpm_jax.Ledger)
 
 

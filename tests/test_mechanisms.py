@@ -654,7 +654,7 @@ def test_discrete_gaussian_table_is_within_its_tv_of_the_exact_pmf():
         high = table.thresholds_high.astype(np.int64) % 2**32
         low = table.thresholds_low.astype(np.int64)
         assert np.all((low >= 0) & (low < 2**31))
-        cumulative = [0] + [int(h) * 2**31 + int(l) for h, l in zip(high, low)] + [2**62]
+        cumulative = [0] + [int(hi) * 2**31 + int(lo) for hi, lo in zip(high, low)] + [2**62]
         mass = [b - a for a, b in zip(cumulative[:-1], cumulative[1:])]
         assert all(m >= 0 for m in mass)
         half = -table.support_min

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpm_jax.scoring import candidate_statistics, exponent_ratio, score_coefficients, split_scores
-from dpm_jax.tree import half_bin_indices, level_histogram
+from dpm_jax.histogram import half_bin_indices, level_histogram
 from dpm_jax.baselines.numpy_dpm import reference_scores
 
 T, Q, ALPHA = 0.3, 1 / 12, 5.0

@@ -27,7 +27,7 @@ import pytest
 from dpm_jax.interval import (PERCENTILE_SENSITIVITY, gap_counts_below, interval_utility,
                               utility_sensitivity)
 from dpm_jax.scoring import score_coefficients, split_scores
-from dpm_jax.tree import half_bin_indices
+from dpm_jax.histogram import half_bin_indices
 
 BETAS = (0.5, 0.3, 1 / 7, 0.125, 0.1, 0.05)
 MAX_HALF_BINS = 2 * math.ceil(1 / min(BETAS))

@@ -1,4 +1,4 @@
-"""Baselines of the DPM paper's evaluation (000_e63c772e1db0dbd8.txt, Section 6.1), in JAX.
+"""Baselines of the DPM paper's evaluation (Section 6.1), in JAX.
 
 * :func:`kmeans` / :func:`kmeans_runs`: non-private k-means++ and Lloyd, restarts
   under ``jax.vmap`` (the paper's "KMeans (non-private)" column).

@@ -1,6 +1,6 @@
 """DP-Lloyd: differentially private k-means on bounded data (Su et al., 2016).
 
-The DP baseline of the DPM paper (000_e63c772e1db0dbd8.txt, Section 6.1; the
+The DP baseline of the DPM paper (Section 6.1; the
 authors run diffprivlib's ``KMeans``, which implements DPLloyd of Su, Cao, Li,
 Bertino and Jin, "Differentially private k-means clustering", CODASPY 2016).
 This module follows diffprivlib's documented procedure, in JAX:

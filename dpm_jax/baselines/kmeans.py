@@ -1,6 +1,6 @@
 """Non-private k-means: greedy k-means++ seeding and Lloyd iterations, restarts under vmap.
 
-The non-private baseline of the DPM paper (000_e63c772e1db0dbd8.txt, Section 6.1:
+The non-private baseline of the DPM paper (Section 6.1:
 "The KMeans++ clustering algorithm serves as a non-private baseline"; the authors
 run scikit-learn's ``KMeans``). This is the same algorithm as scikit-learn's
 ``KMeans(init="k-means++", algorithm="lloyd")``:

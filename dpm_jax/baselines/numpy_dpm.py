@@ -1,7 +1,7 @@
 """A deliberately plain NumPy DPM that follows the paper line by line.
 
 The oracle for the JAX engine: Algorithm 1 (recursive BuildClustering / Split) and
-Algorithm 2 of 000_e63c772e1db0dbd8.txt, with the errata fixed as in dpm_jax
+Algorithm 2 of "DPM: Clustering Sensitive Data through Separation", with the errata fixed as in dpm_jax
 (exp(eps f / (2 Delta_f)), split index decoding, pooled gap counts for the interval
 size, half-open split intervals). No histograms, no padding, no heap layout: every
 score is computed from the points of the node by direct comparisons, and the

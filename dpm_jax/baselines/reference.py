@@ -2,7 +2,7 @@
 
 "We first conduct a non-private hyper-parameter search with the KMeans clustering
 algorithm to find multiple sets of clusters that maximise the silhouette score
-[...] we pick the top 20 KMeans runs" (000_e63c772e1db0dbd8.txt, Section 6.2).
+[...] we pick the top 20 KMeans runs" (the DPM paper, Section 6.2).
 
 :func:`kmeans_references` runs ``runs_per_k`` independent k-means++ / Lloyd runs
 (scikit-learn's ``n_init=1``, as in the authors' evaluation) for every candidate

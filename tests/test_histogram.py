@@ -1,0 +1,89 @@
+"""Half-bin histograms of the nodes of a level (dpm_jax/histogram.py), against a plain loop."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpm_jax import histogram
+from dpm_jax.histogram import children_histogram, level_histogram
+
+
+def _loop_histogram(half_bins, node, active, nodes, max_splits):
+    expected = np.zeros((nodes, half_bins.shape[1], 2 * max_splits), int)
+    for p in np.flatnonzero(active):
+        for i in range(half_bins.shape[1]):
+            expected[node[p], i, half_bins[p, i]] += 1
+    return expected
+
+
+def test_level_histogram_counts_each_active_point_once_per_dimension():
+    rng = np.random.default_rng(0)
+    n, d, nodes, max_splits = 500, 3, 4, 5
+    half_bins = rng.integers(0, 2 * max_splits, (n, d))
+    node = rng.integers(0, nodes, n)
+    active = rng.random(n) < 0.8
+    got = np.asarray(level_histogram(jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32),
+                                     jnp.asarray(active), nodes, max_splits))
+    np.testing.assert_array_equal(got, _loop_histogram(half_bins, node, active, nodes, max_splits))
+
+
+def test_level_histogram_under_vmap_equals_each_call():
+    # vmap runs the histogram as a loop (shared bins, batched nodes): same counts per member,
+    # also when the bins themselves are batched (vmap over data sets).
+    rng = np.random.default_rng(1)
+    n, d, nodes, max_splits, batch = 300, 2, 4, 6, 3
+    half_bins = rng.integers(0, 2 * max_splits, (batch, n, d))
+    node = rng.integers(0, nodes, (batch, n))
+    active = rng.random((batch, n)) < 0.7
+    shared = jax.vmap(level_histogram, in_axes=(None, 0, 0, None, None))(
+        jnp.asarray(half_bins[0], jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active),
+        nodes, max_splits)
+    both = jax.vmap(level_histogram, in_axes=(0, 0, 0, None, None))(
+        jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active),
+        nodes, max_splits)
+    for b in range(batch):
+        np.testing.assert_array_equal(shared[b], _loop_histogram(half_bins[0], node[b], active[b],
+                                                                 nodes, max_splits))
+        np.testing.assert_array_equal(both[b], _loop_histogram(half_bins[b], node[b], active[b],
+                                                               nodes, max_splits))
+
+
+def test_chunked_histogram_equals_one_scatter(monkeypatch):
+    # Few elements per chunk: 7 dims in chunks of 2 (the last chunk overlaps the one before).
+    rng = np.random.default_rng(2)
+    n, d, nodes, max_splits = 64, 7, 3, 4
+    half_bins = rng.integers(0, 2 * max_splits, (n, d))
+    node = rng.integers(0, nodes, n)
+    active = rng.random(n) < 0.9
+    args = (jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active),
+            nodes, max_splits)
+    monkeypatch.setattr(histogram, "_CHUNK_ELEMENTS", 2 * n)
+    chunked = np.asarray(level_histogram(*args))
+    np.testing.assert_array_equal(chunked, _loop_histogram(half_bins, node, active, nodes, max_splits))
+
+
+def _random_split(rng, n, width, parents):
+    """Points of ``parents`` parent nodes, some of them split into two children."""
+    parent = rng.integers(0, parents, n)
+    active = rng.random(n) < 0.9
+    split = rng.random(width) < 0.7
+    go_right = rng.random(n) < rng.uniform(0.1, 0.9, width)[parent]
+    child_active = active & split[parent]
+    child_node = 2 * parent + (go_right & split[parent])
+    child_true = np.bincount(np.where(active, 2 * parent + go_right, 2 * width), minlength=2 * width + 1)
+    return parent, active, go_right, child_node, child_active, child_true[:2 * width]
+
+
+def test_children_histogram_equals_histogram_of_the_children():
+    rng = np.random.default_rng(3)
+    n, d, width, max_splits = 400, 3, 8, 5
+    half_bins = rng.integers(0, 2 * max_splits, (n, d))
+    parent, active, go_right, child_node, child_active, child_true = _random_split(rng, n, width, 4)
+    parent_counts = level_histogram(jnp.asarray(half_bins, jnp.uint8), jnp.asarray(parent, jnp.int32),
+                                    jnp.asarray(active), width, max_splits)
+    got = np.asarray(children_histogram(parent_counts, jnp.asarray(child_true, jnp.int32),
+                                        jnp.asarray(half_bins, jnp.uint8), jnp.asarray(child_node, jnp.int32),
+                                        jnp.asarray(child_active), jnp.asarray(go_right), max_splits))
+    expected = _loop_histogram(half_bins, child_node, child_active, width, max_splits)
+    split_children = np.unique(child_node[child_active])  # other slots are inactive: any value
+    np.testing.assert_array_equal(got[split_children], expected[split_children])
