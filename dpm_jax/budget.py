@@ -30,7 +30,7 @@ import math
 from typing import NamedTuple
 
 from dpm_jax import keys
-from dpm_jax.config import DPMConfig, _is_real
+from dpm_jax.config import DPMConfig, is_real_number
 from dpm_jax.ledger import LedgerEntry, heap_rows
 from dpm_jax.mechanisms import (EM_EPSILON_MARGIN, EM_MAX_CANDIDATES, count_offset,
                                 count_sampler_tv, em_sampler_tv)
@@ -51,7 +51,7 @@ class Budget:
     def __post_init__(self):
         for name in ("epsilon", "delta"):
             value = getattr(self, name)
-            if not _is_real(value):
+            if not is_real_number(value):
                 raise TypeError(f"Budget.{name} must be a real number, got {type(value).__name__}")
             if not math.isfinite(value):
                 raise ValueError(f"Budget.{name} must be finite, got {value}")

@@ -14,11 +14,12 @@ import math
 
 import numpy as np
 
-__all__ = ["DPMConfig"]
+__all__ = ["DPMConfig", "is_real_number"]
 
 
 
-def _is_real(value) -> bool:
+def is_real_number(value) -> bool:
+    """A Python or NumPy int or float (not a bool): what a numeric hyper-parameter may be."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
@@ -76,9 +77,9 @@ class DPMConfig:
             raise ValueError(f"tau_r must be <= 16 (2**tau_r padded clusters), got {self.tau_r}")
         for name in ("alpha", "t", "q", "percentile", "interval_factor", "sigma_step"):
             value = getattr(self, name)
-            if not _is_real(value) or not math.isfinite(value):
+            if not is_real_number(value) or not math.isfinite(value):
                 raise TypeError(f"{name} must be a finite real number, got {value!r}")
-        if self.tau_e is not None and (not _is_real(self.tau_e) or not math.isfinite(self.tau_e)):
+        if self.tau_e is not None and (not is_real_number(self.tau_e) or not math.isfinite(self.tau_e)):
             raise TypeError(f"tau_e must be None or a finite real number, got {self.tau_e!r}")
         if self.alpha <= 0:
             raise ValueError(f"alpha must be > 0 (Definition 7), got {self.alpha}")
@@ -123,7 +124,7 @@ class DPMConfig:
 def _check_shares(name, shares, length):
     if not isinstance(shares, tuple) or len(shares) != length:
         raise ValueError(f"{name} must be a tuple of {length} numbers, got {shares!r}")
-    if not all(_is_real(s) and math.isfinite(s) and s > 0 for s in shares):
+    if not all(is_real_number(s) and math.isfinite(s) and s > 0 for s in shares):
         raise ValueError(f"{name} must all be positive finite numbers, got {shares!r}")
     if not math.isclose(math.fsum(shares), 1.0, rel_tol=0, abs_tol=1e-9):
         raise ValueError(f"{name} must sum to 1, got {shares!r} (sum {math.fsum(shares)!r})")

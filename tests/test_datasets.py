@@ -44,7 +44,16 @@ def test_china_pixels_are_unlabelled_8_bit_colours():
 def test_load_dataset_rejects_unknown_names():
     with pytest.raises(ValueError, match="unknown data set"):
         datasets.load_dataset("mnist")
-    assert set(datasets.DATASETS) == {"synth-10d", "synth-100d", "digits", "china-pixels"}
+    assert set(datasets.DATASETS) == {"synth-10d", "synth-100d", "digits", "china-pixels", "letters"}
+
+
+def test_letters_is_the_uci_file_with_public_integer_bounds(tmp_path):
+    data = datasets.letters()
+    assert data.points.shape == (20_000, 16) and data.bounds == (0.0, 15.0)
+    assert data.points.min() == 0 and data.points.max() == 15
+    assert np.array_equal(np.unique(data.labels), np.arange(26))
+    with pytest.raises(FileNotFoundError, match="UCI Letters not found"):
+        datasets.letters(tmp_path / "missing.csv")
 
 
 def test_synthetic_blobs_numpy_recipe():

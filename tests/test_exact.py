@@ -5,6 +5,7 @@ extremes -2**31 and 2**31 - 1, and on two- and three-limb values up to 2**58 in
 magnitude; the reductions against int64 NumPy sums.
 """
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -269,3 +270,28 @@ def test_chunk_then_tree_total_is_order_independent():
         np.testing.assert_array_equal(np.asarray(limb), np.asarray(other))
     expected = np.stack([values[segment == s].sum(0) for s in range(3)])
     assert value(first).tolist() == expected.tolist()
+
+
+class ExactUnderJitAndEager(chex.TestCase):
+    """The same exact results compiled and op by op: XLA's fusion of the integer chains
+    (the engine's hot path, tree.select_splits) must not change a single bit."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_arithmetic_chain_matches_python_ints(self):
+        rng = np.random.default_rng(11)
+        x, y = random_wide(rng, 300), random_wide(rng, 300)[::-1].copy()
+        shifts = rng.integers(0, 62, 300)
+
+        @self.variant
+        def chain(a, b, magnitude, shift):
+            return (exact.add(a, exact.negate(b)), exact.shift_right(magnitude, shift),
+                    exact.maximum(a, axis=-1), exact.mul_small(exact.from_int32(b.limbs[0]), 12345))
+
+        magnitude = np.abs(x - y) >> 2  # below 2**58: two limbs
+        total, shifted, largest, product = chain(make(x), make(y), make(magnitude),
+                                                 jnp.asarray(shifts, jnp.int32))
+        assert list(value(total)) == list(x - y)
+        assert list(value(shifted)) == [int(v) >> int(s) for v, s in zip(magnitude, shifts)]
+        assert list(value(largest)) == [max(x)]
+        low = np.asarray(make(y).limbs[0]).astype(object)
+        assert list(value(product)) == list(low * 12345)
