@@ -1,7 +1,7 @@
 """Empirical privacy audit of dpm_jax: lower bounds on the epsilon actually spent.
 
 For each configuration, runs the mechanism on a pair of neighbouring data sets
-(``dpm_jax.audit``) and reports the Clopper-Pearson lower bound on epsilon (all
+(``dpm_jax.eval.audit``) and reports the Clopper-Pearson lower bound on epsilon (all
 events and directions simultaneously at the stated confidence) next to the claimed
 epsilon, for the real library and for deliberately broken variants, which must
 exceed their claim.
@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dpm_jax
-from dpm_jax import audit as audit_lib
+from dpm_jax.eval import audit as audit_lib
+from dpm_jax.testing import substituted
 from dpm_jax import budget as budget_lib
 from dpm_jax import averaging, exact, mechanisms
 
@@ -208,7 +209,7 @@ def main(argv=None) -> int:
         if broken is None:
             claimed, result = function(epsilon, runs, args.confidence)
         else:
-            with audit_lib.substituted(*broken):
+            with substituted(*broken):
                 claimed, result = function(epsilon, runs, args.confidence)
         seconds = time.time() - tick
         best = max(result.per_event, key=lambda e: e.epsilon_lower_bound)

@@ -22,9 +22,9 @@ import jax
 import numpy as np
 
 import dpm_jax
-from dpm_jax.benchmark import machine_description
-from dpm_jax.datasets import synthetic_blobs
-from dpm_jax.metrics import assign_to_centers, clustering_accuracy, sampled_silhouette_score
+from dpm_jax.eval.benchmark import machine_description
+from dpm_jax.eval.datasets import synthetic_blobs
+from dpm_jax.eval.metrics import assign_to_centers, clustering_accuracy, sampled_silhouette_score
 
 SETTINGS = [  # (n, d, epsilon)
     (100_000, 10, 1.0),

@@ -18,13 +18,13 @@ Protocol (the DPM paper, Sections 6.1 and 6.2):
 
 Algorithms (``--algorithms``, default all available):
   dpm             dpm_jax.cluster
-  dp-lloyd        dpm_jax.baselines.dp_lloyd (Su et al.'s DP k-means, JAX)
-  kmeans          dpm_jax.baselines.kmeans (k-means++ and Lloyd, JAX, n_init=1)
+  dp-lloyd        dpm_jax.eval.baselines.dp_lloyd (Su et al.'s DP k-means, JAX)
+  kmeans          dpm_jax.eval.baselines.kmeans (k-means++ and Lloyd, JAX, n_init=1)
   kmeans-sklearn  scikit-learn's KMeans (n_init=1), the authors' non-private baseline
   diffprivlib     diffprivlib's KMeans, the authors' DP-Lloyd; skipped when it cannot
                   be imported (diffprivlib 0.6 imports scikit-learn internals that
                   scikit-learn >= 1.6 no longer has)
-  dpm-numpy       the plain NumPy DPM of dpm_jax/baselines/numpy_dpm.py, the sequential
+  dpm-numpy       the plain NumPy DPM of dpm_jax/eval/baselines/numpy_dpm.py, the sequential
                   speed baseline
 
 Outputs: ``--out`` (JSON rows), the same path with ``.md`` (Markdown tables) and
@@ -49,10 +49,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import dpm_jax
-from dpm_jax import baselines, metrics
-from dpm_jax.baselines.numpy_dpm import reference_dpm
-from dpm_jax.benchmark import machine_description
-from dpm_jax.datasets import Dataset, load_dataset
+from dpm_jax.eval import baselines, metrics
+from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
+from dpm_jax.eval.benchmark import machine_description
+from dpm_jax.eval.datasets import Dataset, load_dataset
 
 ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", "dpm", "dpm-numpy")
 METRICS = ("silhouette", "accuracy", "inertia", "kmeans_distance", "k", "seconds")
@@ -153,7 +153,7 @@ def _run_diffprivlib(key, task: Task):
 
 
 def _run_dpm_numpy(key, task: Task):
-    """dpm_jax.baselines.numpy_dpm's ``reference_dpm(rng, X, epsilon, delta, bounds, config)["centers"]``."""
+    """dpm_jax.eval.baselines.numpy_dpm's ``reference_dpm(rng, X, epsilon, delta, bounds, config)["centers"]``."""
     data = task.dataset
     result = reference_dpm(np.random.default_rng(_seed(key)), data.points, task.budget.epsilon,
                            task.budget.delta, data.bounds, dpm_jax.DPMConfig())
@@ -387,7 +387,7 @@ def figure(document: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--datasets", default="synth-10d,synth-100d,digits,china-pixels",
-                        help="comma-separated names (dpm_jax.datasets.DATASETS)")
+                        help="comma-separated names (dpm_jax.eval.datasets.DATASETS)")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS),
                         help="comma-separated; unavailable ones are skipped with a note")
     parser.add_argument("--runs", type=int, default=20)

@@ -169,5 +169,6 @@ def leaf_centers(key: jax.Array, unit_points: jax.Array, point_mask: jax.Array,
     # Post-processing of released integers from here on.
     noisy_sum = (exact.to_float32(released) + 0.5) * np.float32(2.0**plan.coarse_shift)
     unit_centres = 0.5 + noisy_sum / np.float32(2**FIXED_POINT_BITS) / jnp.maximum(leaf_count, 1.0)[:, None]
-    centers = lower + jnp.clip(unit_centres, 0.0, 1.0) * (upper - lower)
+    # The second clip: lower + u (upper - lower) can round one float32 step past upper.
+    centers = jnp.clip(lower + jnp.clip(unit_centres, 0.0, 1.0) * (upper - lower), lower, upper)
     return jnp.where(leaf_valid[:, None], centers, jnp.nan)

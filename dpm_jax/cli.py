@@ -298,8 +298,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from dpm_jax.datasets import synthetic_blobs
-    from dpm_jax.metrics import assign_to_centers, clustering_accuracy
+    from dpm_jax.eval.datasets import synthetic_blobs
+    from dpm_jax.eval.metrics import assign_to_centers, clustering_accuracy
 
     if args.n < 1 or args.d < 1 or args.blobs < 1:
         raise CommandError(f"--n, --d and --blobs must be >= 1, got {args.n}, {args.d}, {args.blobs}")
@@ -326,12 +326,12 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_bench(args: argparse.Namespace) -> int:
     try:
-        benchmark = importlib.import_module("dpm_jax.benchmark")
+        benchmark = importlib.import_module("dpm_jax.eval.benchmark")
     except ModuleNotFoundError as error:
-        if error.name != "dpm_jax.benchmark":
+        if error.name != "dpm_jax.eval.benchmark":
             raise
         raise CommandError("the speed benchmark is not available in this installation "
-                           "(module dpm_jax.benchmark is missing)") from None
+                           "(module dpm_jax.eval.benchmark is missing)") from None
     status = benchmark.main(list(args.bench_args))
     return 0 if status is None else int(status)
 
@@ -390,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(demo)
     demo.set_defaults(handler=_run_demo)
 
-    bench = commands.add_parser("bench", help="run the speed benchmark (arguments go to dpm_jax.benchmark)",
+    bench = commands.add_parser("bench", help="run the speed benchmark (arguments go to dpm_jax.eval.benchmark)",
                                 add_help=False)
     bench.set_defaults(handler=_run_bench)
     return parser

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dpm_jax
-from dpm_jax.datasets import synthetic_blobs
+from dpm_jax.eval.datasets import synthetic_blobs
 
 # One small configuration reused across test modules so the JIT cache is shared.
 SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10)

@@ -179,7 +179,7 @@ def test_quality_on_blobs_at_the_papers_signal_to_noise():
     """
     from sklearn.metrics import silhouette_score
 
-    from dpm_jax.datasets import synthetic_blobs
+    from dpm_jax.eval.datasets import synthetic_blobs
 
     data = synthetic_blobs(n=20_000, d=10, seed=42)
     budget = dpm_jax.Budget(5.0, 1.0 / (20_000 * math.sqrt(20_000)))

@@ -1,4 +1,4 @@
-"""The empirical privacy audit (dpm_jax/audit.py): its statistics, and that it passes
+"""The empirical privacy audit (dpm_jax/eval/audit.py): its statistics, and that it passes
 the real library and catches deliberately broken variants.
 
 The audits below run at confidence 0.999: a *correct* mechanism exceeds its claimed
@@ -14,7 +14,7 @@ its events carry a small share of epsilon each) runs in benchmarks/audit.py, who
 results are committed in benchmarks/results/audit.json.
 
 Broken variants are injected without changing the library:
-``dpm_jax.audit.substituted`` replaces a function object in every dpm_jax module
+``dpm_jax.testing.substituted`` replaces a function object in every dpm_jax module
 that imported it for the duration of a ``with`` block and clears JAX's caches, so
 the compiled ``cluster`` is rebuilt with the broken piece and discarded after.
 """
@@ -30,7 +30,8 @@ import pytest
 from scipy import stats
 
 import dpm_jax
-from dpm_jax import audit as audit_lib
+from dpm_jax.eval import audit as audit_lib
+from dpm_jax.testing import substituted
 from dpm_jax import averaging, exact, mechanisms
 from dpm_jax import budget as budget_lib
 
@@ -132,7 +133,7 @@ def test_audit_catches_halved_count_noise():
     """Noise scale 1/(2 eps) instead of 1/eps: the counts spend 2 x 0.97 epsilon."""
     original = mechanisms.count_noise
     halved = lambda key, epsilon: original(key, 2.0 * np.asarray(epsilon, np.float64))
-    with audit_lib.substituted(original, halved):
+    with substituted(original, halved):
         assert count_audit().epsilon_lower_bound > CLAIMED.epsilon
 
 
@@ -145,17 +146,17 @@ def test_audit_catches_count_budget_reused_across_levels():
         total = math.fsum(allocation.count_epsilons)
         return allocation._replace(count_epsilons=(total,) * len(allocation.count_epsilons))
 
-    with audit_lib.substituted(original, reused):
+    with substituted(original, reused):
         assert count_audit().epsilon_lower_bound > CLAIMED.epsilon
 
 
 def test_substituted_restores_the_library():
     original = mechanisms.count_noise
-    with audit_lib.substituted(original, lambda key, epsilon: None):
+    with substituted(original, lambda key, epsilon: None):
         assert dpm_jax.api.count_noise is not original
     assert dpm_jax.api.count_noise is original and mechanisms.count_noise is original
     with pytest.raises(ValueError):
-        with audit_lib.substituted(lambda: None, lambda: None):
+        with substituted(lambda: None, lambda: None):
             pass
 
 
@@ -186,7 +187,7 @@ def test_audit_catches_halved_split_sensitivity():
     dropping the factor 2 of Definition 4, the paper's erratum, does)."""
     original = mechanisms.em_exponent_scale
     doubled = lambda epsilon, sensitivity, ratio=1.0: 2.0 * original(epsilon, sensitivity, ratio)
-    with audit_lib.substituted(original, doubled):
+    with substituted(original, doubled):
         assert split_step_audit().epsilon_lower_bound > CLAIMED.epsilon
 
 
@@ -247,7 +248,7 @@ def test_audit_catches_float32_leaf_sums():
         high = jnp.floor(sums / 2.0**30)
         return exact.Int(((sums - high * 2.0**30).astype(jnp.int32), high.astype(jnp.int32)))
 
-    with audit_lib.substituted(averaging.leaf_sums, float32_leaf_sums):
+    with substituted(averaging.leaf_sums, float32_leaf_sums):
         assert centre_audit(1024).epsilon_lower_bound > CLAIMED.epsilon
 
 
@@ -279,5 +280,5 @@ def test_audit_catches_float32_count_addition():
         high = jnp.floor(value / 2.0**30)
         return exact.Int(((value - high * 2.0**30).astype(jnp.int32), high.astype(jnp.int32)))
 
-    with audit_lib.substituted(original, float32_addition):
+    with substituted(original, float32_addition):
         assert count_addition_audit().epsilon_lower_bound > 1.0

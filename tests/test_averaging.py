@@ -215,3 +215,17 @@ def test_noise_scale_over_many_keys():
     expected_std = plan.noise_std_unit_range / count * 2.0
     assert np.std(centres) == pytest.approx(expected_std, rel=0.03)
     assert np.all(np.abs(centres) < 1.0)
+
+
+def test_centres_never_leave_the_bounds_in_float32():
+    """lower + 1 * (upper - lower) rounds one float32 step past ``upper`` for these bounds
+    (found by benchmarks/fuzz_campaign.py); the released centre must still be inside."""
+    lower, upper = jnp.asarray([-1.09320804], jnp.float32), jnp.asarray([0.09320804], jnp.float32)
+    assert float(lower[0] + (upper[0] - lower[0])) > float(upper[0])
+    plan = plan_averaging(1.0, 1e-6, 1)
+    table = plan.table
+    n = 50  # every point at the upper bound, a released count of 1: the unit centre clips to 1
+    centres = leaf_centers(jax.random.key(0), jnp.ones((n, 1)), jnp.ones(n, bool), jnp.zeros(n, jnp.int32),
+                           jnp.asarray([1.0, 0.0]), jnp.asarray([True, False]), lower, upper,
+                           (jnp.asarray(table.thresholds_high), jnp.asarray(table.thresholds_low)), plan)
+    assert float(centres[0, 0]) <= float(upper[0]) and float(centres[0, 0]) >= float(lower[0])

@@ -1,4 +1,4 @@
-"""dpm_jax.baselines: k-means, DP-Lloyd and the Section 6.2 references."""
+"""dpm_jax.eval.baselines: k-means, DP-Lloyd and the Section 6.2 references."""
 
 import functools
 import math
@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpm_jax import baselines, metrics
-from dpm_jax.datasets import synthetic_blobs
+from dpm_jax.eval import baselines, metrics
+from dpm_jax.eval.datasets import synthetic_blobs
 
 BOX = (-100.0, 100.0)
 
@@ -147,7 +147,7 @@ def test_dp_lloyd_runs_under_jit_and_vmap(blobs):
 
 
 def test_two_sided_geometric_noise_distribution():
-    from dpm_jax.baselines.dp_lloyd import _two_sided_geometric
+    from dpm_jax.eval.baselines.dp_lloyd import _two_sided_geometric
 
     epsilon = 0.5
     noise = np.asarray(_two_sided_geometric(jax.random.key(10), (200_000,), epsilon))

@@ -21,7 +21,7 @@ import pytest
 import dpm_jax
 from dpm_jax.cli import (CONFIG_OPTIONS, _config, _write_atomically, build_parser, main,
                          read_points)
-from dpm_jax.datasets import synthetic_blobs
+from dpm_jax.eval.datasets import synthetic_blobs
 
 EPSILON, DELTA, TAU_R = 10.0, 1e-6, 2
 BOUNDS = (-10.0, 10.0)
@@ -226,13 +226,13 @@ def test_demo_prints_k_accuracy_and_ledger(capsys):
 
 def test_bench_passes_its_arguments_to_the_benchmark(capsys, monkeypatch):
     calls = []
-    fake = types.ModuleType("dpm_jax.benchmark")
+    fake = types.ModuleType("dpm_jax.eval.benchmark")
     fake.main = lambda argv: calls.append(argv) or 3
-    monkeypatch.setitem(sys.modules, "dpm_jax.benchmark", fake)
+    monkeypatch.setitem(sys.modules, "dpm_jax.eval.benchmark", fake)
     assert main(["bench", "--n", "10", "--help"]) == 3
     assert calls == [["--n", "10", "--help"]]
 
-    monkeypatch.setitem(sys.modules, "dpm_jax.benchmark", None)  # not installed
+    monkeypatch.setitem(sys.modules, "dpm_jax.eval.benchmark", None)  # not installed
     status, _, stderr = run(capsys, ["bench"])
     assert status == 1 and len(stderr) == 1 and "benchmark is not available" in stderr[0]
 

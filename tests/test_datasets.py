@@ -1,9 +1,9 @@
-"""dpm_jax.datasets: the paper's synthetic data and the real data sets that ship offline."""
+"""dpm_jax.eval.datasets: the paper's synthetic data and the real data sets that ship offline."""
 
 import numpy as np
 import pytest
 
-from dpm_jax import datasets
+from dpm_jax.eval import datasets
 
 
 def test_paper_blobs_is_sklearn_make_blobs_with_the_authors_arguments():

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 import dpm_jax
-from dpm_jax.datasets import synthetic_blobs
+from dpm_jax.eval.datasets import synthetic_blobs
 
 GOLDEN = pathlib.Path(__file__).parent / "data" / "golden.npz"
 SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10)  # as conftest.py

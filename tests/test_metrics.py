@@ -1,4 +1,4 @@
-"""dpm_jax.metrics against scikit-learn and hand-computed examples."""
+"""dpm_jax.eval.metrics against scikit-learn and hand-computed examples."""
 
 import math
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import silhouette_score as sklearn_silhouette
 
-from dpm_jax import metrics
-from dpm_jax.datasets import synthetic_blobs
+from dpm_jax.eval import metrics
+from dpm_jax.eval.datasets import synthetic_blobs
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The JAX engine and the plain NumPy recursion (dpm_jax/baselines/numpy_dpm.py) agree in distribution.
+"""The JAX engine and the plain NumPy recursion (dpm_jax/eval/baselines/numpy_dpm.py) agree in distribution.
 
 Both run 120 times on the same small data set; the two-sample statistics below use
 a 4-standard-error threshold (two-sided false-failure probability about 6e-5 per
@@ -11,7 +11,7 @@ import pytest
 
 import dpm_jax
 from conftest import SMALL_CONFIG, majority_accuracy
-from dpm_jax.baselines.numpy_dpm import reference_dpm
+from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
 
 RUNS = 120
 

@@ -7,7 +7,7 @@ import pytest
 
 from dpm_jax.scoring import candidate_statistics, exponent_ratio, score_coefficients, split_scores
 from dpm_jax.histogram import half_bin_indices, level_histogram
-from dpm_jax.baselines.numpy_dpm import reference_scores
+from dpm_jax.eval.baselines.numpy_dpm import reference_scores
 
 T, Q, ALPHA = 0.3, 1 / 12, 5.0
 PARAMETERS = [(T, Q, ALPHA), (0.5, 0.25, 1.0), (0.9, 0.05, 0.5), (0.2, 0.1, 20.0), (1.0, 0.01, 100.0)]

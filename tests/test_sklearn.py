@@ -20,7 +20,7 @@ from sklearn.preprocessing import FunctionTransformer  # noqa: E402
 from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
 
 import dpm_jax  # noqa: E402
-from dpm_jax.datasets import synthetic_blobs  # noqa: E402
+from dpm_jax.eval.datasets import synthetic_blobs  # noqa: E402
 from dpm_jax.sklearn import CONFIG_FIELDS, MIN_PADDED_ROWS, DPMClustering, padded_size  # noqa: E402
 
 # epsilon = 1000 makes the noise negligible, so that scikit-learn's check_clustering

@@ -108,7 +108,7 @@ def china_pixels() -> Dataset:
     return Dataset(image.reshape(-1, 3).astype(np.float32), None, (0.0, 255.0), None, "china-pixels")
 
 
-LETTERS_CSV = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "uci_letters.csv"
+LETTERS_CSV = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "uci_letters.csv"
 
 
 def letters(path: str | os.PathLike | None = None) -> Dataset:

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax.baselines.kmeans import kmeans_runs
-from dpm_jax.metrics import sampled_silhouette_score
+from dpm_jax.eval.baselines.kmeans import kmeans_runs
+from dpm_jax.eval.metrics import sampled_silhouette_score
 
 __all__ = ["KMeansReferences", "kmeans_references"]
 
@@ -56,7 +56,7 @@ def kmeans_references(key: jax.Array, points, candidate_num_clusters: Sequence[i
 
     Args:
       key: PRNG key. Candidate i splits ``fold_in(key, i)`` into a key for its
-        runs (:func:`dpm_jax.baselines.kmeans_runs`) and one whose ``fold_in(., r)``
+        runs (:func:`dpm_jax.eval.baselines.kmeans_runs`) and one whose ``fold_in(., r)``
         draws the silhouette sample of its run r.
       points: (n, d) data.
       candidate_num_clusters: the values of k searched.

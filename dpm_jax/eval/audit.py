@@ -31,10 +31,8 @@ public n~) so that the exponential mechanism can be audited on its own.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -63,7 +61,6 @@ __all__ = [
     "first_split_above",
     "center_in_box",
     "both",
-    "substituted",
 ]
 
 Event = Callable[[Any], jax.Array]
@@ -371,28 +368,3 @@ def both(first: Event, second: Event) -> Event:
     return lambda output: jnp.logical_and(first(output), second(output))
 
 
-# ------------------------------------------------------------------ broken variants
-@contextlib.contextmanager
-def substituted(original: Callable, replacement: Callable) -> Iterator[None]:
-    """Within the block, every dpm_jax module attribute that *is* ``original`` is
-    ``replacement`` (e.g. a deliberately broken mechanism to check that an audit
-    catches it); JAX's compilation caches are cleared on entry and exit so no
-    compiled ``cluster`` of the other variant is reused. Not thread-safe.
-    """
-    replaced = []
-    for name, module in list(sys.modules.items()):
-        if module is not None and (name == "dpm_jax" or name.startswith("dpm_jax.")):
-            for attribute, value in list(vars(module).items()):
-                if value is original:
-                    replaced.append((module, attribute))
-    if not replaced:
-        raise ValueError(f"{original!r} is not held by any dpm_jax module")
-    jax.clear_caches()
-    for module, attribute in replaced:
-        setattr(module, attribute, replacement)
-    try:
-        yield
-    finally:
-        for module, attribute in replaced:
-            setattr(module, attribute, original)
-        jax.clear_caches()

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax.metrics import DEFAULT_CHUNK_SIZE, assign_to_centers
+from dpm_jax.eval.metrics import DEFAULT_CHUNK_SIZE, assign_to_centers
 
 __all__ = [
     "SU_RHO",

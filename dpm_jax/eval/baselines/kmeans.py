@@ -28,7 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dpm_jax.metrics import DEFAULT_CHUNK_SIZE, assign_to_centers, squared_distances
+from dpm_jax.eval.metrics import DEFAULT_CHUNK_SIZE, assign_to_centers, squared_distances
 
 __all__ = ["KMeansResult", "kmeans_plusplus", "lloyd", "kmeans_runs", "kmeans"]
 

@@ -11,7 +11,7 @@ Paper ("DPM: Clustering Sensitive Data through Separation"), Section 6 and Appen
   * clustering accuracy (Definition 12): every cluster votes for its majority label.
   * KMeans distance (Definition 9, Section 6.2), normalised by the diameter of the
     public bounds box. The references it needs come from
-    :func:`dpm_jax.baselines.kmeans_references` (the Section 6.2 procedure).
+    :func:`dpm_jax.eval.baselines.kmeans_references` (the Section 6.2 procedure).
 
 The private algorithms release centres only, so points are labelled by their
 nearest valid centre (:func:`assign_to_centers`), as the authors' evaluation does.

@@ -9,7 +9,7 @@ paper's Section 6.1) it measures, on the machine it runs on:
   ratio to ``warm_s``;
 * ``temp_bytes``: XLA's temporary buffer size for one call (its peak working memory
   besides inputs and outputs), and its ratio to the input size;
-* optionally ``baseline_s``: a sequential NumPy DPM (dpm_jax/baselines/numpy_dpm.py, the
+* optionally ``baseline_s``: a sequential NumPy DPM (dpm_jax/eval/baselines/numpy_dpm.py, the
   plain line-by-line recursion) on the same data in the same run, and the speed-up.
 
 Timings are wall-clock seconds with ``block_until_ready``; medians are reported.
@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 import dpm_jax
-from dpm_jax.datasets import synthetic_blobs
+from dpm_jax.eval.datasets import synthetic_blobs
 
 __all__ = ["speed_benchmark", "numpy_baseline", "main"]
 
@@ -41,7 +41,7 @@ _FIRST_CALL = """
 import time
 start = time.perf_counter()
 import jax, numpy as np, dpm_jax
-from dpm_jax.datasets import synthetic_blobs
+from dpm_jax.eval.datasets import synthetic_blobs
 data = synthetic_blobs(n={n}, d={d}, seed=42)
 budget = dpm_jax.Budget(1.0, {delta!r})
 ready = time.perf_counter()
@@ -115,8 +115,8 @@ def speed_benchmark(dataset: str, n: int = 100_000, repeats: int = 5, vmap_keys:
 
 def numpy_baseline(rng: np.random.Generator, points: np.ndarray, epsilon: float, delta: float,
                    bounds: tuple) -> dict:
-    """The sequential NumPy DPM (:mod:`dpm_jax.baselines.numpy_dpm`) with the paper's defaults."""
-    from dpm_jax.baselines.numpy_dpm import reference_dpm
+    """The sequential NumPy DPM (:mod:`dpm_jax.eval.baselines.numpy_dpm`) with the paper's defaults."""
+    from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
 
     return reference_dpm(rng, points, epsilon, delta, bounds, dpm_jax.DPMConfig())
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vmap-keys", type=int, default=16)
     parser.add_argument("--no-first-call", action="store_true", help="skip the fresh-process timing")
     parser.add_argument("--baseline", action="store_true",
-                        help="also time the sequential NumPy DPM (dpm_jax.baselines.numpy_dpm)")
+                        help="also time the sequential NumPy DPM (dpm_jax.eval.baselines.numpy_dpm)")
     parser.add_argument("--out", default=None, help="write the JSON here")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.datasets.split(",") if name.strip()]

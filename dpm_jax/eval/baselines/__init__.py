@@ -8,7 +8,7 @@
   distance (the best k-means runs by silhouette score).
 """
 
-from dpm_jax.baselines.dp_lloyd import (
+from dpm_jax.eval.baselines.dp_lloyd import (
     SU_RHO,
     DPLloydBudget,
     DPLloydResult,
@@ -17,8 +17,8 @@ from dpm_jax.baselines.dp_lloyd import (
     separated_uniform_centers,
     su_num_iterations,
 )
-from dpm_jax.baselines.kmeans import KMeansResult, kmeans, kmeans_plusplus, kmeans_runs, lloyd
-from dpm_jax.baselines.reference import KMeansReferences, kmeans_references
+from dpm_jax.eval.baselines.kmeans import KMeansResult, kmeans, kmeans_plusplus, kmeans_runs, lloyd
+from dpm_jax.eval.baselines.reference import KMeansReferences, kmeans_references
 
 __all__ = [
     "SU_RHO",
