@@ -9,6 +9,7 @@ exponential mechanism and returns DP cluster centres without being told k.
                           bounds=(-100.0, 100.0))
 """
 
+from dpm_jax import diagnostics
 from dpm_jax.api import ClusterResult, cluster
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger, LedgerEntry
@@ -25,6 +26,7 @@ __all__ = [
     "SplitTree",
     "cluster",
     "derive_key",
+    "diagnostics",
     "DPMClustering",
 ]
 __version__ = "0.1.0"
