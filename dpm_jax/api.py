@@ -31,7 +31,8 @@ from dpm_jax import averaging as averaging_lib
 from dpm_jax import exact, interval, keys, tree
 from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
 from dpm_jax.budget import Allocation, Budget, allocate, count_entry, heap_count_epsilons
-from dpm_jax.config import DPMConfig
+from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.depth import choose_depth
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
 from dpm_jax.ledger import Ledger
@@ -211,9 +212,13 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
     lower, upper = _validate_bounds(bounds, d)
     mask = _validate_mask(point_mask, n)
 
+    depth_entries = []
+    if config.tau_r == AUTO_DEPTH:  # one noisy count, then the depth (dpm_jax.depth)
+        config, budget, depth_entry = choose_depth(key, mask, budget, config, d)
+        depth_entries.append(depth_entry)
     allocation = allocate(budget, config, d)
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-    ledger = build_ledger(allocation, config, d, averaging)
+    ledger = Ledger([*depth_entries, *build_ledger(allocation, config, d, averaging)])
     lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (d,))
     upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (d,))
 

@@ -110,6 +110,8 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     Raises ValueError for degenerate budgets (see _MAX_SAMPLER_SHARE and the
     exponential mechanism's epsilon margin).
     """
+    if isinstance(config.tau_r, str):
+        raise ValueError(f"tau_r={config.tau_r!r} must be resolved to a depth first (dpm_jax.cluster does)")
     eps_int_share, eps_cnt_share, eps_exp_share, _ = config.epsilon_shares
     eps_int = budget.epsilon * eps_int_share
     eps_cnt = budget.epsilon * eps_cnt_share

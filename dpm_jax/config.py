@@ -14,7 +14,9 @@ import math
 
 import numpy as np
 
-__all__ = ["DPMConfig", "is_real_number"]
+__all__ = ["DPMConfig", "AUTO_DEPTH", "is_real_number"]
+
+AUTO_DEPTH = "auto"  # DPMConfig(tau_r=AUTO_DEPTH): the depth chosen by dpm_jax.depth
 
 
 
@@ -29,6 +31,8 @@ class DPMConfig:
 
     Attributes:
       tau_r: maximum recursion depth; at most ``2**tau_r`` clusters (Section 6.1).
+        ``"auto"``: :func:`dpm_jax.cluster` chooses it from a noisy count of the
+        points, paid for in the ledger (:mod:`dpm_jax.depth`).
       tau_e: minimum noisy size of both children for a split to be applied
         (Algorithm 1, line 18). ``None`` means the paper's default
         ``n~ / 2**tau_r`` computed from the noisy total count.
@@ -47,14 +51,14 @@ class DPMConfig:
         (Algorithm 1, line 9: numSplits = range / beta); beta is raised to
         range / max_splits_per_dim where Algorithm 2 picks a smaller one. It fixes
         the static size of the per-level histograms, so it bounds memory and time
-        (DESIGN: "cap the number of candidates"). The authors' grid alone would
+        (a cap on the number of candidates). The authors' grid alone would
         allow 800.
       interval_max_dims: Algorithm 2 sorts every dimension; above this many
         dimensions it uses this many, drawn uniformly at random with the interval
         key (data-independent, so privacy is unaffected). ``None``: all of them.
     """
 
-    tau_r: int = 7
+    tau_r: int | str = 7
     tau_e: float | None = None
     alpha: float = 5.0
     t: float = 0.3
@@ -69,11 +73,14 @@ class DPMConfig:
     max_splits_per_dim: int = 128
 
     def __post_init__(self):
-        if not isinstance(self.tau_r, (int, np.integer)) or isinstance(self.tau_r, bool):
-            raise TypeError(f"tau_r must be an integer, got {type(self.tau_r).__name__}")
-        if self.tau_r < 1:
+        if isinstance(self.tau_r, str):
+            if self.tau_r != AUTO_DEPTH:
+                raise ValueError(f"tau_r must be an integer or {AUTO_DEPTH!r}, got {self.tau_r!r}")
+        elif not isinstance(self.tau_r, (int, np.integer)) or isinstance(self.tau_r, bool):
+            raise TypeError(f"tau_r must be an integer or {AUTO_DEPTH!r}, got {type(self.tau_r).__name__}")
+        elif self.tau_r < 1:
             raise ValueError(f"tau_r must be >= 1, got {self.tau_r}")
-        if self.tau_r > 16:
+        elif self.tau_r > 16:
             raise ValueError(f"tau_r must be <= 16 (2**tau_r padded clusters), got {self.tau_r}")
         for name in ("alpha", "t", "q", "percentile", "interval_factor", "sigma_step"):
             value = getattr(self, name)
@@ -108,6 +115,9 @@ class DPMConfig:
     @property
     def max_clusters(self) -> int:
         """Padded number of clusters: ``2**tau_r`` leaves at most."""
+        if self.tau_r == AUTO_DEPTH:
+            raise ValueError(f"tau_r={AUTO_DEPTH!r} has no fixed number of clusters until dpm_jax.cluster "
+                             "chooses the depth")
         return 2 ** self.tau_r
 
     @property
