@@ -4,7 +4,7 @@
 
 For data sets where the right answer is known (Gaussian blobs: the notebook's first
 example, 16 blobs of 20,000 points in 2-D, and Synth-10d-like data at n = 20,000 and
-100,000), runs ``cluster`` at several tau_r over fixed keys and reports the median
+100,000; UCI Letters with its 26 classes), runs ``cluster`` at several tau_r over fixed keys and reports the median
 adjusted Rand index and k beside the plan's useful depth (computed from public n,
 d, epsilon only), and the same for ``tau_r="auto"`` (the depth chosen from a noisy
 count, dpm_jax.depth). Prints a table and writes JSON.
@@ -23,18 +23,19 @@ from sklearn.metrics import adjusted_rand_score
 import dpm_jax
 from dpm_jax import diagnostics
 from dpm_jax.eval.benchmark import machine_description
-from dpm_jax.eval.datasets import synthetic_blobs
+from dpm_jax.eval.datasets import letters, synthetic_blobs
 from dpm_jax.eval.metrics import assign_to_centers
 
-CASES = {  # name: (n, d, num_blobs, bounds)
-    "notebook: 16 blobs, 2-D, n = 20,000": (20_000, 2, 16, 100.0),
-    "64 blobs, 10-D, n = 20,000": (20_000, 10, 64, 100.0),
-    "64 blobs, 10-D, n = 100,000": (100_000, 10, 64, 100.0),
+CASES = {  # name: loader of a labelled data set with public bounds
+    "notebook: 16 blobs, 2-D, n = 20,000": lambda: synthetic_blobs(20_000, 2, num_blobs=16, seed=0),
+    "64 blobs, 10-D, n = 20,000": lambda: synthetic_blobs(20_000, 10, num_blobs=64, seed=0),
+    "64 blobs, 10-D, n = 100,000": lambda: synthetic_blobs(100_000, 10, num_blobs=64, seed=0),
+    "UCI Letters, 16-D, n = 20,000, 26 classes": letters,
 }
 
 
-def run_case(n, d, blobs, half_range, epsilon, depths, keys):
-    data = synthetic_blobs(n, d, num_blobs=blobs, seed=0)
+def run_case(data, epsilon, depths, keys):
+    (n, d), blobs = data.points.shape, len(np.unique(data.labels))
     budget = dpm_jax.Budget(epsilon, n ** -1.5)
     plan = diagnostics.plan(n, d, budget)
     rows = []
@@ -42,8 +43,8 @@ def run_case(n, d, blobs, half_range, epsilon, depths, keys):
         config = dpm_jax.DPMConfig(tau_r=tau_r)
         aris, ks = [], []
         for k in range(keys):
-            result = dpm_jax.cluster(jax.random.key(k), data.points, budget,
-                                     bounds=(-half_range, half_range), config=config)
+            result = dpm_jax.cluster(jax.random.key(k), data.points, budget, bounds=data.bounds,
+                                     config=config)
             labels = np.asarray(assign_to_centers(data.points, result.centers, result.valid).labels)
             aris.append(adjusted_rand_score(data.labels, labels))
             ks.append(int(result.k))
@@ -63,8 +64,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     depths = [int(x) for x in args.depths.split(",")]
     report = dict(machine=machine_description(), keys=args.keys, cases={})
-    for name, (n, d, blobs, half_range) in CASES.items():
-        case = run_case(n, d, blobs, half_range, args.epsilon, depths, args.keys)
+    for name, load in CASES.items():
+        case = run_case(load(), args.epsilon, depths, args.keys)
         report["cases"][name] = case
         best = max((row for row in case["depths"] if row["tau_r"] != "auto"), key=lambda row: row["ari_median"])
         print(f"{name}: plan's useful depth (tau_r = 7 budget) {case['default_plan_useful_depth']}, "
