@@ -32,15 +32,23 @@ import numpy as np
 
 from dpm_jax.api import ClusterResult, cluster
 from dpm_jax.budget import Budget
-from dpm_jax.config import DPMConfig
+from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.keys import MAX_SEED, key_from_seed
 
 __all__ = ["main", "read_points", "release_to_dict"]
 
 PROG = "dpm-jax"
+
+
+def depth(text: str) -> int | str:
+    """``--tau-r``: an integer depth or 'auto' (dpm_jax.depth)."""
+    return AUTO_DEPTH if text == AUTO_DEPTH else int(text)
+
+
 # Scalar hyper-parameters of DPMConfig exposed as options: (field, type, help).
 CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
-    ("tau_r", int, "maximum recursion depth; at most 2**tau_r clusters"),
+    ("tau_r", depth, "maximum recursion depth (at most 2**tau_r clusters), or 'auto': chosen from a "
+                     "noisy count of the rows, paid for in the ledger"),
     ("tau_e", float, "minimum noisy child size for a split (default n~ / 2**tau_r)"),
     ("alpha", float, "weight of emptiness in the split score (Definition 7)"),
     ("t", float, "centreness parameter t (Definition 6)"),

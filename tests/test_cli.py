@@ -242,6 +242,18 @@ def test_config_options_are_dpm_config_fields():
     assert {name for name, _, _ in CONFIG_OPTIONS} <= fields
     args = build_parser().parse_args(["demo", "--tau-r", "3", "--alpha", "2.5"])
     assert _config(args) == dpm_jax.DPMConfig(tau_r=3, alpha=2.5)
+    assert _config(build_parser().parse_args(["demo", "--tau-r", "auto"])) == dpm_jax.DPMConfig(tau_r="auto")
+
+
+def test_cluster_with_an_automatic_depth_lists_the_depth_count_first(tmp_path, capsys):
+    source = write_csv(tmp_path / "data.csv", DATA.points, header=["a", "b", "c"])
+    out = tmp_path / "release.json"
+    args = [a if a != str(TAU_R) else "auto" for a in ARGS]
+    status, _, stderr = run(capsys, ["cluster", source, *args, "--out", out])
+    assert status == 0, stderr
+    release = json.loads(out.read_text())
+    assert release["ledger"][0]["name"] == "depth" and release["config"]["tau_r"] == "auto"
+    assert math.fsum(e["epsilon"] for e in release["ledger"]) == pytest.approx(EPSILON, rel=1e-12)
 
 
 def test_python_dash_m_runs_the_cli(tmp_path):
