@@ -130,3 +130,12 @@ def test_seed_none_draws_fresh_noise():
     first = model.fit(BLOBS.points).cluster_centers_.copy()
     second = model.fit(BLOBS.points).cluster_centers_
     assert first.shape != second.shape or not np.allclose(first, second, rtol=0, atol=1e-6)
+
+
+def test_automatic_depth_spends_its_count_first():
+    """tau_r='auto' through the estimator: the padding mask is concrete, so the depth's noisy
+    count runs; it is the ledger's first line and the ledger still adds up to the budget."""
+    X = synthetic_blobs(300, 2, num_blobs=3, seed=2).points
+    model = DPMClustering(epsilon=20.0, delta=1e-3, bounds=(-100.0, 100.0), tau_r="auto", seed=1).fit(X)
+    assert model.ledger_[0].name == "depth"
+    assert model.ledger_.total_epsilon == pytest.approx(20.0, rel=1e-12)
