@@ -350,9 +350,7 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
                          jnp.arange(width) == 0, root_counts)
     level_inputs = (jnp.arange(tau_r), jnp.asarray(allocation.split_epsilons, jnp.float32),
                     jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32))
-    last, per_level = jax.lax.scan(scan_step, initial, level_inputs)
-    point_slot = last.point_node
-    count, reached, split, dim, position, leaf, child_count, child_active = per_level
+    last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
 
     # Heap arrays: level l holds ids 2**l .. 2**(l+1) - 1 (the first 2**l padded slots);
     # level tau_r (line 14: maximal depth, every reached node is a leaf) comes from the
@@ -362,13 +360,15 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
         parts += [per_level_values[level, :2**level] for level in range(tau_r)]
         return jnp.concatenate(parts + [last_level.astype(per_level_values.dtype)])
 
-    deepest_active = child_active[tau_r - 1]
-    deepest_count = jnp.where(deepest_active, child_count[tau_r - 1], 0.0)
+    deepest_active = released.child_active[tau_r - 1]
+    deepest_count = jnp.where(deepest_active, released.child_count[tau_r - 1], 0.0)
     no_split = jnp.zeros(2**tau_r)
-    tree = SplitTree(heap(count, 0.0, deepest_count), heap(reached, False, deepest_active),
-                     heap(split, False, no_split), heap(dim, -1, no_split - 1),
-                     heap(position, jnp.nan, no_split + jnp.nan))
-    return tree, _leaves_by_slot(tree, heap(leaf, False, deepest_active), point_slot, tau_r)
+    tree = SplitTree(heap(released.noisy_count, 0.0, deepest_count),
+                     heap(released.reached, False, deepest_active),
+                     heap(released.is_split, False, no_split), heap(released.split_dim, -1, no_split - 1),
+                     heap(released.split_position, jnp.nan, no_split + jnp.nan))
+    # At depth tau_r a point's local index is its leaf's slot (module docstring).
+    return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), last.point_node, tau_r)
 
 
 def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, tau_r: int) -> Leaves:
