@@ -42,11 +42,11 @@ def count_heavy_cluster(epsilon: float, runs: int, confidence: float):
     budget = dpm_jax.Budget(epsilon, 1e-6)
     a, b = audit_lib.far_point_neighbours(np.full((20, 1), -1.0), BOUNDS, masked=True)
     events = {
-        "root >= n+1 and right >= 1": audit_lib.both(audit_lib.node_count_at_least(1, 21),
-                                                     audit_lib.node_count_at_least(3, 1)),
-        "root >= n+1": audit_lib.node_count_at_least(1, 21),
-        "right >= 1": audit_lib.node_count_at_least(3, 1),
-        "right >= 3": audit_lib.node_count_at_least(3, 3),
+        "root >= n+1 and right >= 1": audit_lib.both(audit_lib.noisy_count_at_least(1, 21),
+                                                     audit_lib.noisy_count_at_least(3, 1)),
+        "root >= n+1": audit_lib.noisy_count_at_least(1, 21),
+        "right >= 1": audit_lib.noisy_count_at_least(3, 1),
+        "right >= 3": audit_lib.noisy_count_at_least(3, 3),
     }
     mechanism = audit_lib.cluster_mechanism(budget, BOUNDS, COUNT_CONFIG)
     return budget.epsilon, audit_lib.audit(jax.random.key(0), mechanism, a, b, events, runs,
@@ -61,8 +61,8 @@ def default_cluster(epsilon: float, runs: int, confidence: float, tau_r: int = 3
     bounds = (-100.0, 100.0)
     a, b = audit_lib.far_point_neighbours(points, bounds, masked=True)
     events = {
-        "root >= n+1": audit_lib.node_count_at_least(1, len(points) + 1),
-        "root >= n+10": audit_lib.node_count_at_least(1, len(points) + 10),
+        "root >= n+1": audit_lib.noisy_count_at_least(1, len(points) + 1),
+        "root >= n+10": audit_lib.noisy_count_at_least(1, len(points) + 10),
         "k == 1": audit_lib.num_clusters_equals(1),
         "k == 3": audit_lib.num_clusters_equals(3),
         "first split in dim 0": audit_lib.first_split_dim_equals(0),

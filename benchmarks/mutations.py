@@ -57,7 +57,7 @@ MUTATIONS = (
              ("tests/test_audit.py::test_split_step_audit_stays_below_the_claim",)),
     Mutation("scores: Lemma 5's n~ - lambda becomes n~ + lambda",
              "dpm_jax/scoring.py",
-             (("ratio = jnp.maximum(n_tilde - offset, 1.0)", "ratio = jnp.maximum(n_tilde + offset, 1.0)"),),
+             (("ratio = jnp.maximum(noisy_count - offset, 1.0)", "ratio = jnp.maximum(noisy_count + offset, 1.0)"),),
              ("tests/test_scoring.py::test_exponent_ratio_is_in_unit_interval",)),
     Mutation("counts: every node's epsilon doubled in the heap layout (noise scale halved)",
              "dpm_jax/budget.py",

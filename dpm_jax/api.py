@@ -273,17 +273,17 @@ def _cluster_arrays(key, points, mask, lower, upper, em_table, gaussian_threshol
     # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
     # exact integers.
     noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
-    root_count = add_count_noise(jnp.sum(mask, dtype=jnp.int32),
+    root_noisy_count = add_count_noise(jnp.sum(mask, dtype=jnp.int32),
                                  exact.Int(tuple(limb[1] for limb in noise.limbs)))
     # Line 8: Algorithm 2.
     beta, _ = estimate_split_interval_size(
-        derive_key(key, keys.INTERVAL), em_table, unit_points, mask, exact.to_float32(root_count),
+        derive_key(key, keys.INTERVAL), em_table, unit_points, mask, exact.to_float32(root_noisy_count),
         allocation.interval_epsilon, config)
     # Lines 10, 13-28.
     split_bits = jax.random.bits(derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS),
                                  dtype=jnp.uint32)
     tree, leaves = build_tree(split_bits, noise, em_table, unit_points, mask, lower, upper,
-                              root_count, beta, allocation, config)
+                              root_noisy_count, beta, allocation, config)
     # Line 11.
     centers = leaf_centers(derive_key(key, keys.AVERAGE), unit_points, mask, leaves.point_slot,
                            leaves.noisy_count, leaves.valid, lower, upper, gaussian_thresholds,

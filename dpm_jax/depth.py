@@ -53,11 +53,11 @@ def choose_depth(key: jax.Array, point_mask: jax.Array, budget: Budget, config: 
     delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
     released = noisy_count(keys.derive_key(key, keys.DEPTH), np.sum(np.asarray(point_mask), dtype=np.int64),
                            epsilon)
-    n_tilde = float(exact.to_float32(released))  # post-processing of the released integer
+    released_count = float(exact.to_float32(released))  # post-processing of the released integer
     remaining = Budget(budget.epsilon - epsilon, budget.delta - delta)
     base = dataclasses.replace(config, tau_r=DPMConfig().tau_r)
-    tau_r = max(1, recommended_tau_r(max(n_tilde, 1.0), d, remaining, base))
+    tau_r = max(1, recommended_tau_r(max(released_count, 1.0), d, remaining, base))
     entry = LedgerEntry("depth", "discrete_laplace", None, epsilon, delta, 1.0,
-                        f"count of all points; tau_r={tau_r} chosen from n~={n_tilde:.0f}", 1.0 / epsilon,
+                        f"count of all points; tau_r={tau_r} chosen from n~={released_count:.0f}", 1.0 / epsilon,
                         (keys.DEPTH,), sampler_delta=delta)
     return dataclasses.replace(config, tau_r=tau_r), remaining, entry

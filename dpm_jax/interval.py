@@ -165,13 +165,13 @@ def _integer_from_float32(value: jax.Array) -> exact.Int:
     return exact.Int((low.astype(jnp.int32), high.astype(jnp.int32)))
 
 
-def interval_utility(counts: exact.Int, n_tilde, percentile: float, num_dims: int) -> exact.Int:
+def interval_utility(counts: exact.Int, noisy_count, percentile: float, num_dims: int) -> exact.Int:
     """-|C(y_g) - d' p (n~ - 1)| 2**10, exact; sensitivity 2 d' 2**10 (:func:`utility_sensitivity`).
 
     The target d' p (n~ - 1) is rounded to an integer: it is public (n~ is
     released), so its rounding changes nothing about the sensitivity.
     """
-    target = _integer_from_float32(percentile / 100.0 * (jnp.maximum(n_tilde, 2.0) - 1.0) * num_dims)
+    target = _integer_from_float32(percentile / 100.0 * (jnp.maximum(noisy_count, 2.0) - 1.0) * num_dims)
     difference = exact.subtract(counts, exact.Int(tuple(jnp.broadcast_to(limb, counts.limbs[0].shape)
                                                          for limb in target.limbs)))
     magnitude = exact.where(difference.limbs[-1] < 0, exact.negate(difference), difference)
@@ -205,12 +205,12 @@ def utility_sensitivity(num_dims: int) -> int:
 
 
 def estimate_split_interval_size(key: jax.Array, em_table, unit_points: jnp.ndarray,
-                                 point_mask: jnp.ndarray, n_tilde, epsilon: float, config: DPMConfig):
+                                 point_mask: jnp.ndarray, noisy_count, epsilon: float, config: DPMConfig):
     """Algorithm 2: a DP choice of sigma* from the sigma grid; returns (beta, index).
 
     Privacy: one exponential mechanism (:func:`dpm_jax.mechanisms.exponential_mechanism`)
     with integer utility of sensitivity 2 d' (Lemma 1, see the module docstring):
-    (epsilon, sampler delta)-DP. ``n_tilde`` is the released root count
+    (epsilon, sampler delta)-DP. ``noisy_count`` is the released root count
     (post-processing, Lemma 2). The key is split into (dimension choice, selection).
 
     Returns:
@@ -222,10 +222,10 @@ def estimate_split_interval_size(key: jax.Array, em_table, unit_points: jnp.ndar
     if dims is not None:
         unit_points = unit_points[:, dims]
     num_dims = unit_points.shape[1]
-    n_ref = jnp.maximum(n_tilde, 2.0)
+    n_ref = jnp.maximum(noisy_count, 2.0)
     threshold_step = gaussian_gap_constant(config.percentile) * config.sigma_step / n_ref
     counts = gap_counts_below(unit_points, point_mask, threshold_step, config.num_sigmas)
-    utility = interval_utility(counts, n_tilde, config.percentile, num_dims)
+    utility = interval_utility(counts, noisy_count, config.percentile, num_dims)
     index = exponential_mechanism(
         select_key, em_table, exact.Int(tuple(limb[None] for limb in utility.limbs)),
         jnp.ones((1, config.num_sigmas), bool), epsilon, utility_sensitivity(num_dims))[0]

@@ -139,7 +139,7 @@ def _floor_divide(value: exact.Int, divisor: int) -> exact.Int:
     return exact.normalize([quotient_low, quotient_high])
 
 
-def exponent_ratio(n_tilde: jax.Array, offset, node_size: jax.Array) -> jax.Array:
+def exponent_ratio(noisy_count: jax.Array, offset, node_size: jax.Array) -> jax.Array:
     """min(1, max(n~ - lambda, 1) / N): Lemma 5's Delta_f = (t/q + alpha) / (n~ - lambda) as a factor.
 
     The paper's exponent eps f / (2 Delta_f) equals eps G ratio / (2 Delta_G) with
@@ -147,5 +147,5 @@ def exponent_ratio(n_tilde: jax.Array, offset, node_size: jax.Array) -> jax.Arra
     eps / (2 Delta_G) per unit of G, which is what privacy needs; n~ and lambda are
     public, so the ratio is too.
     """
-    ratio = jnp.maximum(n_tilde - offset, 1.0) / jnp.maximum(node_size.astype(jnp.float32), 1.0)
+    ratio = jnp.maximum(noisy_count - offset, 1.0) / jnp.maximum(node_size.astype(jnp.float32), 1.0)
     return jnp.minimum(ratio, 1.0)

@@ -89,7 +89,7 @@ class Leaves(NamedTuple):
     point_slot: jax.Array  # (n,) int32 slot of every point (NOT differentially private)
 
 
-def select_splits(bits: jax.Array, em_table, counts: jax.Array, node_count: exact.Int,
+def select_splits(bits: jax.Array, em_table, counts: jax.Array, noisy_count: exact.Int,
                   node_active: jax.Array, candidate_valid: jax.Array, epsilon, offset,
                   coefficients: ScoreCoefficients) -> tuple[jax.Array, jax.Array]:
     """Algorithm 1, lines 22-25 for a batch of nodes: the exponential mechanism over all splits.
@@ -107,7 +107,7 @@ def select_splits(bits: jax.Array, em_table, counts: jax.Array, node_count: exac
       bits: (nodes, EM_TRIES, EM_DIGITS) uint32 random words.
       em_table: the exponential mechanism's weight table on the device.
       counts: (nodes, d, 2B) int32 half-bin counts.
-      node_count: (nodes,) released n~ (exact integers).
+      noisy_count: (nodes,) released n~ (exact integers).
       node_active: (nodes,) bool; inactive nodes have no valid candidate.
       candidate_valid: (B,) bool, the candidates inside the bounds.
       epsilon, offset: the level's epsilon_exp and count offset lambda.
@@ -116,12 +116,12 @@ def select_splits(bits: jax.Array, em_table, counts: jax.Array, node_count: exac
       (dimension, candidate index), (nodes,) int32 each.
     """
     nodes, d, num_candidates = counts.shape[0], counts.shape[1], counts.shape[2] // 2
-    size = exact.clip_to_int32(node_count, 1, 2**31 - 1)  # N: the released n~ as an integer
+    size = exact.clip_to_int32(noisy_count, 1, 2**31 - 1)  # N: the released n~ as an integer
     scores = split_scores(counts, size[:, None], coefficients)
     flat = exact.Int(tuple(limb.reshape(nodes, d * num_candidates) for limb in scores.limbs))
     valid = jnp.broadcast_to(node_active[:, None, None] & candidate_valid,
                              (nodes, d, num_candidates)).reshape(nodes, d * num_candidates)
-    ratio = exponent_ratio(exact.to_float32(node_count), offset, size)
+    ratio = exponent_ratio(exact.to_float32(noisy_count), offset, size)
     scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)
     index = select_with_bits(bits, em_table, flat, valid, scale)
     return index // num_candidates, index % num_candidates
@@ -136,7 +136,7 @@ class LevelState(NamedTuple):
 
     point_node: jax.Array  # (n,) int32 local index of every point's node on this level
     point_active: jax.Array  # (n,) bool: the point's node is on this level (not a leaf above)
-    node_count: exact.Int  # (width,) released n~ of every node (exact integers)
+    noisy_count: exact.Int  # (width,) released n~ of every node (exact integers)
     node_active: jax.Array  # (width,) bool: the slot holds a node of this level
     counts: jax.Array  # (width, d, 2B) half-bin counts carried by sibling subtraction, else (0,)
 
@@ -171,7 +171,7 @@ class _TreeInputs(NamedTuple):
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
 
 
-def choose_splits(inputs: _TreeInputs, level: jax.Array, counts: jax.Array, node_count: exact.Int,
+def choose_splits(inputs: _TreeInputs, level: jax.Array, counts: jax.Array, noisy_count: exact.Int,
                   node_active: jax.Array, level_bits: jax.Array, epsilon, offset):
     """Lines 22-25 for the first 2**level of the ``width`` slots: (dim, j), (width,) int32 each.
 
@@ -188,7 +188,7 @@ def choose_splits(inputs: _TreeInputs, level: jax.Array, counts: jax.Array, node
         start = index * chunk
         part = lambda a: jax.lax.dynamic_slice_in_dim(a, start, chunk)
         picked = select_splits(part(level_bits), inputs.em_table, part(counts),
-                               exact.Int(tuple(part(limb) for limb in node_count.limbs)),
+                               exact.Int(tuple(part(limb) for limb in noisy_count.limbs)),
                                part(node_active), inputs.candidate_valid, epsilon, offset,
                                inputs.coefficients)
         return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0)
@@ -238,7 +238,7 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
               else level_histogram(inputs.half_bins, state.point_node, state.point_active, width,
                                    inputs.max_splits))
     # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
-    split_dim, split_index = choose_splits(inputs, level, counts, state.node_count, state.node_active,
+    split_dim, split_index = choose_splits(inputs, level, counts, state.noisy_count, state.node_active,
                                            level_bits, epsilon, offset)
     # 4. route the points (lines 26-27).
     go_right = route_points(inputs.half_bins, state.point_node, split_dim, split_index)
@@ -251,7 +251,7 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
     position = (inputs.lower[split_dim]
                 + (split_index + 0.5) * inputs.beta * (inputs.upper - inputs.lower)[split_dim])
     release = LevelRelease(
-        noisy_count=jnp.where(active, exact.to_float32(state.node_count), 0.0), reached=active,
+        noisy_count=jnp.where(active, exact.to_float32(state.noisy_count), 0.0), reached=active,
         is_split=applied, split_dim=jnp.where(active, split_dim, -1),
         split_position=jnp.where(active, position, jnp.nan), is_leaf=active & ~applied,
         child_count=exact.to_float32(child_exact),  # post-processing of released integers
@@ -292,7 +292,7 @@ def ledger_entries(allocation: Allocation, config: DPMConfig) -> list[LedgerEntr
 
 
 def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_points: jnp.ndarray,
-               point_mask: jnp.ndarray, lower: jnp.ndarray, upper: jnp.ndarray, root_count: exact.Int,
+               point_mask: jnp.ndarray, lower: jnp.ndarray, upper: jnp.ndarray, root_noisy_count: exact.Int,
                beta, allocation: Allocation, config: DPMConfig) -> tuple[SplitTree, Leaves]:
     """Run BuildClustering on all levels (Algorithm 1, lines 13-28).
 
@@ -308,7 +308,7 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
       unit_points: (n, d) points scaled to [0, 1] by the public bounds.
       point_mask: (n,) bool, padding points are False.
       lower, upper: (d,) public bounds (to report split positions in data units).
-      root_count: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
+      root_noisy_count: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
       beta: split interval size as a fraction of the range (released).
       allocation: the per-level budgets and offsets.
       config: hyper-parameters.
@@ -318,8 +318,8 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
     max_splits = config.max_splits_per_dim
     num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
     half_bins = half_bin_indices(unit_points, beta, num_splits, max_splits)
-    root_size = exact.to_float32(root_count)
-    tau_e = root_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
+    root_noisy_size = exact.to_float32(root_noisy_count)
+    tau_e = root_noisy_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
     width = 2 ** (tau_r - 1)  # nodes of the deepest split level; every level is padded to it
     # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
     # few, carrying the counts from level to level costs more than it saves under vmap
@@ -342,12 +342,12 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
         return split_level(inputs, state, level, epsilon, offset,
                            jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise)
 
-    root_counts = (level_histogram(half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
+    root_histogram = (level_histogram(half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
                    if use_siblings else jnp.zeros(0, jnp.int32))
     initial = LevelState(jnp.zeros(n, jnp.int32), point_mask,
                          exact.Int(tuple(jnp.zeros(width, jnp.int32).at[0].set(limb)
-                                         for limb in root_count.limbs)),
-                         jnp.arange(width) == 0, root_counts)
+                                         for limb in root_noisy_count.limbs)),
+                         jnp.arange(width) == 0, root_histogram)
     level_inputs = (jnp.arange(tau_r), jnp.asarray(allocation.split_epsilons, jnp.float32),
                     jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32))
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level

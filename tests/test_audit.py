@@ -53,7 +53,7 @@ def count_audit() -> audit_lib.AuditResult:
     a, b = audit_lib.far_point_neighbours(np.full((N_POINTS, 1), -1.0), BOUNDS, masked=True)
     events = {
         "root >= n+1 and right >= 1": audit_lib.both(
-            audit_lib.node_count_at_least(1, N_POINTS + 1), audit_lib.node_count_at_least(3, 1)),
+            audit_lib.noisy_count_at_least(1, N_POINTS + 1), audit_lib.noisy_count_at_least(3, 1)),
         "k == 2": audit_lib.num_clusters_equals(2),
     }
     mechanism = audit_lib.cluster_mechanism(CLAIMED, BOUNDS, COUNT_CONFIG)

@@ -23,11 +23,11 @@ def test_auto_depth_is_the_plain_engine_on_the_remaining_budget(small_blobs, bud
     result = dpm_jax.cluster(key, X, budget, bounds=small_blobs.bounds, config=AUTO)
     epsilon = budget.epsilon * AUTO_DEPTH_EPSILON_SHARE
     noise = exact.to_float32(mechanisms.count_noise(keys.derive_key(key, keys.DEPTH), np.asarray(epsilon)))
-    n_tilde = len(X) + float(noise)
+    noisy_count = len(X) + float(noise)
     entry = result.ledger[0]
     assert entry.name == "depth" and entry.key_path == ("depth",) and entry.epsilon == epsilon
     remaining = dpm_jax.Budget(budget.epsilon - epsilon, budget.delta - entry.delta)
-    tau_r = diagnostics.recommended_tau_r(max(n_tilde, 1.0), X.shape[1], remaining,
+    tau_r = diagnostics.recommended_tau_r(max(noisy_count, 1.0), X.shape[1], remaining,
                                           dataclasses.replace(AUTO, tau_r=7))
     tau_r = max(tau_r, 1)
     assert result.centers.shape[0] == 2**tau_r

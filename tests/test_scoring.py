@@ -201,12 +201,12 @@ def test_candidate_statistics_exact_near_int32_max():
 
 def test_exponent_ratio_is_in_unit_interval():
     rng = np.random.default_rng(5)
-    n_tilde = np.concatenate([rng.normal(0, 1e4, 500), [-1e9, 0.0, 1.0, 2**31, 5.0]]).astype(np.float32)
+    noisy_count = np.concatenate([rng.normal(0, 1e4, 500), [-1e9, 0.0, 1.0, 2**31, 5.0]]).astype(np.float32)
     size = np.concatenate([rng.integers(1, 2**31 - 1, 500), [1, 1, 1, 2**31 - 1, 3]]).astype(np.int32)
     offset = 17.25
-    got = np.asarray(exponent_ratio(jnp.asarray(n_tilde), offset, jnp.asarray(size)))
+    got = np.asarray(exponent_ratio(jnp.asarray(noisy_count), offset, jnp.asarray(size)))
     assert np.all((got > 0) & (got <= 1))
-    expected = np.minimum(np.maximum(n_tilde.astype(np.float64) - offset, 1.0) / size, 1.0)
+    expected = np.minimum(np.maximum(noisy_count.astype(np.float64) - offset, 1.0) / size, 1.0)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
     # near the node size the ratio is (n~ - lambda) / N
     ratio = exponent_ratio(jnp.float32(1000.0), 20.0, jnp.int32(1000))

@@ -85,7 +85,7 @@ def half_bin_histogram(unit_points: np.ndarray, beta: float) -> np.ndarray:
 def neighbour_score_cases(seed: int, trials: int):
     """Histograms of (S, S') pairs, their candidate masks and noisy counts n~."""
     rng = np.random.default_rng(seed)
-    hist_a, hist_b, valid, n_tilde, sizes = [], [], [], [], []
+    hist_a, hist_b, valid, noisy_count, sizes = [], [], [], [], []
     for _ in range(trials):
         beta = float(rng.choice(BETAS))
         n, d = int(rng.integers(1, 60)), int(rng.integers(1, 4))
@@ -99,12 +99,12 @@ def neighbour_score_cases(seed: int, trials: int):
                 hist_b.append(half_bin_histogram(neighbour, beta))
                 valid.append(np.broadcast_to(np.arange(MAX_HALF_BINS // 2) < num_splits_for(beta),
                                              (d, MAX_HALF_BINS // 2)))
-                n_tilde.append(np.full(d, nt, np.float32))
+                noisy_count.append(np.full(d, nt, np.float32))
                 sizes.append(n)
     pad = lambda arrays, fill: np.concatenate(
         [np.pad(a, [(0, 3 - a.shape[0])] + [(0, 0)] * (a.ndim - 1), constant_values=fill)[None]
          for a in arrays])
-    return (pad(hist_a, 0), pad(hist_b, 0), pad(valid, False), pad(n_tilde, 1.0),
+    return (pad(hist_a, 0), pad(hist_b, 0), pad(valid, False), pad(noisy_count, 1.0),
             np.asarray(sizes))
 
 
@@ -120,9 +120,9 @@ def test_split_scores_change_by_at_most_their_exact_sensitivity(score_cases, t, 
     G is the integer score the tree's exponential mechanism uses; N is the node's
     released size (any value, also far from |S|). The bound is attained (so a
     sensitivity that is too small, e.g. halved, fails here)."""
-    hist_a, hist_b, valid, n_tilde, sizes = score_cases
+    hist_a, hist_b, valid, noisy_count, sizes = score_cases
     coefficients = score_coefficients(t, q, alpha)
-    size = jnp.asarray(np.clip(np.round(n_tilde[:, 0]), 1, 2**31 - 1).astype(np.int32))[:, None]
+    size = jnp.asarray(np.clip(np.round(noisy_count[:, 0]), 1, 2**31 - 1).astype(np.int32))[:, None]
     scores_a = exact_values(split_scores(jnp.asarray(hist_a, jnp.int32), size, coefficients))
     scores_b = exact_values(split_scores(jnp.asarray(hist_b, jnp.int32), size, coefficients))
     change = np.where(valid, np.abs(scores_a - scores_b), 0).max(axis=(1, 2))
@@ -163,15 +163,15 @@ def test_gap_counts_and_utility_change_by_at_most_their_sensitivity():
         if trial < 2:  # masking is removal: the same counts as the unpadded array
             assert list(exact_values(gap_counts_below(jnp.asarray(points), jnp.ones(n, bool), step,
                                                       num_thresholds))) == list(base)
-        n_tilde = jnp.float32(n + rng.integers(-3, 4))
+        noisy_count = jnp.float32(n + rng.integers(-3, 4))
         for x in adversarial_points(rng, beta, points):
             padded[n] = x
             added_counts = count(jnp.asarray(padded), jnp.arange(48) <= n, step, num_thresholds)
             change = np.abs(exact_values(added_counts) - base)
             assert np.all(change <= PERCENTILE_SENSITIVITY * d)
             largest = max(largest, int(change.max()))
-            utility_change = np.abs(exact_values(interval_utility(added_counts, n_tilde, 65.0, d))
-                                    - exact_values(interval_utility(base_counts, n_tilde, 65.0, d)))
+            utility_change = np.abs(exact_values(interval_utility(added_counts, noisy_count, 65.0, d))
+                                    - exact_values(interval_utility(base_counts, noisy_count, 65.0, d)))
             assert np.all(utility_change <= utility_sensitivity(d))
     assert largest >= PERCENTILE_SENSITIVITY  # attained: one gap split into two small ones
 
@@ -187,9 +187,9 @@ def test_interval_utility_sensitivity_holds_at_four_million_points():
     counts = jax.jit(gap_counts_below, static_argnames="num_thresholds")
     base = counts(jnp.asarray(points), jnp.asarray(mask), step, 59)
     added = counts(jnp.asarray(points), jnp.ones(n + 1, bool), step, 59)
-    for n_tilde in (float(n), float(n) + 37.0):
-        change = np.abs(exact_values(interval_utility(added, jnp.float32(n_tilde), 65.0, d))
-                        - exact_values(interval_utility(base, jnp.float32(n_tilde), 65.0, d)))
+    for noisy_count in (float(n), float(n) + 37.0):
+        change = np.abs(exact_values(interval_utility(added, jnp.float32(noisy_count), 65.0, d))
+                        - exact_values(interval_utility(base, jnp.float32(noisy_count), 65.0, d)))
         assert change.max() <= utility_sensitivity(d)
     assert exact_values(base).max() > 2**22  # the counts are in the range where float32 failed
 

@@ -55,7 +55,7 @@ __all__ = [
     "float32_sum_neighbours",
     "cluster_mechanism",
     "split_step_mechanism",
-    "node_count_at_least",
+    "noisy_count_at_least",
     "num_clusters_equals",
     "first_split_dim_equals",
     "first_split_above",
@@ -300,7 +300,7 @@ def cluster_mechanism(budget: Budget, bounds, config: DPMConfig = DPMConfig()) -
     return mechanism
 
 
-def split_step_mechanism(n_tilde: int, epsilon: float, beta: float,
+def split_step_mechanism(noisy_count: int, epsilon: float, beta: float,
                          config: DPMConfig = DPMConfig(), offset: float = 0.0) -> Mechanism:
     """One split choice of the tree, on the engine's own code path, for auditing.
 
@@ -308,7 +308,7 @@ def split_step_mechanism(n_tilde: int, epsilon: float, beta: float,
     the points (``histogram.half_bin_indices`` and ``histogram.level_histogram``, one node), then
     exactly the function the tree calls for a level's split choice,
     ``tree.select_splits`` (integer scores, the exact exponential mechanism), with the
-    *public* released count ``n_tilde`` and the level's ``offset`` lambda (looked up at
+    *public* released count ``noisy_count`` and the level's ``offset`` lambda (looked up at
     call time, so a test can substitute a broken variant of any piece). Conditioned
     on n~, the tree's split choice is this mechanism; its claim is (epsilon, delta)-DP
     with the sampler's delta :func:`dpm_jax.mechanisms.em_sampler_tv` (1 + e^epsilon).
@@ -323,7 +323,7 @@ def split_step_mechanism(n_tilde: int, epsilon: float, beta: float,
         histogram = histogram_lib.level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1,
                                          num_splits)
         bits = jax.random.bits(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
-        count = exact.from_int32(jnp.full((1,), n_tilde, jnp.int32))
+        count = exact.from_int32(jnp.full((1,), noisy_count, jnp.int32))
         dim, candidate = tree.select_splits(bits, table, histogram, count, jnp.ones(1, bool),
                                             jnp.ones(num_splits, bool), epsilon, offset, coefficients)
         return dim[0], candidate[0]
@@ -332,7 +332,7 @@ def split_step_mechanism(n_tilde: int, epsilon: float, beta: float,
 
 
 # --------------------------------------------------------------------------- events
-def node_count_at_least(node: int, threshold: float) -> Event:
+def noisy_count_at_least(node: int, threshold: float) -> Event:
     """The released noisy count of heap node ``node`` (1 = root) is >= ``threshold``."""
     return lambda result: result.tree.noisy_count[node] >= threshold
 

@@ -28,14 +28,14 @@ from dpm_jax.mechanisms import discrete_gaussian_multiplier
 __all__ = ["reference_scores", "reference_interval_size", "reference_dpm"]
 
 
-def reference_scores(points, n_tilde, lower, upper, beta, num_splits, t, q, alpha):
+def reference_scores(points, noisy_count, lower, upper, beta, num_splits, t, q, alpha):
     """Scores f = c + alpha e (Definitions 5-7) of every (dimension, candidate).
 
     Candidate j of dimension i sits at s = lo_i + (j + 1/2) beta (hi_i - lo_i); its
     split interval is [lo_i + j beta w_i, lo_i + (j+1) beta w_i), w_i = hi_i - lo_i.
     """
     points = np.asarray(points, dtype=np.float64)
-    n_tilde = max(float(n_tilde), 1.0)
+    noisy_count = max(float(noisy_count), 1.0)
     d = points.shape[1]
     j = np.arange(num_splits)
     scores = np.zeros((d, num_splits))
@@ -47,13 +47,13 @@ def reference_scores(points, n_tilde, lower, upper, beta, num_splits, t, q, alph
         column = points[:, i][:, None]
         interval_count = np.sum((column >= left) & (column < right), axis=0)
         rank = np.sum(column < candidate, axis=0)
-        emptiness = 1.0 - interval_count / n_tilde
-        half = n_tilde / 2.0
+        emptiness = 1.0 - interval_count / noisy_count
+        half = noisy_count / 2.0
         border_distance = half - np.abs(rank - half)
-        outer = (rank <= n_tilde * q) | (rank >= n_tilde - n_tilde * q)
+        outer = (rank <= noisy_count * q) | (rank >= noisy_count - noisy_count * q)
         centreness = np.where(
-            outer, border_distance * t / (n_tilde * q),
-            (t - 2 * q) / (1 - 2 * q) + border_distance * (1 - t) / (half - n_tilde * q))
+            outer, border_distance * t / (noisy_count * q),
+            (t - 2 * q) / (1 - 2 * q) + border_distance * (1 - t) / (half - noisy_count * q))
         scores[i] = centreness + alpha * emptiness
     return scores
 
@@ -79,11 +79,11 @@ def _budget_parts(epsilon, delta, config):
             delta * config.delta_shares[1], offsets)
 
 
-def reference_interval_size(rng, points, lower, upper, n_tilde, epsilon, config):
+def reference_interval_size(rng, points, lower, upper, noisy_count, epsilon, config):
     """Algorithm 2 with pooled gap counts (see dpm_jax.interval): beta / range."""
     unit = (points - lower) / (upper - lower)
     sigmas = np.asarray(config.sigma_grid)
-    n_ref = max(n_tilde, 2.0)
+    n_ref = max(noisy_count, 2.0)
     thresholds = gaussian_gap_constant(config.percentile) * sigmas / n_ref
     if config.interval_max_dims is not None and unit.shape[1] > config.interval_max_dims:
         unit = unit[:, rng.choice(unit.shape[1], config.interval_max_dims, replace=False)]
@@ -103,10 +103,10 @@ def reference_dpm(rng: np.random.Generator, X, epsilon, delta, bounds, config):
     X = np.clip(X, lower, upper)
     eps_int, eps_cnt, eps_exp, eps_avg, delta_avg, offsets = _budget_parts(epsilon, delta, config)
 
-    n_tilde = n + rng.laplace(0.0, 1.0 / eps_cnt[0])  # line 7
-    beta = reference_interval_size(rng, X, lower, upper, n_tilde, eps_int, config)  # line 8
+    noisy_count = n + rng.laplace(0.0, 1.0 / eps_cnt[0])  # line 7
+    beta = reference_interval_size(rng, X, lower, upper, noisy_count, eps_int, config)  # line 8
     num_splits = math.ceil(1.0 / beta - 1e-6)  # line 9
-    tau_e = n_tilde / 2**config.tau_r if config.tau_e is None else config.tau_e
+    tau_e = noisy_count / 2**config.tau_r if config.tau_e is None else config.tau_e
     clusters, weights = [], []
 
     def build_clustering(S, n_S, level):  # lines 13-20
@@ -134,7 +134,7 @@ def reference_dpm(rng: np.random.Generator, X, epsilon, delta, bounds, config):
         left = S[:, dim] < position  # the point at s* itself has rank r and goes right
         return S[left], S[~left]
 
-    build_clustering(X, n_tilde, 0)
+    build_clustering(X, noisy_count, 0)
 
     middle = (lower + upper) / 2.0
     # The library's noise level in real arithmetic: its L2 sensitivity is the half-diagonal
