@@ -12,7 +12,6 @@ blobs, and n = 20,000 at epsilon = 5, whose epsilon * n equals the paper's setti
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -25,6 +24,7 @@ import dpm_jax
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.datasets import synthetic_blobs
 from dpm_jax.eval.metrics import assign_to_centers, clustering_accuracy, sampled_silhouette_score
+from dpm_jax.files import write_json
 
 SETTINGS = [  # (n, d, epsilon)
     (100_000, 10, 1.0),
@@ -73,9 +73,7 @@ def main(argv=None) -> int:
               f"[{row['silhouette']['min']:.3f}, {row['silhouette']['max']:.3f}]")
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out + ".tmp", "w") as handle:
-            json.dump(report, handle, indent=2)
-        os.replace(args.out + ".tmp", args.out)
+        write_json(args.out, report)
     return 0
 
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import dpm_jax
-from dpm_jax.cli import (CONFIG_OPTIONS, _config, _write_atomically, build_parser, main,
-                         read_points)
+from dpm_jax.cli import main, read_points
+from dpm_jax.cli.main import CONFIG_OPTIONS, build_parser, config_from_args
 from dpm_jax.eval.datasets import synthetic_blobs
 
 EPSILON, DELTA, TAU_R = 10.0, 1e-6, 2
@@ -188,30 +188,6 @@ def test_missing_output_folder_fails_before_clustering(tmp_path, capsys):
     assert status == 1 and len(stderr) == 1 and "does not exist" in stderr[0]
 
 
-def test_atomic_write_leaves_old_file_or_nothing(tmp_path):
-    target = tmp_path / "release.json"
-
-    def fail_midway(file):
-        file.write("partial")
-        raise OSError("disk full")
-
-    with pytest.raises(OSError):
-        _write_atomically(str(target), fail_midway)
-    assert os.listdir(tmp_path) == []
-    target.write_text("old")
-    with pytest.raises(OSError):
-        _write_atomically(str(target), fail_midway)
-    assert os.listdir(tmp_path) == ["release.json"] and target.read_text() == "old"
-    _write_atomically(str(target), lambda file: file.write("new"))
-    assert os.listdir(tmp_path) == ["release.json"] and target.read_text() == "new"
-    umask = os.umask(0o022)
-    try:
-        _write_atomically(str(target), lambda file: file.write("newer"))
-    finally:
-        os.umask(umask)
-    assert target.stat().st_mode & 0o777 == 0o644  # as a plain open() would create it
-
-
 def test_demo_prints_k_accuracy_and_ledger(capsys):
     status, stdout, stderr = run(capsys, ["demo", "--n", 256, "--d", 3, "--blobs", 3, "--seed", 3,
                                           "--epsilon", EPSILON, "--delta", DELTA, "--tau-r", TAU_R])
@@ -241,8 +217,8 @@ def test_config_options_are_dpm_config_fields():
     fields = {field.name for field in dataclasses.fields(dpm_jax.DPMConfig)}
     assert {name for name, _, _ in CONFIG_OPTIONS} <= fields
     args = build_parser().parse_args(["demo", "--tau-r", "3", "--alpha", "2.5"])
-    assert _config(args) == dpm_jax.DPMConfig(tau_r=3, alpha=2.5)
-    assert _config(build_parser().parse_args(["demo", "--tau-r", "auto"])) == dpm_jax.DPMConfig(tau_r="auto")
+    assert config_from_args(args) == dpm_jax.DPMConfig(tau_r=3, alpha=2.5)
+    assert config_from_args(build_parser().parse_args(["demo", "--tau-r", "auto"])) == dpm_jax.DPMConfig(tau_r="auto")
 
 
 def test_cluster_with_an_automatic_depth_lists_the_depth_count_first(tmp_path, capsys):

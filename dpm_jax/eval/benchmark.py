@@ -32,6 +32,7 @@ import numpy as np
 
 import dpm_jax
 from dpm_jax.eval.datasets import synthetic_blobs
+from dpm_jax.files import write_json
 
 __all__ = ["speed_benchmark", "numpy_baseline", "main"]
 
@@ -142,11 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                             first_call=not args.no_first_call,
                             baseline=numpy_baseline if args.baseline else None) for name in names]
     report = dict(machine=machine_description(), results=rows)
-    text = json.dumps(report, indent=2)
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, args.out)
-    print(text)
+        write_json(args.out, report)
+    print(json.dumps(report, indent=2))
     return 0

@@ -1,4 +1,4 @@
-"""The ``dpm-jax`` command line: cluster a file, run the synthetic demo, run the benchmark.
+"""The ``dpm-jax`` argument parser and its commands: cluster a file, the demo, the benchmark.
 
     dpm-jax cluster data.csv --epsilon 1 --delta 1e-6 --bounds -100 100 --out release.json
     dpm-jax demo --n 100000 --d 10
@@ -16,26 +16,23 @@ status 1 (2 for a malformed command line) and a one-line message, no traceback.
 from __future__ import annotations
 
 import argparse
-import csv
-import dataclasses
 import importlib
 import json
 import math
 import os
 import sys
-import tempfile
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import Sequence
 
-import jax
-import numpy as np
-
-from dpm_jax.api import ClusterResult, cluster
+from dpm_jax.api import cluster
 from dpm_jax.budget import Budget
+from dpm_jax.cli.readers import read_points
+from dpm_jax.cli.release import release_to_dict, write_centers_csv
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.files import write_atomically
 from dpm_jax.keys import MAX_SEED, key_from_seed
 
-__all__ = ["main", "read_points", "release_to_dict"]
+__all__ = ["main", "build_parser", "CONFIG_OPTIONS", "CommandError", "config_from_args"]
 
 PROG = "dpm-jax"
 
@@ -77,166 +74,6 @@ class _Parser(argparse.ArgumentParser):
         raise CommandError(f"{message} (see {self.prog} --help)", status=2)
 
 
-class Points(NamedTuple):
-    """Points read from a file and the names of their columns."""
-
-    values: np.ndarray  # (n, d) float64
-    columns: tuple[str, ...]
-
-
-# ----------------------------------------------------------------------------- keys
-
-
-# ----------------------------------------------------------------------------- input
-def read_points(path: str) -> Points:
-    """Read an (n, d) numeric table from ``.npy``, ``.csv`` (header optional) or ``.parquet``.
-
-    Raises:
-      OSError: the file cannot be read.
-      ValueError: unknown format, a non-numeric, missing, NaN or infinite value, or not
-        a 2-D table.
-    """
-    extension = os.path.splitext(path)[1].lower()
-    readers = {".npy": _read_npy, ".csv": _read_csv, ".parquet": _read_parquet}
-    if extension not in readers:
-        raise ValueError(f"unsupported input format {extension or '(none)'!r} of {path}: "
-                         "use .npy, .csv or .parquet")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"input file not found: {path}")
-    points = readers[extension](path)
-    if points.values.ndim != 2 or 0 in points.values.shape:
-        raise ValueError(f"{path} must hold a non-empty 2-D table (n points x d columns), "
-                         f"got shape {points.values.shape}")
-    finite = np.isfinite(points.values)
-    if not finite.all():
-        row, column = np.argwhere(~finite)[0]
-        raise ValueError(f"{path}: data row {row} (counting from 0), column {points.columns[column]!r} "
-                         f"is {points.values[row, column]}; remove or impute missing and infinite "
-                         "values before clustering")
-    return points
-
-
-def _default_columns(d: int) -> tuple[str, ...]:
-    return tuple(f"x{i}" for i in range(d))
-
-
-def _read_npy(path: str) -> Points:
-    values = np.load(path, allow_pickle=False)
-    if not (np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)):
-        raise ValueError(f"{path} must hold numbers, got dtype {values.dtype}")
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim == 1:
-        raise ValueError(f"{path} holds a 1-D array of shape {values.shape}; "
-                         "save the data as (n, d), e.g. X.reshape(-1, 1) for one column")
-    return Points(values, _default_columns(values.shape[1]) if values.ndim == 2 else ())
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _read_csv(path: str) -> Points:
-    """Comma-separated numbers; the first row is a header iff one of its fields is not a number."""
-    with open(path, newline="") as file:
-        first_row = next(csv.reader(file), None)
-    if first_row is None:
-        raise ValueError(f"{path} is empty")
-    has_header = not all(_is_number(field) for field in first_row)
-    try:
-        values = np.loadtxt(path, delimiter=",", skiprows=int(has_header), ndmin=2,
-                            dtype=np.float64)
-    except ValueError as error:  # numpy names the row and column of a bad field
-        raise ValueError(f"{path}: {error}".rstrip(".") + " (all columns must be numeric)") from None
-    columns = tuple(name.strip() for name in first_row) if has_header else _default_columns(len(first_row))
-    return Points(values, columns)
-
-
-def _read_parquet(path: str) -> Points:
-    try:
-        import pyarrow.parquet as parquet
-        import pyarrow.types as arrow_types
-    except ImportError:
-        raise ValueError("reading .parquet files needs pyarrow: pip install pyarrow "
-                         "(or convert the data to .npy or .csv)") from None
-    table = parquet.read_table(path)
-    for field in table.schema:
-        if not (arrow_types.is_integer(field.type) or arrow_types.is_floating(field.type)):
-            raise ValueError(f"{path}: column {field.name!r} has type {field.type}; "
-                             "all columns must be numeric")
-        if table.column(field.name).null_count:
-            raise ValueError(f"{path}: column {field.name!r} has missing values; "
-                             "remove or impute them before clustering")
-    values = np.column_stack([table.column(name).to_numpy().astype(np.float64)
-                              for name in table.column_names]) if table.num_columns else np.empty((0, 0))
-    return Points(values, tuple(table.column_names))
-
-
-# ----------------------------------------------------------------------------- output
-def _to_list(array) -> list:
-    return np.asarray(array).tolist()
-
-
-def release_to_dict(result: ClusterResult, budget: Budget, bounds: tuple[float, float],
-                    config: DPMConfig, columns: Sequence[str]) -> dict[str, Any]:
-    """The JSON-ready release of one run: DP outputs and public inputs only.
-
-    Contains the k valid centres, their noisy sizes, the heap id of each cluster's
-    leaf, the reached nodes of the split tree (with the split only where it was
-    applied), the split interval size and the ledger, whose epsilons and deltas add
-    up to ``budget``. The non-private ``labels_nonprivate`` are left out.
-    """
-    valid = np.asarray(result.valid)
-    tree = jax.tree.map(np.asarray, result.tree)
-    nodes = []
-    for node in np.flatnonzero(tree.reached):
-        split = bool(tree.is_split[node])
-        nodes.append(dict(
-            node=int(node),
-            noisy_count=float(tree.noisy_count[node]),
-            is_split=split,
-            split_dim=int(tree.split_dim[node]) if split else None,
-            split_position=float(tree.split_position[node]) if split else None,
-        ))
-    return dict(
-        columns=list(columns),
-        k=int(result.k),
-        centers=_to_list(np.asarray(result.centers)[valid]),
-        counts=_to_list(np.asarray(result.counts)[valid]),
-        leaf_nodes=_to_list(np.asarray(result.leaf_node)[valid]),
-        split_interval_size=_to_list(result.split_interval_size),
-        split_tree=nodes,
-        budget=dict(epsilon=budget.epsilon, delta=budget.delta),
-        bounds=dict(lower=bounds[0], upper=bounds[1]),
-        config=dataclasses.asdict(config),
-        ledger=result.ledger.to_dicts(),
-    )
-
-
-def _write_atomically(path: str, write) -> None:
-    """Call ``write(file)`` on a temporary file beside ``path``, then rename it to ``path``.
-
-    Readers see either no file or the complete one; on any error the temporary
-    file is removed and an existing ``path`` is left as it was.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
-                                         suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", newline="") as file:
-            write(file)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have given
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 def _check_writable(path: str | None) -> None:
     """Fail before the (possibly long) run when an output's folder does not exist."""
     if path is None:
@@ -248,18 +85,12 @@ def _check_writable(path: str | None) -> None:
         raise CommandError(f"cannot write {path}: it is a folder")
 
 
-def _write_centers_csv(file, columns: Sequence[str], centers: list) -> None:
-    writer = csv.writer(file)
-    writer.writerow(columns)
-    writer.writerows([[repr(float(v)) for v in row] for row in centers])
 
-
-# ----------------------------------------------------------------------------- commands
 def _status(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
-def _config(args: argparse.Namespace) -> DPMConfig:
+def config_from_args(args: argparse.Namespace) -> DPMConfig:
     """The hyper-parameters given on the command line, the paper's defaults for the rest."""
     overrides = {name: getattr(args, name) for name, _, _ in CONFIG_OPTIONS
                  if getattr(args, name) is not None}
@@ -274,7 +105,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
     lower, upper = args.bounds
     if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
         raise CommandError(f"--bounds needs finite LO < HI, got {lower} {upper}")
-    budget, config = Budget(epsilon=args.epsilon, delta=args.delta), _config(args)
+    budget, config = Budget(epsilon=args.epsilon, delta=args.delta), config_from_args(args)
     key = key_from_seed(args.seed)
     _check_writable(args.out)
     _check_writable(args.centers_csv)
@@ -291,12 +122,12 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
     text = json.dumps(release, indent=2, allow_nan=False) + "\n"
     if args.centers_csv is not None:
-        _write_atomically(args.centers_csv,
-                          lambda f: _write_centers_csv(f, points.columns, release["centers"]))
+        write_atomically(args.centers_csv,
+                          lambda f: write_centers_csv(f, points.columns, release["centers"]))
     if args.out is None:
         sys.stdout.write(text)
     else:
-        _write_atomically(args.out, lambda f: f.write(text))
+        write_atomically(args.out, lambda f: f.write(text))
     written = [p for p in (args.out, args.centers_csv) if p is not None]
     _status(f"k={release['k']} clusters in {seconds:.1f} s (including compilation); "
             f"ledger total epsilon={result.ledger.total_epsilon:.6g}, "
@@ -312,7 +143,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     if args.n < 1 or args.d < 1 or args.blobs < 1:
         raise CommandError(f"--n, --d and --blobs must be >= 1, got {args.n}, {args.d}, {args.blobs}")
     delta = args.delta if args.delta is not None else 1.0 / (args.n * math.sqrt(args.n))
-    budget, config = Budget(epsilon=args.epsilon, delta=delta), _config(args)
+    budget, config = Budget(epsilon=args.epsilon, delta=delta), config_from_args(args)
     _status(f"generating {args.n} points in {args.d} dimensions around {args.blobs} blobs")
     data = synthetic_blobs(args.n, args.d, num_blobs=args.blobs, seed=args.seed)
     _status("clustering (the first call compiles, which takes a few seconds)")
