@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dpm_jax import exact
 from dpm_jax.eval import baselines, metrics
+from dpm_jax.eval.baselines.dp_lloyd import count_noise_of_iterations
 from dpm_jax.eval.datasets import synthetic_blobs
 
 BOX = (-100.0, 100.0)
@@ -146,16 +148,19 @@ def test_dp_lloyd_runs_under_jit_and_vmap(blobs):
     assert batched.shape == (3, 8, 5) and not np.allclose(batched[0], batched[2])
 
 
-def test_two_sided_geometric_noise_distribution():
-    from dpm_jax.eval.baselines.dp_lloyd import _two_sided_geometric
-
-    epsilon = 0.5
-    noise = np.asarray(_two_sided_geometric(jax.random.key(10), (200_000,), epsilon))
-    alpha = math.exp(-epsilon)
-    assert np.all(noise == np.round(noise))
-    assert np.mean(noise == 0) == pytest.approx((1 - alpha) / (1 + alpha), abs=0.005)
-    assert np.var(noise) == pytest.approx(2 * alpha / (1 - alpha) ** 2, rel=0.03)
-    assert abs(np.mean(noise)) < 0.02
+def test_dp_lloyd_counts_are_true_counts_plus_the_exact_noise_of_their_key_path(blobs):
+    # Iteration 0 assigns to the data-independent start, so its true counts are known: the
+    # released counts minus them must be exactly the discrete Laplace draw of iteration 0's
+    # count key with the budget's count epsilon (a halved or re-keyed noise fails this).
+    key = jax.random.key(12)
+    lower, upper = jnp.full(5, BOX[0]), jnp.full(5, BOX[1])
+    result = baselines.dp_lloyd(key, blobs.points, 8, 1.0, BOX, num_iterations=3)
+    start = baselines.separated_uniform_centers(jax.random.fold_in(key, 0), 8, lower, upper)
+    true = np.bincount(np.asarray(metrics.assign_to_centers(jnp.clip(blobs.points, *BOX), start).labels),
+                       minlength=8)
+    noise = np.asarray(exact.to_float32(count_noise_of_iterations(key, result.budget, 8)))
+    np.testing.assert_array_equal(np.asarray(result.noisy_counts[0]), true + noise[0])
+    assert np.any(noise != 0) and noise.shape == (3, 8)
 
 
 def test_separated_uniform_centers_spread_inside_the_box():

@@ -22,10 +22,14 @@ epsilon / T; within it, the count and the sum vector share it as
 Privacy (add/remove-one neighbours, Definition 1 of the DPM paper): the centres
 of an iteration are public, so the clusters partition the data and each point
 changes one count by 1 and one sum by its mid-shifted coordinates, whose L1
-norm is at most sum_j (hi_j - lo_j) / 2. Two-sided geometric noise on the counts
-(scale 1/eps_count) and Laplace noise on the sums (scale L1 / eps_sum per
-coordinate) make one iteration (eps_count + eps_sum, 0)-DP by parallel
-composition over the clusters; T iterations compose sequentially to (epsilon, 0).
+norm is at most sum_j (hi_j - lo_j) / 2. Discrete Laplace (two-sided geometric)
+noise on the counts (scale 1/eps_count; the library's exact sampler added in
+integers, :func:`dpm_jax.mechanisms.count_noise`) and Laplace noise on the sums
+(scale L1 / eps_sum per coordinate) make one iteration (eps_count + eps_sum, 0)-DP
+by parallel composition over the clusters; T iterations compose sequentially to
+(epsilon, 0). This is the textbook guarantee of a *baseline*: the sums and their
+Laplace noise are float32, so unlike :func:`dpm_jax.cluster` the claim is not made
+for the machine's arithmetic (the count sampler adds its total variation on top).
 Clamping counts to >= 1, centres to the box, and keeping a centre where the noisy
 count is below 1 are post-processing.
 
@@ -55,7 +59,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax import exact
 from dpm_jax.eval.metrics import DEFAULT_CHUNK_SIZE, assign_to_centers
+from dpm_jax.mechanisms import add_count_noise, count_noise
 
 __all__ = [
     "SU_RHO",
@@ -64,6 +70,7 @@ __all__ = [
     "su_num_iterations",
     "dp_lloyd_budget",
     "separated_uniform_centers",
+    "count_noise_of_iterations",
     "dp_lloyd",
 ]
 
@@ -214,40 +221,49 @@ class DPLloydResult(NamedTuple):
     budget: DPLloydBudget
 
 
-@functools.partial(jax.jit, static_argnames=("num_clusters", "num_iterations", "chunk_size"))
-def _dp_lloyd_arrays(key, points, lower, upper, count_epsilon, sum_noise_scale, *, num_clusters: int,
-                     num_iterations: int, chunk_size: int):
+@functools.partial(jax.jit, static_argnames=("num_clusters", "chunk_size"))
+def _dp_lloyd_arrays(key, points, lower, upper, count_noise_limbs, sum_noise_scale, *, num_clusters: int,
+                     chunk_size: int):
     points = jnp.clip(points, lower, upper)  # per-record map: DP is unaffected
     middle = (lower + upper) / 2.0
     shifted = points - middle
     centers = separated_uniform_centers(jax.random.fold_in(key, 0), num_clusters, lower, upper)
+    num_iterations = count_noise_limbs[0].shape[0]
 
-    def iteration(centers, iteration_index):
-        count_key, sum_key = jax.random.split(jax.random.fold_in(key, iteration_index + 1))
+    def iteration(centers, inputs):
+        iteration_index, noise_limbs = inputs
+        _, sum_key = _iteration_keys(key, iteration_index)
         labels = assign_to_centers(points, centers, chunk_size=chunk_size).labels
-        counts = jax.ops.segment_sum(jnp.ones(points.shape[0], points.dtype), labels,
-                                     num_segments=num_clusters)
+        counts = jax.ops.segment_sum(jnp.ones(points.shape[0], jnp.int32), labels, num_segments=num_clusters)
         sums = jax.ops.segment_sum(shifted, labels, num_segments=num_clusters)
-        noisy_counts = counts + _two_sided_geometric(count_key, counts.shape, count_epsilon)
+        # exact integers |S| + Z, converted for the division (post-processing)
+        noisy_counts = exact.to_float32(add_count_noise(counts, exact.Int(noise_limbs)))
         noisy_sums = sums + sum_noise_scale * jax.random.laplace(sum_key, sums.shape, sums.dtype)
         new_centers = jnp.clip(middle + noisy_sums / jnp.maximum(noisy_counts, 1.0)[:, None], lower, upper)
         new_centers = jnp.where(noisy_counts[:, None] >= 1.0, new_centers, centers)
         return new_centers, noisy_counts
 
-    centers, noisy_counts = jax.lax.scan(iteration, centers, jnp.arange(num_iterations))
+    centers, noisy_counts = jax.lax.scan(iteration, centers, (jnp.arange(num_iterations), count_noise_limbs))
     labels = assign_to_centers(points, centers, chunk_size=chunk_size).labels
     return centers, noisy_counts, labels
 
 
-def _two_sided_geometric(key: jax.Array, shape: tuple[int, ...], epsilon: float) -> jax.Array:
-    """Discrete Laplace noise: P(z) proportional to exp(-epsilon |z|), as floats.
+def _iteration_keys(key: jax.Array, iteration_index) -> tuple[jax.Array, jax.Array]:
+    """(count key, sum key) of iteration t: ``split(fold_in(key, t + 1))``."""
+    count_key, sum_key = jax.random.split(jax.random.fold_in(key, iteration_index + 1))
+    return count_key, sum_key
 
-    floor(E / epsilon) for E ~ Exp(1) is geometric on {0, 1, ...} with
-    P(>= g) = exp(-epsilon g); the difference of two independent ones is two-sided.
+
+def count_noise_of_iterations(key: jax.Array, budget: DPLloydBudget, num_clusters: int) -> exact.Int:
+    """(T, k) exact discrete Laplace noise of the counts, row t from iteration t's count key.
+
+    Drawn outside the jitted iterations because the exact sampler's integer
+    thresholds are built on the host from the (public) count epsilon
+    (:func:`dpm_jax.mechanisms.count_noise`).
     """
-    first, second = jax.random.split(key)
-    return (jnp.floor(jax.random.exponential(first, shape) / epsilon)
-            - jnp.floor(jax.random.exponential(second, shape) / epsilon))
+    epsilons = np.full(num_clusters, budget.count_epsilon)
+    rows = [count_noise(_iteration_keys(key, t)[0], epsilons) for t in range(budget.num_iterations)]
+    return exact.Int(tuple(jnp.stack([row.limbs[i] for row in rows]) for i in range(len(rows[0].limbs))))
 
 
 def dp_lloyd(key: jax.Array, points, num_clusters: int, epsilon: float, bounds, *,
@@ -257,7 +273,8 @@ def dp_lloyd(key: jax.Array, points, num_clusters: int, epsilon: float, bounds, 
 
     Args:
       key: PRNG key; the initial centres use ``fold_in(key, 0)``, iteration t
-        ``fold_in(key, t + 1)`` (split into the count and the sum key).
+        ``fold_in(key, t + 1)``, split into the count and the sum key
+        (:func:`count_noise_of_iterations` draws the counts' noise).
       points: (n, d) data; values outside ``bounds`` are clipped.
       num_clusters: k.
       epsilon: total privacy budget.
@@ -280,6 +297,6 @@ def dp_lloyd(key: jax.Array, points, num_clusters: int, epsilon: float, bounds, 
     budget = dp_lloyd_budget(epsilon, bounds, dimensions, num_iterations, rho)
     lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (dimensions,)) for b in bounds)
     centers, noisy_counts, labels = _dp_lloyd_arrays(
-        key, points, lower, upper, budget.count_epsilon, budget.sum_noise_scale, num_clusters=num_clusters,
-        num_iterations=budget.num_iterations, chunk_size=chunk_size)
+        key, points, lower, upper, count_noise_of_iterations(key, budget, num_clusters).limbs,
+        budget.sum_noise_scale, num_clusters=num_clusters, chunk_size=chunk_size)
     return DPLloydResult(centers, noisy_counts, labels, budget)
