@@ -43,6 +43,7 @@ from dpm_jax import exact, mechanisms, tree
 from dpm_jax import histogram as histogram_lib
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
+from dpm_jax.eval.bounds import broadcast_bounds
 from dpm_jax.scoring import score_coefficients
 
 __all__ = [
@@ -267,7 +268,7 @@ def far_point_neighbours(points, bounds, corner: str = "upper", masked: bool = F
     points = np.asarray(points, np.float32)
     if points.ndim != 2 or corner not in ("upper", "lower"):
         raise ValueError("points must be (n, d) and corner 'upper' or 'lower'")
-    lower, upper = (np.broadcast_to(np.asarray(b, np.float32), (points.shape[1],)) for b in bounds)
+    lower, upper = broadcast_bounds(bounds, points.shape[1], np.float32)
     extended = np.concatenate([points, (upper if corner == "upper" else lower)[None, :]])
     if not masked:
         return points, extended

@@ -38,6 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax.eval.bounds import broadcast_bounds
+
 __all__ = [
     "Assignment",
     "squared_distances",
@@ -265,7 +267,7 @@ def bounds_diameter(bounds, dimensions: int) -> float:
     ``bounds`` is (lo, hi) with scalars or (d,) sequences; for scalars this is
     (hi - lo) * sqrt(d). Public input, so a plain float (computed on the host).
     """
-    lower, upper = (np.broadcast_to(np.asarray(b, np.float64), (dimensions,)) for b in bounds)
+    lower, upper = broadcast_bounds(bounds, dimensions)
     return float(np.linalg.norm(upper - lower))
 
 

@@ -60,6 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact
+from dpm_jax.eval.bounds import broadcast_bounds
 from dpm_jax.eval.metrics import DEFAULT_CHUNK_SIZE, assign_to_centers
 from dpm_jax.mechanisms import add_count_noise, count_noise
 
@@ -138,7 +139,7 @@ def dp_lloyd_budget(epsilon: float, bounds, dimensions: int, num_iterations: int
         raise ValueError(f"epsilon must be a positive finite number, got {epsilon}")
     if num_iterations < 1:
         raise ValueError(f"num_iterations must be >= 1, got {num_iterations}")
-    lower, upper = (np.broadcast_to(np.asarray(b, np.float64), (dimensions,)) for b in bounds)
+    lower, upper = broadcast_bounds(bounds, dimensions)
     if not np.all(lower < upper):
         raise ValueError(f"bounds need lo < hi in every dimension, got {bounds!r}")
     per_iteration = epsilon / num_iterations
@@ -295,7 +296,7 @@ def dp_lloyd(key: jax.Array, points, num_clusters: int, epsilon: float, bounds, 
                              "(the true size of private data is not public)")
         num_iterations = su_num_iterations(epsilon, num_points_public, dimensions, num_clusters, rho)
     budget = dp_lloyd_budget(epsilon, bounds, dimensions, num_iterations, rho)
-    lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (dimensions,)) for b in bounds)
+    lower, upper = (jnp.asarray(b) for b in broadcast_bounds(bounds, dimensions, np.float32))
     centers, noisy_counts, labels = _dp_lloyd_arrays(
         key, points, lower, upper, count_noise_of_iterations(key, budget, num_clusters).limbs,
         budget.sum_noise_scale, num_clusters=num_clusters, chunk_size=chunk_size)

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from dpm_jax.eval.bounds import broadcast_bounds
 from dpm_jax.interval import gaussian_gap_constant
 from dpm_jax.mechanisms import discrete_gaussian_multiplier
 
@@ -98,8 +99,7 @@ def reference_dpm(rng: np.random.Generator, X, epsilon, delta, bounds, config):
     """Algorithm 1. Returns dict(centers (k, d), counts (k,), k, beta)."""
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
-    lower = np.broadcast_to(np.asarray(bounds[0], dtype=np.float64), (d,))
-    upper = np.broadcast_to(np.asarray(bounds[1], dtype=np.float64), (d,))
+    lower, upper = broadcast_bounds(bounds, d)
     X = np.clip(X, lower, upper)
     eps_int, eps_cnt, eps_exp, eps_avg, delta_avg, offsets = _budget_parts(epsilon, delta, config)
 
