@@ -174,6 +174,49 @@ def test_accuracy_of_perfect_clustering_is_one():
     assert float(metrics.clustering_accuracy(jnp.array([1, 1, 4, 0, 0]), truth, 5, 3)) == 1.0
 
 
+# ------------------------------------------------------------ adjusted Rand index
+def _ari64(labels, truth, num_clusters, num_classes):
+    with jax.enable_x64(True):
+        return float(metrics.adjusted_rand_index(jnp.asarray(labels), jnp.asarray(truth), num_clusters, num_classes))
+
+
+def test_adjusted_rand_index_matches_sklearn_on_random_and_structured_labels():
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(5)
+    for n, clusters, classes in [(50, 3, 4), (1_000, 12, 5), (20_000, 100, 100), (7, 7, 1)]:
+        truth = rng.integers(0, classes, n)
+        noisy = np.where(rng.random(n) < 0.3, rng.integers(0, clusters, n), truth % clusters)
+        for labels in (noisy, rng.integers(0, clusters, n)):
+            assert _ari64(labels, truth, clusters, classes) == pytest.approx(adjusted_rand_score(truth, labels),
+                                                                              abs=1e-12)
+
+
+def test_adjusted_rand_index_special_cases():
+    truth = np.array([0, 0, 1, 1, 2, 2])
+    # Identical partitions score 1 whatever the names; one cluster for 3 classes scores 0.
+    assert _ari64(np.array([2, 2, 0, 0, 1, 1]), truth, 3, 3) == pytest.approx(1.0)
+    assert _ari64(np.zeros(6, int), truth, 1, 3) == pytest.approx(0.0)
+    # One true class (no structure): finding one cluster agrees (1), finding several scores 0.
+    assert _ari64(np.zeros(6, int), np.zeros(6, int), 1, 1) == 1.0
+    assert _ari64(np.array([0, 1, 0, 1, 2, 2]), np.zeros(6, int), 3, 1) == 0.0
+    # Merging two of four 2-point classes: 4 pairs share cluster and class; cluster sizes 4, 2, 2 give
+    # 6 + 1 + 1 pairs, the classes 4 * 1, all points C(8, 2) = 28.
+    merged, four = np.array([0, 0, 0, 0, 1, 1, 2, 2]), np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    index, rows, columns, total = 4, 6 + 1 + 1, 4, 28
+    expected = rows * columns / total
+    assert _ari64(merged, four, 3, 4) == pytest.approx((index - expected) / ((rows + columns) / 2 - expected))
+
+
+def test_adjusted_rand_index_is_symmetric_and_float32_close():
+    rng = np.random.default_rng(2)
+    a, b = rng.integers(0, 6, 5_000), rng.integers(0, 4, 5_000)
+    b = np.where(rng.random(5_000) < 0.5, a % 4, b)
+    assert _ari64(a, b, 6, 4) == pytest.approx(_ari64(b, a, 4, 6), abs=1e-12)
+    assert float(metrics.adjusted_rand_index(jnp.asarray(a), jnp.asarray(b), 6, 4)) == \
+        pytest.approx(_ari64(a, b, 6, 4), abs=1e-5)
+
+
 # ------------------------------------------------------------- KMeans distance
 def test_kmeans_distance_hand_computed():
     centers = jnp.array([[0.0, 0.0], [3.0, 4.0], [jnp.nan, jnp.nan]])

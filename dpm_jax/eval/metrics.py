@@ -9,6 +9,10 @@ Paper ("DPM: Clustering Sensitive Data through Separation"), Section 6 and Appen
     random subsample (:func:`sampled_silhouette_score`, the authors evaluate with
     ``silhouette_score(..., sample_size=10000)``).
   * clustering accuracy (Definition 12): every cluster votes for its majority label.
+  * adjusted Rand index (Hubert and Arabie, 1985), not in the paper: the agreement of
+    two partitions over pairs of points, corrected for chance (0 for independent
+    labels, 1 for identical partitions); it punishes merged and split clusters alike,
+    so it shows whether a clustering found the true number of clusters.
   * KMeans distance (Definition 9, Section 6.2), normalised by the diameter of the
     public bounds box. The references it needs come from
     :func:`dpm_jax.eval.baselines.kmeans_references` (the Section 6.2 procedure).
@@ -48,7 +52,9 @@ __all__ = [
     "silhouette_score",
     "silhouette_sample_indices",
     "sampled_silhouette_score",
+    "contingency_table",
     "clustering_accuracy",
+    "adjusted_rand_index",
     "bounds_diameter",
     "kmeans_distance",
     "normalised_kmeans_distance",
@@ -254,10 +260,50 @@ def clustering_accuracy(cluster_labels: jax.Array, true_labels: jax.Array, num_c
       The fraction of points whose class is their cluster's majority class:
       sum over clusters of the largest class count, divided by n.
     """
+    majority = jnp.max(contingency_table(cluster_labels, true_labels, num_clusters, num_classes), axis=1)
+    return jnp.sum(majority) / cluster_labels.shape[0]
+
+
+def contingency_table(cluster_labels: jax.Array, true_labels: jax.Array, num_clusters: int,
+                      num_classes: int) -> jax.Array:
+    """(num_clusters, num_classes) int32 counts of the points of every (cluster, class) pair."""
     pair = cluster_labels.astype(jnp.int32) * num_classes + true_labels.astype(jnp.int32)
     contingency = jnp.zeros(num_clusters * num_classes, jnp.int32).at[pair].add(1)
-    majority = jnp.max(contingency.reshape(num_clusters, num_classes), axis=1)
-    return jnp.sum(majority) / cluster_labels.shape[0]
+    return contingency.reshape(num_clusters, num_classes)
+
+
+def _pairs(counts: jax.Array) -> jax.Array:
+    """Sum of C(c, 2) over the counts c: the number of point pairs inside the groups."""
+    counts = counts.astype(jnp.result_type(float))
+    return jnp.sum(counts * (counts - 1.0) / 2.0)
+
+
+@functools.partial(jax.jit, static_argnames=("num_clusters", "num_classes"))
+def adjusted_rand_index(cluster_labels: jax.Array, true_labels: jax.Array, num_clusters: int,
+                        num_classes: int) -> jax.Array:
+    """Adjusted Rand index of two partitions (Hubert and Arabie, 1985), as scikit-learn computes it.
+
+    With the contingency table n_ij, row sums a_i, column sums b_j and n points:
+    index = sum C(n_ij, 2), expected = sum C(a_i, 2) sum C(b_j, 2) / C(n, 2),
+    maximum = (sum C(a_i, 2) + sum C(b_j, 2)) / 2, and
+    ARI = (index - expected) / (maximum - expected). The maximum equals the
+    expectation only when both partitions are one group or both all singletons,
+    where the partitions agree and the index is 1 (scikit-learn's special case).
+
+    Pair counts are exact integers in float64 (``jax.enable_x64``) up to n of about
+    10^8; in float32 the result is good to about 1e-6.
+
+    Args:
+      cluster_labels: (n,) cluster of every point, in [0, num_clusters).
+      true_labels: (n,) ground-truth class, in [0, num_classes).
+    """
+    contingency = contingency_table(cluster_labels, true_labels, num_clusters, num_classes)
+    index = _pairs(contingency)
+    rows, columns = _pairs(jnp.sum(contingency, axis=1)), _pairs(jnp.sum(contingency, axis=0))
+    expected = rows * columns / _pairs(jnp.array([cluster_labels.shape[0]]))
+    maximum = (rows + columns) / 2.0
+    agree = maximum == expected
+    return jnp.where(agree, 1.0, (index - expected) / jnp.where(agree, 1.0, maximum - expected))
 
 
 # ------------------------------------------------------------- KMeans distance

@@ -1,0 +1,108 @@
+"""Evaluation on the structure zoo: DPM variants as named configs, runs over keys, labelled scores.
+
+The DPM paper ("DPM: Clustering Sensitive Data through Separation", Section 6)
+evaluates on well-separated blobs; the zoo (:mod:`dpm_jax.eval.datasets`, ``ZOO``)
+adds the layouts users bring. This module holds what benchmarks/zoo.py and its
+tests share:
+
+* :data:`DPM_VARIANTS`: the DPM modes compared, each a name and a
+  :class:`~dpm_jax.DPMConfig` (a new mode is one line);
+* :func:`run_dpm`: one run per key, under ``jax.vmap`` over the keys when the
+  config allows it (``tau_r="auto"`` releases a count on the host first, so it runs
+  key by key);
+* :func:`labelled_scores`: adjusted Rand index, accuracy and k of released centres,
+  with every point labelled by its nearest valid centre (as the paper's evaluation
+  labels points).
+
+These are evaluations, not DP releases: the scores read the data and its labels.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dpm_jax
+from dpm_jax.config import AUTO_DEPTH
+from dpm_jax.eval import metrics
+
+__all__ = ["DPM_VARIANTS", "Centers", "paper_delta", "run_dpm", "labelled_scores"]
+
+DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
+    "dpm": dpm_jax.DPMConfig(),  # the default config
+    "dpm-auto-depth": dpm_jax.DPMConfig(tau_r=AUTO_DEPTH),  # depth from a noisy count (dpm_jax.depth)
+}
+
+
+class Centers(NamedTuple):
+    """Released centres of several runs: ``centers`` (runs, slots, d) with ``valid`` (runs, slots)."""
+
+    centers: np.ndarray
+    valid: np.ndarray
+
+
+def paper_delta(n: int) -> float:
+    """delta = n^-1.5, the paper's choice (Section 6.1), for a public size n."""
+    return 1.0 / (n * math.sqrt(n))
+
+
+def _batchable(config: dpm_jax.DPMConfig) -> bool:
+    return config.tau_r != AUTO_DEPTH
+
+
+def run_dpm(keys: jax.Array, points: np.ndarray, budget: dpm_jax.Budget, bounds: tuple[float, float],
+            config: dpm_jax.DPMConfig) -> Centers:
+    """One :func:`dpm_jax.cluster` run per key of ``keys`` (shape (runs,)).
+
+    Batchable configs run as one ``jax.vmap`` over the keys with the bounds traced,
+    so data sets of one shape and budget share a compiled program; ``tau_r="auto"``
+    runs key by key and pads the slots to the largest depth chosen (a run with a
+    shallower tree has fewer slots, all of them kept).
+    """
+    if _batchable(config):
+        result = _vmapped(budget, config)(keys, jnp.asarray(points), jnp.float32(bounds[0]), jnp.float32(bounds[1]))
+        return Centers(np.asarray(result[0]), np.asarray(result[1]))
+    runs = [dpm_jax.cluster(key, points, budget, bounds=bounds, config=config) for key in keys]
+    slots = max(run.centers.shape[0] for run in runs)
+    d = points.shape[1]
+    centers = np.zeros((len(runs), slots, d), np.float32)
+    valid = np.zeros((len(runs), slots), bool)
+    for index, run in enumerate(runs):
+        centers[index, : run.centers.shape[0]] = np.nan_to_num(np.asarray(run.centers))
+        valid[index, : run.valid.shape[0]] = np.asarray(run.valid)
+    return Centers(centers, valid)
+
+
+_COMPILED: dict = {}
+
+
+def _vmapped(budget: dpm_jax.Budget, config: dpm_jax.DPMConfig):
+    """The jitted, key-vmapped cluster program of one (budget, config), compiled once per shape."""
+    if (budget, config) not in _COMPILED:
+        def one(key, points, lower, upper):
+            result = dpm_jax.cluster(key, points, budget, bounds=(lower, upper), config=config)
+            return result.centers, result.valid
+
+        _COMPILED[budget, config] = jax.jit(jax.vmap(one, in_axes=(0, None, None, None)))
+    return _COMPILED[budget, config]
+
+
+def labelled_scores(points: np.ndarray, labels: np.ndarray, centers: np.ndarray, valid: np.ndarray,
+                    num_classes: int) -> dict[str, float]:
+    """Adjusted Rand index, accuracy and k of one clustering's centres against the true labels.
+
+    Every point takes the label of its nearest valid centre; scores in float64.
+    ``k`` is the number of valid centres released (not the number that received points).
+    """
+    with jax.enable_x64(True):
+        slots = centers.shape[0]
+        assignment = metrics.assign_to_centers(jnp.asarray(points, jnp.float64), jnp.asarray(centers, jnp.float64),
+                                               jnp.asarray(valid))
+        truth = jnp.asarray(labels)
+        return {"ari": float(metrics.adjusted_rand_index(assignment.labels, truth, slots, num_classes)),
+                "accuracy": float(metrics.clustering_accuracy(assignment.labels, truth, slots, num_classes)),
+                "k": int(np.sum(valid))}
