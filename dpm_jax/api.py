@@ -31,14 +31,14 @@ from dpm_jax import averaging as averaging_lib
 from dpm_jax import exact, interval, keys, tree
 from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
 from dpm_jax.budget import Allocation, Budget, allocate, count_entry, heap_count_epsilons
-from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.depth import choose_depth
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
 from dpm_jax.ledger import Ledger
 from dpm_jax.mechanisms import (EM_DIGITS, EM_TRIES, add_count_noise, count_noise,
                                 discrete_gaussian_table, em_weight_table)
-from dpm_jax.tree import SplitTree, build_tree
+from dpm_jax.tree import SplitTree, build_tree, root_interval_size
 
 __all__ = ["ClusterResult", "cluster", "build_ledger", "MAX_POINTS"]
 
@@ -237,9 +237,9 @@ def build_ledger(allocation: Allocation, config: DPMConfig, d: int, averaging: A
     the module that draws the noise, from the parameters it draws it with; the lines
     add up exactly to the budget (:func:`dpm_jax.budget.allocate`).
     """
-    return Ledger([count_entry(allocation, 0),
-                   interval.ledger_entry(allocation.interval_epsilon, allocation.interval_sampler_delta,
-                                         d, config),
+    interval_entries = [] if config.split_grid == CELL_GRID else [
+        interval.ledger_entry(allocation.interval_epsilon, allocation.interval_sampler_delta, d, config)]
+    return Ledger([count_entry(allocation, 0), *interval_entries,
                    *tree.ledger_entries(allocation, config),
                    averaging_lib.ledger_entry(averaging, allocation.average_epsilon,
                                               allocation.average_delta)])
@@ -275,10 +275,13 @@ def _cluster_arrays(key, points, mask, lower, upper, em_table, gaussian_threshol
     noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
     root_noisy_count = add_count_noise(jnp.sum(mask, dtype=jnp.int32),
                                  exact.Int(tuple(limb[1] for limb in noise.limbs)))
-    # Line 8: Algorithm 2.
-    beta, _ = estimate_split_interval_size(
-        derive_key(key, keys.INTERVAL), em_table, unit_points, mask, exact.to_float32(root_noisy_count),
-        allocation.interval_epsilon, config)
+    # Line 8: Algorithm 2 (the cell grid needs no interval size: it reports its root's).
+    if config.split_grid == CELL_GRID:
+        beta = root_interval_size(lower, upper, config)
+    else:
+        beta, _ = estimate_split_interval_size(
+            derive_key(key, keys.INTERVAL), em_table, unit_points, mask, exact.to_float32(root_noisy_count),
+            allocation.interval_epsilon, config)
     # Lines 10, 13-28.
     split_bits = jax.random.bits(derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS),
                                  dtype=jnp.uint32)

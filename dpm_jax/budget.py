@@ -17,6 +17,8 @@ Accounting used here (basic composition, add/remove-one neighbours):
   delta   = sum_i delta_cnt_i (tau_r + 1 levels, equal parts) + delta_avg
             + the samplers' deltas (counts, splits, interval size; carved out of the
               count share; the averaging sampler's is inside delta_avg)
+With ``DPMConfig.split_grid="cell"`` Algorithm 2 does not run: eps_int = 0 and its
+share of epsilon goes to the split choices (eps_exp = (share_int + share_exp) epsilon).
 Every entry of the ledger is one mechanism applied at one level to all nodes of that
 level at once (parallel composition), so the entries add up exactly to the Budget.
 """
@@ -30,7 +32,7 @@ import math
 from typing import NamedTuple
 
 from dpm_jax import keys
-from dpm_jax.config import DPMConfig, is_real_number
+from dpm_jax.config import CELL_GRID, DPMConfig, is_real_number
 from dpm_jax.ledger import LedgerEntry, heap_rows
 from dpm_jax.mechanisms import (EM_EPSILON_MARGIN, EM_MAX_CANDIDATES, count_offset,
                                 count_sampler_tv, em_sampler_tv)
@@ -113,6 +115,9 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     if isinstance(config.tau_r, str):
         raise ValueError(f"tau_r={config.tau_r!r} must be resolved to a depth first (dpm_jax.cluster does)")
     eps_int_share, eps_cnt_share, eps_exp_share, _ = config.epsilon_shares
+    interval = config.split_grid != CELL_GRID  # the cell grid estimates no interval size
+    if not interval:
+        eps_int_share, eps_exp_share = 0.0, eps_int_share + eps_exp_share
     eps_int = budget.epsilon * eps_int_share
     eps_cnt = budget.epsilon * eps_cnt_share
     eps_exp = budget.epsilon * eps_exp_share
@@ -122,18 +127,18 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
 
     count_epsilons = _split_exactly(eps_cnt, level_weights(config.tau_r + 1))
     split_epsilons = _split_exactly(eps_exp, level_weights(config.tau_r))
-    for name, epsilon in [("interval size", eps_int)] + [(f"split level {i}", e)
-                                                          for i, e in enumerate(split_epsilons)]:
+    for name, epsilon in [("interval size", eps_int)] * interval + [(f"split level {i}", e)
+                                                                     for i, e in enumerate(split_epsilons)]:
         if epsilon <= 2 * EM_EPSILON_MARGIN:
             raise ValueError(f"the {name} epsilon {epsilon:.3g} is too small for the exact "
                              f"exponential mechanism (margin {EM_EPSILON_MARGIN:.2g}); raise epsilon")
-    candidates = d * config.max_splits_per_dim
+    candidates = d * config.candidates_per_dim
     if candidates > EM_MAX_CANDIDATES:
-        raise ValueError(f"d * max_splits_per_dim = {candidates} split candidates per node exceed "
+        raise ValueError(f"d * candidates per dimension = {candidates} split candidates per node exceed "
                          f"{EM_MAX_CANDIDATES}; lower max_splits_per_dim")
     count_sampler = tuple(count_sampler_tv(e) * (1.0 + math.exp(e)) for e in count_epsilons)
     split_sampler = tuple(em_sampler_tv(candidates) * (1.0 + math.exp(e)) for e in split_epsilons)
-    interval_sampler = em_sampler_tv(config.num_sigmas) * (1.0 + math.exp(eps_int))
+    interval_sampler = em_sampler_tv(config.num_sigmas) * (1.0 + math.exp(eps_int)) if interval else 0.0
     sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,))
     if not sampler_total <= _MAX_SAMPLER_SHARE * delta_cnt:
         raise ValueError(

@@ -14,10 +14,12 @@ import math
 
 import numpy as np
 
-__all__ = ["DPMConfig", "AUTO_DEPTH", "is_real_number"]
+__all__ = ["DPMConfig", "AUTO_DEPTH", "PAPER_GRID", "CELL_GRID", "SPLIT_GRIDS", "is_real_number"]
 
 AUTO_DEPTH = "auto"  # DPMConfig(tau_r=AUTO_DEPTH): the depth chosen by dpm_jax.depth
-
+PAPER_GRID = "paper"  # one global grid of interval size beta from Algorithm 2 (the paper)
+CELL_GRID = "cell"  # a grid relative to every node's own cell (dpm_jax.histogram.cell_grid)
+SPLIT_GRIDS = (PAPER_GRID, CELL_GRID)
 
 
 def is_real_number(value) -> bool:
@@ -56,6 +58,21 @@ class DPMConfig:
       interval_max_dims: Algorithm 2 sorts every dimension; above this many
         dimensions it uses this many, drawn uniformly at random with the interval
         key (data-independent, so privacy is unaffected). ``None``: all of them.
+      split_grid: where the split candidates of a node lie. ``"paper"``: the paper's
+        one global grid of interval size beta chosen by Algorithm 2 (bit-identical to
+        the published design, for reproducing Table 2). ``"cell"``: 2 max_splits_per_dim
+        equal half-bins spanning each node's own cell (its public box, fixed by the
+        released splits above it), a candidate at every inner half-bin boundary, so
+        the grid refines as the tree descends and no interval size is estimated:
+        Algorithm 2 does not run and its epsilon share goes to the split choices
+        (:mod:`dpm_jax.histogram`, docs/privacy.md).
+      lattice_step: ``None``, or the public step h (data units, every dimension) of
+        a lattice the data lie on, e.g. 1 for integer features (only with
+        ``split_grid="cell"``; ``bounds`` must then be lattice values). The cells
+        then end half-way between lattice values and every half-bin holds whole
+        lattice values, so a candidate lies between two values and its emptiness
+        counts the points of its neighbouring values, where a grid finer than h
+        would find every candidate between two values empty.
     """
 
     tau_r: int | str = 7
@@ -71,6 +88,8 @@ class DPMConfig:
     interval_factor: float = 0.5
     interval_max_dims: int | None = 16
     max_splits_per_dim: int = 128
+    split_grid: str = PAPER_GRID
+    lattice_step: float | None = None
 
     def __post_init__(self):
         if isinstance(self.tau_r, str):
@@ -101,6 +120,15 @@ class DPMConfig:
             raise ValueError(f"percentile must be in (0, 100), got {self.percentile}")
         if self.interval_factor <= 0:
             raise ValueError(f"interval_factor must be > 0, got {self.interval_factor}")
+        if self.split_grid not in SPLIT_GRIDS:
+            raise ValueError(f"split_grid must be one of {SPLIT_GRIDS}, got {self.split_grid!r}")
+        if self.lattice_step is not None:
+            if not is_real_number(self.lattice_step) or not math.isfinite(self.lattice_step) \
+                    or self.lattice_step <= 0:
+                raise ValueError(f"lattice_step must be None or a positive finite number, got {self.lattice_step!r}")
+            if self.split_grid != CELL_GRID:
+                raise ValueError(f"lattice_step needs split_grid={CELL_GRID!r} (the paper's grid has one "
+                                 "global interval size), got split_grid={self.split_grid!r}")
         _check_shares("epsilon_shares", self.epsilon_shares, 4)
         _check_shares("delta_shares", self.delta_shares, 2)
         if self.sigma_step <= 0:
@@ -124,6 +152,11 @@ class DPMConfig:
     def sigma_grid(self) -> np.ndarray:
         """The candidate sigmas of Algorithm 2, fractions of the range."""
         return self.sigma_step * np.arange(1, self.num_sigmas + 1)
+
+    @property
+    def candidates_per_dim(self) -> int:
+        """Split candidates per dimension of a node: the static length of its candidate axis."""
+        return self.max_splits_per_dim if self.split_grid == PAPER_GRID else 2 * self.max_splits_per_dim
 
     @property
     def finest_interval(self) -> float:

@@ -10,16 +10,39 @@ parent's minus each node's smaller child (:func:`children_histogram`). All count
 exact int32, so the result does not depend on the order of the points. Under
 ``jax.vmap`` the scatters run as loops over the batch
 (:func:`dpm_jax._arrays.looped_under_vmap`).
+
+Two designs of the half-bins (``DPMConfig.split_grid``):
+
+* ``"paper"``: one global grid of half-bins of width beta / 2 from the lower bound,
+  beta chosen once by Algorithm 2; the half-bin index of every coordinate is
+  computed once per run (:func:`half_bin_indices`).
+* ``"cell"``: every node has a *cell*, the box its points lie in: the public bounds
+  cut by the released splits of its ancestors, hence itself public. Each level
+  divides every node's cell, per dimension, into 2 B equal half-bins
+  (:func:`cell_grid`, B = ``max_splits_per_dim``) and bins every point relative to
+  its own node's cell (:func:`cell_half_bin_indices`). The grid therefore refines as
+  the tree descends: a node 1/1000 of the range wide is split as finely, relative
+  to its own width, as the root. On a public lattice of step h (integer features,
+  ``DPMConfig.lattice_step``) the cells end half-way between lattice values and a
+  half-bin holds u >= 1 whole lattice values (u = ceil(m / 2B) for m values in the
+  cell), so every boundary between half-bins lies between two lattice values.
+
+The half-bin of a point is a function of that point and of public quantities only
+(the bounds, the released splits, the config), so the counts are exact integers of
+a per-record map: one point changes one half-bin count per (node, dimension) by one.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from dpm_jax._arrays import bin_dtype, looped_under_vmap
 
-__all__ = ["half_bin_indices", "level_histogram", "children_histogram"]
+__all__ = ["half_bin_indices", "CellGrid", "root_cell", "cell_grid", "cell_half_bin_indices",
+           "level_histogram", "children_histogram"]
 
 _CHUNK_ELEMENTS = 2**20
 
@@ -32,6 +55,51 @@ def half_bin_indices(unit_points: jnp.ndarray, beta, num_splits, max_splits: int
     """
     index = jnp.floor(unit_points / (0.5 * beta)).astype(jnp.int32)
     return jnp.clip(index, 0, 2 * num_splits - 1).astype(bin_dtype(2 * max_splits))
+
+
+class CellGrid(NamedTuple):
+    """The half-bins of every node's cell, per (node, dimension), in unit coordinates (public)."""
+
+    lower: jax.Array  # (nodes, d) lower end of the cell
+    half_width: jax.Array  # (nodes, d) width of one half-bin
+    used: jax.Array  # (nodes, d) int32 half-bins inside the cell, <= 2B (2B without a lattice)
+
+
+def root_cell(d: int, lattice_unit) -> tuple[jax.Array, jax.Array]:
+    """(lower, upper), (d,) each: the root's cell in unit coordinates, [0, 1] or, on a lattice of
+    step h' (units of the range), [-h'/2, 1 + h'/2]: the bounds are lattice values, and a cell
+    ends half-way between two of them."""
+    margin = 0.0 if lattice_unit is None else 0.5 * lattice_unit
+    return jnp.full(d, -margin, jnp.float32), jnp.full(d, 1.0 + margin, jnp.float32)
+
+
+def cell_grid(lower: jax.Array, upper: jax.Array, num_splits: int, lattice_unit) -> CellGrid:
+    """The half-bins of cells [lower, upper): 2 num_splits equal ones, or whole lattice values.
+
+    On a lattice of step h' (``lattice_unit``, units of the range; None: no lattice) a
+    cell holds m = (upper - lower) / h' values (cells end half-way between values, so m
+    is an integer up to float rounding); a half-bin holds u = ceil(m / 2B) of them and
+    ceil(m / u) <= 2B half-bins are used.
+    """
+    width = upper - lower
+    if lattice_unit is None:
+        return CellGrid(lower, width / (2 * num_splits), jnp.full(width.shape, 2 * num_splits, jnp.int32))
+    values = jnp.maximum(jnp.round(width / lattice_unit), 1.0)
+    per_bin = jnp.ceil(values / (2 * num_splits))
+    return CellGrid(lower, per_bin * lattice_unit, jnp.ceil(values / per_bin).astype(jnp.int32))
+
+
+def cell_half_bin_indices(unit_points: jnp.ndarray, point_node: jax.Array, grid: CellGrid,
+                          num_splits: int) -> jnp.ndarray:
+    """(n, d) half-bin index of every coordinate in its node's cell, in [0, used).
+
+    A coordinate outside its cell (float rounding at a released split position) goes to
+    the nearest end half-bin; a degenerate cell (no width) puts every point in half-bin 0.
+    """
+    index = jnp.floor((unit_points - grid.lower[point_node]) / grid.half_width[point_node])
+    index = jnp.minimum(index, (grid.used[point_node] - 1).astype(jnp.float32))
+    index = jnp.where(index >= 0, index, 0.0)  # also NaN (0 / 0) -> 0
+    return index.astype(bin_dtype(2 * num_splits))
 
 
 def level_histogram(half_bins: jax.Array, point_node: jax.Array, point_active: jax.Array,

@@ -26,6 +26,13 @@ when a point is added or removed, D is 1-Lipschitz in r and min(a1 D, b N + a2 D
 a1-Lipschitz in D (a1 >= a2 >= 0), so G changes by at most a1 + a3, an integer: no
 rounding anywhere, for every n up to 2**31 - 1 (|G| < 2**46, exact in two 30-bit limbs).
 
+The cell grid (``DPMConfig.split_grid="cell"``, :mod:`dpm_jax.histogram`) puts a
+candidate at *every* inner boundary between half-bins, i = 1 .. 2B - 1, with the
+split interval of the two half-bins around it (:func:`boundary_statistics`):
+|s_i| = half-bins i - 1 and i, r(s_i) = half-bins 0 .. i - 1. A point lies in one
+half-bin, so both statistics still change by at most one per candidate and the
+sensitivity above holds unchanged.
+
 Deviation from Definition 5, stated: the split interval is half-open, so every
 point lies in exactly one interval per dimension (the closed intervals of the paper
 share their end points). The sensitivity of Lemma 4 is unchanged.
@@ -44,8 +51,8 @@ import jax.numpy as jnp
 from dpm_jax import exact
 from dpm_jax._arrays import materialized
 
-__all__ = ["ScoreCoefficients", "score_coefficients", "candidate_statistics", "split_scores",
-           "exponent_ratio"]
+__all__ = ["ScoreCoefficients", "score_coefficients", "candidate_statistics", "boundary_statistics",
+           "split_scores", "exponent_ratio"]
 
 _COEFFICIENT_LIMIT = 2**14 - 1  # keeps every partial product below 2**30 (see split_scores)
 
@@ -87,9 +94,24 @@ def candidate_statistics(half_bin_counts: jax.Array) -> tuple[jax.Array, jax.Arr
     return interval_counts, ranks
 
 
-def split_scores(half_bin_counts: jax.Array, node_size: jax.Array,
-                 coefficients: ScoreCoefficients) -> exact.Int:
-    """G for every candidate: (..., 2B) int32 counts, int32 N >= 1 broadcastable to (...) -> (..., B) Int.
+def boundary_statistics(half_bin_counts: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The cell grid's candidates, one per half-bin boundary i = 1 .. 2B - 1, at index i - 1.
+
+    (..., 2B) int32 half-bin counts -> (interval counts |s_i| = half-bins i - 1 and i,
+    ranks r_i = half-bins 0 .. i - 1), each (..., 2B), exact; the last entry (i = 2B,
+    the cell's upper end) is no candidate (the caller masks it).
+    """
+    following = jnp.concatenate([half_bin_counts[..., 1:], jnp.zeros_like(half_bin_counts[..., :1])], axis=-1)
+    return half_bin_counts + following, exact.exact_cumsum(half_bin_counts)
+
+
+def split_scores(half_bin_counts: jax.Array, node_size: jax.Array, coefficients: ScoreCoefficients,
+                 statistics=candidate_statistics) -> exact.Int:
+    """G for every candidate: (..., 2B) int32 counts, int32 N >= 1 broadcastable to (...) -> (..., C) Int.
+
+    ``statistics`` maps the counts to the candidates' (interval counts, ranks):
+    :func:`candidate_statistics` (the paper's grid, C = B) or :func:`boundary_statistics`
+    (the cell grid, C = 2B).
 
     Arithmetic: the two pieces of min(a1 D, b N + a2 D) cross at the public point
     D* = b N / (a1 - a2), so each candidate takes one piece by an int32 comparison
@@ -97,7 +119,7 @@ def split_scores(half_bin_counts: jax.Array, node_size: jax.Array,
     with a 16-bit half of D or |s| stay below 2**30; the halves are summed in int32
     and carried once: G = high 2**16 + low exactly (|G| < 2**46).
     """
-    interval_counts, ranks = candidate_statistics(half_bin_counts)
+    interval_counts, ranks = statistics(half_bin_counts)
     size = materialized(jnp.asarray(node_size, jnp.int32))[..., None]
     distance = jnp.minimum(ranks, size - ranks)  # D; negative only when r > N (N is noisy)
     a1, a2, b, a3 = (coefficients.outer_slope, coefficients.inner_slope,

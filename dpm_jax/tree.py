@@ -31,6 +31,13 @@ with the level's :class:`LevelRelease`, in the order of the paper's lines:
      the left-most path so that, at depth tau_r, their local index is the leaf's
      *slot*: slots are unique and static (2**tau_r of them).
 
+With ``DPMConfig.split_grid="cell"`` step 1 bins every point relative to its node's
+cell (the node's public box: the bounds cut by the released splits above it,
+:mod:`dpm_jax.histogram`), which every level carries in :class:`LevelState` and cuts
+at the drawn split for the children; the candidates are the inner half-bin
+boundaries (:func:`dpm_jax.scoring.boundary_statistics`) and no half-bins are carried
+from level to level (siblings' grids differ from their parent's).
+
 Erratum fixed (Algorithm 1, lines 24-25): with the flat candidate index i* over
 d * numSplits candidates, dim = i* // numSplits and s* = a + ((i* mod numSplits) +
 1/2) beta. Here the exponential mechanism returns (dim, j) directly.
@@ -45,18 +52,21 @@ import jax.numpy as jnp
 
 from dpm_jax import exact, keys
 from dpm_jax._arrays import materialized
-from dpm_jax.histogram import children_histogram, half_bin_indices, level_histogram
+from dpm_jax.histogram import (CellGrid, cell_grid, cell_half_bin_indices, children_histogram, half_bin_indices,
+                               level_histogram, root_cell)
 from dpm_jax.budget import Allocation, count_entry
-from dpm_jax.config import DPMConfig
+from dpm_jax.config import CELL_GRID, DPMConfig
 from dpm_jax.ledger import LedgerEntry, heap_rows
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, add_count_noise, em_exponent_scale, select_with_bits
-from dpm_jax.scoring import ScoreCoefficients, exponent_ratio, score_coefficients, split_scores
+from dpm_jax.scoring import (ScoreCoefficients, boundary_statistics, candidate_statistics, exponent_ratio,
+                              score_coefficients, split_scores)
 
 _SIBLING_MIN_DIMS = 32
 _SELECT_CHUNK = 8  # nodes scored per loop step (a power of two)
 
 __all__ = ["SplitTree", "Leaves", "LevelState", "LevelRelease", "build_tree", "split_level", "choose_splits",
-           "select_splits", "route_points", "count_children", "stopping_rule", "ledger_entries"]
+           "select_splits", "route_points", "count_children", "stopping_rule", "root_interval_size",
+           "ledger_entries"]
 
 
 class SplitTree(NamedTuple):
@@ -91,7 +101,7 @@ class Leaves(NamedTuple):
 
 def select_splits(bits: jax.Array, em_table, counts: jax.Array, noisy_count: exact.Int,
                   node_active: jax.Array, candidate_valid: jax.Array, epsilon, offset,
-                  coefficients: ScoreCoefficients) -> tuple[jax.Array, jax.Array]:
+                  coefficients: ScoreCoefficients, statistics=candidate_statistics) -> tuple[jax.Array, jax.Array]:
     """Algorithm 1, lines 22-25 for a batch of nodes: the exponential mechanism over all splits.
 
     Scores every candidate (:func:`dpm_jax.scoring.split_scores`, exact integers with
@@ -109,15 +119,17 @@ def select_splits(bits: jax.Array, em_table, counts: jax.Array, noisy_count: exa
       counts: (nodes, d, 2B) int32 half-bin counts.
       noisy_count: (nodes,) released n~ (exact integers).
       node_active: (nodes,) bool; inactive nodes have no valid candidate.
-      candidate_valid: (B,) bool, the candidates inside the bounds.
+      candidate_valid: (C,) or (nodes, d, C) bool, the candidates inside the bounds (or cell).
       epsilon, offset: the level's epsilon_exp and count offset lambda.
       coefficients: :func:`dpm_jax.scoring.score_coefficients`.
+      statistics: the candidates' statistics from the counts (:func:`dpm_jax.scoring.split_scores`).
     Returns:
       (dimension, candidate index), (nodes,) int32 each.
     """
-    nodes, d, num_candidates = counts.shape[0], counts.shape[1], counts.shape[2] // 2
+    nodes, d = counts.shape[0], counts.shape[1]
     size = exact.clip_to_int32(noisy_count, 1, 2**31 - 1)  # N: the released n~ as an integer
-    scores = split_scores(counts, size[:, None], coefficients)
+    scores = split_scores(counts, size[:, None], coefficients, statistics)
+    num_candidates = scores.limbs[0].shape[-1]
     flat = exact.Int(tuple(limb.reshape(nodes, d * num_candidates) for limb in scores.limbs))
     valid = jnp.broadcast_to(node_active[:, None, None] & candidate_valid,
                              (nodes, d, num_candidates)).reshape(nodes, d * num_candidates)
@@ -139,6 +151,8 @@ class LevelState(NamedTuple):
     noisy_count: exact.Int  # (width,) released n~ of every node (exact integers)
     node_active: jax.Array  # (width,) bool: the slot holds a node of this level
     counts: jax.Array  # (width, d, 2B) half-bin counts carried by sibling subtraction, else (0,)
+    cell_lower: jax.Array  # (width, d) every node's cell in unit coordinates (cell grid), else (0,)
+    cell_upper: jax.Array
 
 
 class LevelRelease(NamedTuple):
@@ -157,9 +171,11 @@ class LevelRelease(NamedTuple):
 class _TreeInputs(NamedTuple):
     """The public per-run quantities every level reads (fixed before the scan)."""
 
-    half_bins: jax.Array  # (n, d) half-bin index of every coordinate
+    half_bins: jax.Array | None  # (n, d) half-bin index of every coordinate (paper grid)
+    unit_points: jax.Array | None  # (n, d) points in unit coordinates (cell grid)
+    lattice_unit: jax.Array | None  # (d,) lattice step in units of the range (cell grid), or None
     em_table: tuple  # the exponential mechanism's weight table on the device
-    candidate_valid: jax.Array  # (B,) bool: candidates inside the bounds
+    candidate_valid: jax.Array | None  # (B,) bool: candidates inside the bounds (paper grid)
     coefficients: ScoreCoefficients
     min_child: jax.Array  # int32 ceil(tau_e): a noisy child count n~ >= tau_e iff n~ >= this
     lower: jax.Array  # (d,) public bounds, for the released split positions
@@ -169,10 +185,11 @@ class _TreeInputs(NamedTuple):
     width: int  # node slots per level: 2**(tau_r - 1)
     num_levels: int  # tau_r: levels that draw a split
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
+    cell: bool  # the cell grid (DPMConfig.split_grid)
 
 
 def choose_splits(inputs: _TreeInputs, level: jax.Array, counts: jax.Array, noisy_count: exact.Int,
-                  node_active: jax.Array, level_bits: jax.Array, epsilon, offset):
+                  node_active: jax.Array, candidate_valid: jax.Array, level_bits: jax.Array, epsilon, offset):
     """Lines 22-25 for the first 2**level of the ``width`` slots: (dim, j), (width,) int32 each.
 
     Runs :func:`select_splits` on chunks of _SELECT_CHUNK slots in a loop whose trip
@@ -187,10 +204,11 @@ def choose_splits(inputs: _TreeInputs, level: jax.Array, counts: jax.Array, nois
     def choose_chunk(index, chosen):
         start = index * chunk
         part = lambda a: jax.lax.dynamic_slice_in_dim(a, start, chunk)
+        valid = part(candidate_valid) if candidate_valid.ndim == 3 else candidate_valid
         picked = select_splits(part(level_bits), inputs.em_table, part(counts),
                                exact.Int(tuple(part(limb) for limb in noisy_count.limbs)),
-                               part(node_active), inputs.candidate_valid, epsilon, offset,
-                               inputs.coefficients)
+                               part(node_active), valid, epsilon, offset, inputs.coefficients,
+                               boundary_statistics if inputs.cell else candidate_statistics)
         return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0)
                      for c, p in zip(chosen, picked))
 
@@ -200,10 +218,11 @@ def choose_splits(inputs: _TreeInputs, level: jax.Array, counts: jax.Array, nois
 
 
 def route_points(half_bins: jax.Array, point_node: jax.Array, split_dim: jax.Array,
-                 split_index: jax.Array) -> jax.Array:
-    """Lines 26-27: (n,) bool, the point goes right, i.e. x[dim*] >= s* (half-bin >= 2 j* + 1)."""
+                 first_right: jax.Array) -> jax.Array:
+    """Lines 26-27: (n,) bool, the point goes right, i.e. x[dim*] >= s*: its half-bin is at least
+    the first one above s* (2 j* + 1 on the paper's grid, i* + 1 on the cell grid)."""
     point_bins = half_bins[jnp.arange(half_bins.shape[0]), split_dim[point_node]].astype(jnp.int32)
-    return point_bins >= 2 * split_index[point_node] + 1
+    return point_bins >= first_right[point_node]
 
 
 def count_children(point_node: jax.Array, point_active: jax.Array, go_right: jax.Array,
@@ -233,23 +252,35 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
     """
     width = inputs.width
     # 1. half-bin counts per (node, dim): carried from the previous level (and the
-    # root's built before the scan) with sibling subtraction, else one histogram here.
+    # root's built before the scan) with sibling subtraction, else one histogram here;
+    # on the cell grid, of every point's half-bin in its own node's cell.
+    if inputs.cell:
+        grid = cell_grid(state.cell_lower, state.cell_upper, inputs.max_splits, inputs.lattice_unit)
+        half_bins = cell_half_bin_indices(inputs.unit_points, state.point_node, grid, inputs.max_splits)
+        # candidate i - 1 sits at boundary i, inside the cell for i < used
+        candidate_valid = jnp.arange(2 * inputs.max_splits) + 1 < grid.used[..., None]
+    else:
+        half_bins, candidate_valid = inputs.half_bins, inputs.candidate_valid
     counts = (state.counts if inputs.use_siblings
-              else level_histogram(inputs.half_bins, state.point_node, state.point_active, width,
-                                   inputs.max_splits))
+              else level_histogram(half_bins, state.point_node, state.point_active, width, inputs.max_splits))
     # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
     split_dim, split_index = choose_splits(inputs, level, counts, state.noisy_count, state.node_active,
-                                           level_bits, epsilon, offset)
+                                           candidate_valid, level_bits, epsilon, offset)
     # 4. route the points (lines 26-27).
-    go_right = route_points(inputs.half_bins, state.point_node, split_dim, split_index)
+    first_right = split_index + 1 if inputs.cell else 2 * split_index + 1
+    go_right = route_points(half_bins, state.point_node, split_dim, first_right)
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
     child_exact = add_count_noise(child_true, level_noise)
     applied = stopping_rule(child_exact, state.node_active, inputs.min_child)
 
     active = state.node_active
-    position = (inputs.lower[split_dim]
-                + (split_index + 0.5) * inputs.beta * (inputs.upper - inputs.lower)[split_dim])
+    if inputs.cell:
+        cut = _cell_cut(grid, split_dim, first_right)
+        position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
+    else:
+        position = (inputs.lower[split_dim]
+                    + (split_index + 0.5) * inputs.beta * (inputs.upper - inputs.lower)[split_dim])
     release = LevelRelease(
         noisy_count=jnp.where(active, exact.to_float32(state.noisy_count), 0.0), reached=active,
         is_split=applied, split_dim=jnp.where(active, split_dim, -1),
@@ -268,10 +299,42 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
             lambda: children_histogram(counts, child_true, inputs.half_bins, next_node, next_active,
                                        go_right, inputs.max_splits),
             lambda: counts)
+    next_cells = ((state.cell_lower, state.cell_upper) if not inputs.cell
+                  else _children_cells(state.cell_lower, state.cell_upper, split_dim, cut))
     next_state = LevelState(next_node, next_active,
                             exact.Int(tuple(limb[:width] for limb in child_exact.limbs)),
-                            release.child_active[:width], next_counts)
+                            release.child_active[:width], next_counts, *next_cells)
     return next_state, release
+
+
+def _cell_cut(grid: CellGrid, split_dim: jax.Array, boundary: jax.Array) -> jax.Array:
+    """(width,) the drawn split in unit coordinates: the cell's lower end plus ``boundary`` half-bins."""
+    pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)[:, 0]
+    return pick(grid.lower) + boundary.astype(jnp.float32) * pick(grid.half_width)
+
+
+def _children_cells(lower: jax.Array, upper: jax.Array, split_dim: jax.Array,
+                    cut: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The cells of the children (local 2p left, 2p + 1 right) of the first width / 2 slots.
+
+    Public: a function of the parent's cell and its released split.
+    """
+    width, d = lower.shape
+    cut_here = jnp.arange(d) == split_dim[:, None]
+    left_upper = jnp.where(cut_here, cut[:, None], upper)
+    right_lower = jnp.where(cut_here, cut[:, None], lower)
+    interleave = lambda left, right: jnp.stack([left, right], axis=1).reshape(2 * width, d)[:width]
+    return interleave(lower, right_lower), interleave(left_upper, upper)
+
+
+def root_interval_size(lower: jax.Array, upper: jax.Array, config: DPMConfig) -> jax.Array:
+    """(d,) the cell grid's split interval size at the root (two half-bins), a fraction of the range.
+
+    Public: a function of the bounds and the config; reported as the run's interval size.
+    """
+    lattice_unit = None if config.lattice_step is None else config.lattice_step / (upper - lower)
+    root_lower, root_upper = root_cell(lower.shape[0], lattice_unit)
+    return 2.0 * cell_grid(root_lower, root_upper, config.max_splits_per_dim, lattice_unit).half_width
 
 
 def ledger_entries(allocation: Allocation, config: DPMConfig) -> list[LedgerEntry]:
@@ -316,21 +379,24 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
     n, d = unit_points.shape
     tau_r = config.tau_r
     max_splits = config.max_splits_per_dim
+    cell = config.split_grid == CELL_GRID
     num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
-    half_bins = half_bin_indices(unit_points, beta, num_splits, max_splits)
+    half_bins = None if cell else half_bin_indices(unit_points, beta, num_splits, max_splits)
+    lattice_unit = None if config.lattice_step is None else config.lattice_step / (upper - lower)
     root_noisy_size = exact.to_float32(root_noisy_count)
     tau_e = root_noisy_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
     width = 2 ** (tau_r - 1)  # nodes of the deepest split level; every level is padded to it
     # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
     # few, carrying the counts from level to level costs more than it saves under vmap
     # (measured at 10 and 100 dimensions, benchmarks/speed.py).
-    use_siblings = d >= _SIBLING_MIN_DIMS
+    use_siblings = d >= _SIBLING_MIN_DIMS and not cell
     inputs = _TreeInputs(
-        half_bins=half_bins, em_table=em_table, candidate_valid=jnp.arange(max_splits) < num_splits,
+        half_bins=half_bins, unit_points=unit_points if cell else None, lattice_unit=lattice_unit,
+        em_table=em_table, candidate_valid=None if cell else jnp.arange(max_splits) < num_splits,
         coefficients=score_coefficients(config.t, config.q, config.alpha),
         min_child=jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32),  # float32-exact ends
         lower=lower, upper=upper, beta=beta, max_splits=max_splits, width=width, num_levels=tau_r,
-        use_siblings=use_siblings)
+        use_siblings=use_siblings, cell=cell)
     bits = jnp.concatenate([split_bits, jnp.zeros((width,) + split_bits.shape[1:], split_bits.dtype)])
     noise = tuple(jnp.concatenate([limb, jnp.zeros(2 * width, limb.dtype)]) for limb in count_noise.limbs)
 
@@ -344,10 +410,12 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
 
     root_histogram = (level_histogram(half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
                    if use_siblings else jnp.zeros(0, jnp.int32))
+    cells = ([jnp.broadcast_to(end, (width, d)) for end in root_cell(d, lattice_unit)] if cell
+             else [jnp.zeros(0, jnp.float32)] * 2)
     initial = LevelState(jnp.zeros(n, jnp.int32), point_mask,
                          exact.Int(tuple(jnp.zeros(width, jnp.int32).at[0].set(limb)
                                          for limb in root_noisy_count.limbs)),
-                         jnp.arange(width) == 0, root_histogram)
+                         jnp.arange(width) == 0, root_histogram, *cells)
     level_inputs = (jnp.arange(tau_r), jnp.asarray(allocation.split_epsilons, jnp.float32),
                     jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32))
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level

@@ -106,6 +106,6 @@ def test_route_points_sends_the_split_position_itself_right():
     half_bins = jnp.asarray([[0, 5], [3, 2], [4, 4], [2, 9]], jnp.uint8)
     point_node = jnp.asarray([0, 0, 1, 1], jnp.int32)
     split_dim, split_index = jnp.asarray([0, 1], jnp.int32), jnp.asarray([1, 4], jnp.int32)
-    go_right = tree.route_points(half_bins, point_node, split_dim, split_index)
+    go_right = tree.route_points(half_bins, point_node, split_dim, 2 * split_index + 1)
     np.testing.assert_array_equal(go_right, [False, True, False, True])
 
