@@ -88,7 +88,7 @@ class DPMConfig:
     interval_factor: float = 0.5
     interval_max_dims: int | None = 16
     max_splits_per_dim: int = 128
-    split_grid: str = PAPER_GRID
+    split_grid: str = CELL_GRID
     lattice_step: float | None = None
 
     def __post_init__(self):

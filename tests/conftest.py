@@ -11,7 +11,7 @@ import dpm_jax
 from dpm_jax.eval.datasets import synthetic_blobs
 
 # One small configuration reused across test modules so the JIT cache is shared.
-SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10)
+SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10, split_grid="paper")
 
 
 @pytest.fixture(scope="session")

@@ -288,7 +288,7 @@ def test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits(
     centres = np.array([[0.2, 0.2], [0.2, 0.8], [0.8, 0.3], [0.7, 0.8]])
     points = np.clip(centres[rng.integers(0, 4, 2400)] + rng.normal(0, 0.04, (2400, 2)), 0, 1)
     points = points.astype(np.float32)
-    config, budget = dpm_jax.DPMConfig(tau_r=3), dpm_jax.Budget(1.0, 1e-6)
+    config, budget = dpm_jax.DPMConfig(tau_r=3, split_grid="paper"), dpm_jax.Budget(1.0, 1e-6)
     allocation = allocate(budget, config, 2)
     result = dpm_jax.cluster(key, points, budget, bounds=(0.0, 1.0), config=config)
     tree = result.tree

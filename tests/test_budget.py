@@ -23,6 +23,7 @@ def ledger_of(budget, config, d=D):
 
 CONFIGS = [
     DPMConfig(),
+    DPMConfig(split_grid="paper"),
     DPMConfig(tau_r=1),
     DPMConfig(tau_r=3, epsilon_shares=(0.1, 0.3, 0.3, 0.3), delta_shares=(0.5, 0.5)),
     DPMConfig(tau_r=10, epsilon_shares=(0.01, 0.09, 0.4, 0.5)),
@@ -40,7 +41,7 @@ def test_ledger_adds_up_exactly_to_the_budget(config, budget):
     names = [e.name for e in ledger]
     assert sum(n.startswith("count/") for n in names) == config.tau_r + 1
     assert sum(n.startswith("split/") for n in names) == config.tau_r
-    assert names.count("interval_size") == 1 and names.count("leaf_sums") == 1
+    assert names.count("interval_size") == (config.split_grid == "paper") and names.count("leaf_sums") == 1
     # every entry's sampler share is inside its own epsilon / delta
     for entry in ledger:
         assert 0 <= entry.sampler_epsilon < entry.epsilon and 0 <= entry.sampler_delta <= entry.delta
@@ -51,6 +52,8 @@ def test_shares_and_per_level_weights(config):
     budget = Budget(2.0, 1e-5)
     a = allocate(budget, config, D)
     eps_int, eps_cnt, eps_exp, eps_avg = (budget.epsilon * s for s in config.epsilon_shares)
+    if config.split_grid == "cell":  # no interval size: its share goes to the split choices
+        eps_int, eps_exp = 0.0, eps_int + eps_exp
     assert math.isclose(a.interval_epsilon, eps_int)
     assert math.isclose(math.fsum(a.count_epsilons), eps_cnt, rel_tol=1e-12)
     assert math.isclose(math.fsum(a.split_epsilons), eps_exp, rel_tol=1e-12)
@@ -69,7 +72,7 @@ def test_shares_and_per_level_weights(config):
     for delta, e in zip(a.count_sampler_deltas, a.count_epsilons):
         assert delta == count_sampler_tv(e) * (1 + math.exp(e))
     for delta, e in zip(a.split_sampler_deltas, a.split_epsilons):
-        assert delta == em_sampler_tv(D * config.max_splits_per_dim) * (1 + math.exp(e))
+        assert delta == em_sampler_tv(D * config.candidates_per_dim) * (1 + math.exp(e))
     assert math.isclose(a.average_delta, budget.delta * config.delta_shares[1])
     # Equation 1 offsets, through the count mechanism's own offset rule.
     for offset, e, d in zip(a.count_offsets, a.count_epsilons, a.count_deltas):
@@ -103,7 +106,7 @@ def test_invalid_budget(epsilon, delta, error):
 
 
 def test_ledger_table_and_dicts():
-    config = DPMConfig(tau_r=2)
+    config = DPMConfig(tau_r=2, split_grid="paper")
     allocation, ledger = ledger_of(Budget(1.0, 1e-6), config)
     text = ledger.table()
     assert "leaf_sums" in text and "split/level1" in text and "total" in text
@@ -166,3 +169,15 @@ def test_the_noise_actually_added_has_the_ledgers_scales():
     assert leaf.noise_scale == averaging.sigma
     expected_std = leaf.noise_scale * 2.0**averaging.coarse_shift / 2**20 * 2.0 / n  # range 2
     assert abs(centres.std() / expected_std - 1) < 0.06
+
+
+def test_the_cell_grid_gives_the_interval_share_to_the_split_choices():
+    budget = Budget(1.0, 1e-6)
+    paper = allocate(budget, DPMConfig(split_grid="paper"), D)
+    cell, ledger = ledger_of(budget, DPMConfig(split_grid="cell"))
+    assert cell.interval_epsilon == 0.0 and cell.interval_sampler_delta == 0.0
+    assert math.isclose(math.fsum(cell.split_epsilons), math.fsum(paper.split_epsilons) + paper.interval_epsilon,
+                        rel_tol=1e-12)
+    assert cell.count_epsilons == paper.count_epsilons
+    assert math.isclose(cell.average_epsilon, paper.average_epsilon, rel_tol=1e-12)
+    assert not any(entry.name == "interval_size" for entry in ledger)

@@ -21,6 +21,9 @@ def test_defaults_are_the_papers():
     assert config.max_clusters == 128
     assert config.max_splits_per_dim == 128  # the cap; the grid alone would allow 1 / (0.5 * 0.0025) = 800
     assert config.finest_interval == 1 / 128
+    # Not the paper's: the split candidates follow each node's cell (issue 14); "paper" is selectable.
+    assert config.split_grid == "cell" and config.candidates_per_dim == 256 and config.lattice_step is None
+    assert DPMConfig(split_grid="paper").candidates_per_dim == 128
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -38,6 +41,9 @@ def test_defaults_are_the_papers():
     (dict(num_sigmas=0), "num_sigmas"),
     (dict(interval_max_dims=0), "interval_max_dims"),
     (dict(max_splits_per_dim=0), "max_splits_per_dim"),
+    (dict(split_grid="global"), "split_grid must be one of"),
+    (dict(lattice_step=0.0), "lattice_step must be None or a positive"),
+    (dict(lattice_step=1.0, split_grid="paper"), "lattice_step needs split_grid='cell'"),
 ])
 def test_invalid_values_raise_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message):

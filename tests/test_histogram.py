@@ -87,3 +87,39 @@ def test_children_histogram_equals_histogram_of_the_children():
     expected = _loop_histogram(half_bins, child_node, child_active, width, max_splits)
     split_children = np.unique(child_node[child_active])  # other slots are inactive: any value
     np.testing.assert_array_equal(got[split_children], expected[split_children])
+
+
+def test_cell_grid_divides_each_cell_into_equal_half_bins():
+    lower = jnp.asarray([[0.0, 0.25], [0.5, -0.1]], jnp.float32)
+    upper = jnp.asarray([[1.0, 0.75], [0.6, 0.3]], jnp.float32)
+    grid = histogram.cell_grid(lower, upper, 4, None)
+    np.testing.assert_allclose(np.asarray(grid.half_width), (np.asarray(upper) - np.asarray(lower)) / 8, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(grid.used), 8)
+
+
+def test_lattice_cells_hold_whole_values_and_half_bins_end_between_values():
+    # A lattice of step 1/15 (integers 0..15 scaled to [0, 1]): the root cell ends half a
+    # step outside the bounds; each half-bin holds ceil(m / 2B) whole values, so every
+    # lattice value lies strictly inside one half-bin, never on a boundary.
+    step = 1.0 / 15.0
+    lower, upper = histogram.root_cell(1, jnp.float32(step))
+    for num_splits, per_bin, used in ((64, 1, 16), (4, 2, 8), (3, 3, 6)):
+        grid = histogram.cell_grid(lower[None], upper[None], num_splits, jnp.float32(step))
+        np.testing.assert_allclose(float(grid.half_width[0, 0]), per_bin * step, rtol=1e-6)
+        assert int(grid.used[0, 0]) == used
+        values = jnp.asarray(np.arange(16)[:, None] * step, jnp.float32)
+        bins = np.asarray(histogram.cell_half_bin_indices(values, jnp.zeros(16, jnp.int32), grid, num_splits))
+        np.testing.assert_array_equal(bins[:, 0], np.arange(16) // per_bin)
+        position = np.asarray((values[:, 0] - grid.lower[0, 0]) / grid.half_width[0, 0])  # in half-bins
+        assert np.all(np.abs(position - np.round(position)) * per_bin > 0.49)  # half a step from a boundary
+
+
+def test_cell_half_bin_indices_are_relative_to_each_points_node():
+    lower = jnp.asarray([[0.0], [0.5]], jnp.float32)
+    upper = jnp.asarray([[0.5], [1.0]], jnp.float32)
+    grid = histogram.cell_grid(lower, upper, 2, None)  # 4 half-bins of width 1/8 per cell
+    points = jnp.asarray([[0.01], [0.49], [0.51], [0.99], [0.7], [-0.2], [1.3]], jnp.float32)
+    node = jnp.asarray([0, 0, 1, 1, 1, 1, 0], jnp.int32)
+    # the last two lie outside their cells (float rounding at a cut): nearest end half-bin
+    np.testing.assert_array_equal(np.asarray(histogram.cell_half_bin_indices(points, node, grid, 2))[:, 0],
+                                  [0, 3, 0, 3, 1, 0, 3])

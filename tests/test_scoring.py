@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpm_jax.scoring import candidate_statistics, exponent_ratio, score_coefficients, split_scores
+from dpm_jax.scoring import (boundary_statistics, candidate_statistics, exponent_ratio, score_coefficients,
+                             split_scores)
 from dpm_jax.histogram import half_bin_indices, level_histogram
 from dpm_jax.eval.baselines.numpy_dpm import reference_scores
 
@@ -220,3 +221,17 @@ def test_scores_jit_and_eager_agree():
     eager, jitted = split_scores(counts, size, c), _scores(counts, size, c)
     for a, b in zip(eager.limbs, jitted.limbs):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_boundary_statistics_count_the_two_half_bins_around_and_the_points_below_each_boundary():
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 50, (3, 2, 10))
+    interval, ranks = (np.asarray(a) for a in boundary_statistics(jnp.asarray(counts, jnp.int32)))
+    for i in range(1, 10):  # boundary i: candidate index i - 1
+        np.testing.assert_array_equal(interval[..., i - 1], counts[..., i - 1] + counts[..., i])
+        np.testing.assert_array_equal(ranks[..., i - 1], counts[..., :i].sum(-1))
+    # one added point changes every candidate's statistics by at most one (Lemmas 3-4)
+    added = counts.copy()
+    added[1, 0, 4] += 1
+    interval_b, ranks_b = (np.asarray(a) for a in boundary_statistics(jnp.asarray(added, jnp.int32)))
+    assert np.abs(interval_b - interval).max() == 1 and np.abs(ranks_b - ranks).max() == 1
