@@ -33,7 +33,8 @@ from dpm_jax.eval import metrics
 __all__ = ["DPM_VARIANTS", "Centers", "paper_delta", "run_dpm", "labelled_scores"]
 
 DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
-    "dpm": dpm_jax.DPMConfig(),  # the default config
+    "dpm": dpm_jax.DPMConfig(),  # the default config (the cell split grid)
+    "dpm-paper": dpm_jax.DPMConfig(split_grid="paper"),  # the published global grid (Algorithm 2's beta)
     "dpm-auto-depth": dpm_jax.DPMConfig(tau_r=AUTO_DEPTH),  # depth from a noisy count (dpm_jax.depth)
 }
 
