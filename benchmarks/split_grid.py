@@ -57,8 +57,8 @@ def _table2_columns(key, data, centers: np.ndarray, valid: np.ndarray) -> dict:
     labels = metrics.assign_to_centers(points, jnp.asarray(centers), jnp.asarray(valid)).labels
     silhouette = metrics.sampled_silhouette_score(key, points, labels, centers.shape[0])
     distance = metrics.normalised_kmeans_distance(jnp.asarray(centers), jnp.asarray(valid),
-                                                  jnp.asarray(data.centers, jnp.float32),
-                                                  jnp.ones(len(data.centers), bool), data.bounds)
+                                                  jnp.asarray(data.centers, jnp.float32)[None],
+                                                  jnp.ones((1, len(data.centers)), bool), data.bounds)
     return {"silhouette": float(silhouette), "kmeans_distance": float(distance)}
 
 

@@ -42,7 +42,7 @@ BOUNDS = (-1.0, 1.0)
 # fixed interval size (8 candidates), every split applied (tau_e below any count),
 # so the released root and right-child counts carry almost the whole budget.
 COUNT_CONFIG = dpm_jax.DPMConfig(tau_r=1, tau_e=-1e6, sigma_step=0.25, num_sigmas=1,
-                                 epsilon_shares=(0.01, 0.97, 0.01, 0.01))
+                                 epsilon_shares=(0.01, 0.97, 0.01, 0.01), split_grid="paper")
 N_POINTS = 20
 
 
