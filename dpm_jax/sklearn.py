@@ -66,8 +66,9 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         reproducible (``jax.random.key(seed)``). Keep a seed secret: whoever knows it
         can remove the noise.
       tau_r, tau_e, alpha, t, q, epsilon_shares, delta_shares, percentile, sigma_step,
-        num_sigmas, interval_factor, interval_max_dims, max_splits_per_dim: the hyper-parameters of
-        :class:`dpm_jax.DPMConfig` (paper defaults, Section 6.1); all public.
+        num_sigmas, interval_factor, interval_max_dims, max_splits_per_dim, split_grid, lattice_step:
+        the hyper-parameters of :class:`dpm_jax.DPMConfig` (paper defaults, Section 6.1, except
+        the split grid); all public.
 
     Attributes (differentially private):
       cluster_centers_: (n_clusters_, n_features_in_) the DP centres.
@@ -91,7 +92,8 @@ class DPMClustering(ClusterMixin, BaseEstimator):
                  sigma_step: float = _DEFAULTS.sigma_step, num_sigmas: int = _DEFAULTS.num_sigmas,
                  interval_factor: float = _DEFAULTS.interval_factor,
                  interval_max_dims: int | None = _DEFAULTS.interval_max_dims,
-                 max_splits_per_dim: int = _DEFAULTS.max_splits_per_dim):
+                 max_splits_per_dim: int = _DEFAULTS.max_splits_per_dim,
+                 split_grid: str = _DEFAULTS.split_grid, lattice_step: float | None = _DEFAULTS.lattice_step):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
@@ -109,6 +111,8 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         self.interval_factor = interval_factor
         self.interval_max_dims = interval_max_dims
         self.max_splits_per_dim = max_splits_per_dim
+        self.split_grid = split_grid
+        self.lattice_step = lattice_step
 
     def dpm_config(self) -> DPMConfig:
         """The :class:`dpm_jax.DPMConfig` of the current parameters (validated there)."""
