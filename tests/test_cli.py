@@ -219,6 +219,9 @@ def test_config_options_are_dpm_config_fields():
     args = build_parser().parse_args(["demo", "--tau-r", "3", "--alpha", "2.5"])
     assert config_from_args(args) == dpm_jax.DPMConfig(tau_r=3, alpha=2.5)
     assert config_from_args(build_parser().parse_args(["demo", "--tau-r", "auto"])) == dpm_jax.DPMConfig(tau_r="auto")
+    assert config_from_args(build_parser().parse_args(["demo", "--split-grid", "paper"])) == dpm_jax.DPMConfig(
+        split_grid="paper")
+    assert config_from_args(build_parser().parse_args(["demo", "--lattice-step", "1"])).lattice_step == 1.0
 
 
 def test_cluster_with_an_automatic_depth_lists_the_depth_count_first(tmp_path, capsys):

@@ -56,6 +56,9 @@ CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
     ("interval_factor", float, "split interval size = interval_factor * sigma* (Section 3.5)"),
     ("interval_max_dims", int, "Algorithm 2 uses at most this many randomly chosen dimensions"),
     ("max_splits_per_dim", int, "cap on the split candidates per dimension (beta >= range / cap)"),
+    ("split_grid", str, "where a node's split candidates lie: 'cell' (its own cell, default) or 'paper' "
+                        "(Algorithm 2's global grid)"),
+    ("lattice_step", float, "public lattice step of the data (e.g. 1 for integer features; cell grid only)"),
 )
 
 
@@ -182,7 +185,8 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, name)
         group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
                            metavar=kind.__name__.upper(),
-                           help=text if default is None else f"{text} (default {default:g})")
+                           help=text if default is None else
+                           f"{text} (default {default if isinstance(default, str) else format(default, 'g')})")
 
 
 def _seed(text: str) -> int:
