@@ -2,6 +2,8 @@
 
     nice python benchmarks/split_grid.py --keys 5 --out benchmarks/results/split_grid.json
     python benchmarks/split_grid.py --cases notebook,zoo-grid --variants cell,paper --keys 8
+    python benchmarks/split_grid.py --speed --cases synth-10d,synth-100d --variants paper,cell \
+        --out benchmarks/results/split_grid_speed.json
 
 Every case runs every variant with the same ``--keys`` keys (paired), epsilon = 1 and
 delta = n^-1.5 (the DPM paper, "DPM: Clustering Sensitive Data through Separation",
@@ -14,6 +16,10 @@ the keys; UCI Letters also gets DP-Lloyd given k = 26 on the same keys (the issu
 ARI target). With each DPM row, dpm_jax.diagnostics.plan at the run's depth: the
 public per-level budget arithmetic (exponent scale per unit of score, near-random
 levels), the numbers that say where a target is out of the budget's reach.
+
+``--speed`` times instead: per case and variant, the median of 5 warm calls of the
+jitted ``cluster`` (compiled first), the variants back to back in the same process, and
+each variant's ratio to the first one.
 """
 
 from __future__ import annotations
@@ -111,6 +117,28 @@ def run_case(name: str, variants: list[str], keys: jax.Array) -> list[dict]:
     return rows
 
 
+def speed_case(name: str, variants: list[str], repeats: int = 5) -> list[dict]:
+    data = CASES[name]()
+    n, d = data.points.shape
+    budget, points = dpm_jax.Budget(1.0, paper_delta(n)), jax.device_put(data.points)
+    rows = []
+    for variant in variants:
+        run = jax.jit(lambda key, config=VARIANTS[variant]: dpm_jax.cluster(key, points, budget, bounds=data.bounds,
+                                                                             config=config))
+        jax.block_until_ready(run(jax.random.key(0)))
+        seconds = []
+        for index in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(run(jax.random.key(index + 1)))
+            seconds.append(time.perf_counter() - start)
+        rows.append({"case": name, "n": n, "d": d, "variant": variant, "warm_s": float(np.median(seconds)),
+                     "warm_all_s": seconds})
+        rows[-1]["ratio_to_first"] = rows[-1]["warm_s"] / rows[0]["warm_s"]
+        print(f"{name:>10} {variant:>10}: warm {rows[-1]['warm_s']:.3f} s (x{rows[-1]['ratio_to_first']:.2f})",
+              flush=True)
+    return rows
+
+
 def _line(row: dict) -> str:
     extra = "".join(f" {f} {row[f + '_mean']:.3f} (mean)" for f in ("silhouette", "kmeans_distance")
                     if f + "_mean" in row)
@@ -125,8 +153,13 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default="paper,cell,cell-auto,cell-lattice")
     parser.add_argument("--keys", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--speed", action="store_true", help="time warm calls instead of scoring")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/split_grid.json"))
     args = parser.parse_args(argv)
+    if args.speed:
+        rows = [row for name in args.cases.split(",") for row in speed_case(name, args.variants.split(","))]
+        write_json(args.out, {"machine": machine_description(), "rows": rows})
+        return 0
     keys = jax.random.split(jax.random.key(args.seed), args.keys)
     rows = []
     for name in args.cases.split(","):

@@ -1,5 +1,8 @@
 """Split interval size estimation (Algorithm 2, Section 3.5, Lemmas 1 and 2).
 
+Runs only with ``DPMConfig(split_grid="paper")``; the default cell grid
+(:mod:`dpm_jax.histogram`) needs no interval size.
+
 The paper sorts every dimension, takes the gaps between neighbouring values,
 releases their 65th percentile with a DP percentile (sensitivity 2, Lemma 1) and
 looks up the sigma of a Gaussian whose gaps have the closest percentile; beta is
