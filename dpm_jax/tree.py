@@ -332,9 +332,14 @@ def root_interval_size(lower: jax.Array, upper: jax.Array, config: DPMConfig) ->
 
     Public: a function of the bounds and the config; reported as the run's interval size.
     """
-    lattice_unit = None if config.lattice_step is None else config.lattice_step / (upper - lower)
+    lattice_unit = _lattice_unit(lower, upper, config)
     root_lower, root_upper = root_cell(lower.shape[0], lattice_unit)
     return 2.0 * cell_grid(root_lower, root_upper, config.max_splits_per_dim, lattice_unit).half_width
+
+
+def _lattice_unit(lower: jax.Array, upper: jax.Array, config: DPMConfig) -> jax.Array | None:
+    """(d,) the public lattice step in units of each dimension's range, or None without a lattice."""
+    return None if config.lattice_step is None else config.lattice_step / (upper - lower)
 
 
 def ledger_entries(allocation: Allocation, config: DPMConfig) -> list[LedgerEntry]:
@@ -372,7 +377,7 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
       point_mask: (n,) bool, padding points are False.
       lower, upper: (d,) public bounds (to report split positions in data units).
       root_noisy_count: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
-      beta: split interval size as a fraction of the range (released).
+      beta: split interval size as a fraction of the range (released; unused by the cell grid).
       allocation: the per-level budgets and offsets.
       config: hyper-parameters.
     """
@@ -380,9 +385,9 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
     tau_r = config.tau_r
     max_splits = config.max_splits_per_dim
     cell = config.split_grid == CELL_GRID
-    num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
+    num_splits = None if cell else jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
     half_bins = None if cell else half_bin_indices(unit_points, beta, num_splits, max_splits)
-    lattice_unit = None if config.lattice_step is None else config.lattice_step / (upper - lower)
+    lattice_unit = _lattice_unit(lower, upper, config)
     root_noisy_size = exact.to_float32(root_noisy_count)
     tau_e = root_noisy_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
     width = 2 ** (tau_r - 1)  # nodes of the deepest split level; every level is padded to it
