@@ -5,7 +5,7 @@ defaults are those of Section 6.1 of the DPM paper ("DPM: Clustering Sensitive D
 tau_r = 7, tau_e = n~ / 2**tau_r, t = 0.3, q = 1/12, alpha = 5 (Section 5.2),
 epsilon = 0.04 eps_int + 0.18 eps_cnt + 0.18 eps_exp + 0.6 eps_avg and
 delta = 0.2 delta_cnt + 0.8 delta_avg. One default is not the paper's: the split
-candidates follow each node's own cell (``split_grid="cell"``), measured better on every
+candidates follow each node's own cell (``split_grid="cell"``), which clustered better on every
 benchmark of benchmarks/split_grid.py; ``split_grid="paper"`` is the published design.
 """
 
