@@ -1,0 +1,331 @@
+"""Know before you spend: what a budget lets DPM do, level by level, from public numbers only.
+
+:func:`plan` reads only public numbers -- a size ``n`` the user declares public (or the
+released root count n~ of a run), the dimension, the :class:`~dpm_jax.Budget` and the
+:class:`~dpm_jax.DPMConfig` -- never the data, so it costs no privacy. For every split
+level it reports the quantities of the DPM paper ("DPM: Clustering Sensitive Data
+through Separation", Sections 3.3-3.4 and Lemma 5) that decide whether the level's
+split choices carry signal:
+
+* epsilon_exp and epsilon_cnt of the level (Equation 2) and the count offset lambda
+  (Equation 1);
+* the expected node size n / 2**l under balanced splits and Lemma 5's
+  Delta_f = (t/q + alpha) / (n_l - lambda);
+* the exponent scale B = epsilon_exp / (2 Delta_f) per unit of the score f: a candidate
+  whose score is larger by 1 / B is e times more likely to be drawn.
+
+A level is flagged *near random* when even the largest possible score gap (t + alpha:
+the best central, empty candidate against the worst) cannot outweigh the other
+candidates: B (t + alpha) < ln(M), M = d * (candidates per dimension). This is a
+heuristic read of the exponential mechanism (it drives :func:`recommended_tau_r`).
+
+The :class:`Plan`'s methods answer the questions of "Understanding the Theoretical
+Guarantees of DPM" (:mod:`dpm_jax.diagnostics.theory`, :mod:`dpm_jax.diagnostics.separation`):
+how many balanced clusters the budget separates (:meth:`Plan.max_reliable_k`,
+:meth:`Plan.min_n_epsilon`), whether one Gaussian cluster or uniform data halts
+(Section 2.2), and which alpha separates (xi, rho)-separable clusters (Section 4.3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+from dpm_jax.budget import Budget, allocate
+from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.diagnostics import separation, theory
+
+__all__ = ["LevelPlan", "Plan", "HaltingPrediction", "UniformPrediction", "AlphaWindow", "plan",
+           "recommended_tau_r", "candidates_per_node", "near_random"]
+
+_MAX_RECOMMENDED_DEPTH = 12
+_BISECTION_STEPS = 40
+
+
+class LevelPlan(NamedTuple):
+    """The public budget arithmetic of one split level."""
+
+    level: int
+    nodes: int  # 2**level
+    node_size: float  # n / 2**level, balanced splits
+    split_epsilon: float  # epsilon_exp of the level
+    count_epsilon: float  # epsilon_cnt of the level's children
+    count_offset: float  # lambda of the level (Equation 1)
+    score_sensitivity: float  # Delta_f = (t/q + alpha) / max(n_l - lambda, 1) (Lemma 5)
+    exponent_scale: float  # B = epsilon_exp / (2 Delta_f), per unit of f
+    near_random: bool  # B (t + alpha) < ln(M): the draw is close to uniform
+
+    @property
+    def score_slack(self) -> float:
+        """1 / B: the score gap that makes a candidate e times more likely to be drawn."""
+        return 1.0 / self.exponent_scale
+
+
+class HaltingPrediction(NamedTuple):
+    """One Gaussian cluster (theory paper, Section 2.2.2; :meth:`Plan.single_cluster_halting`).
+
+    ``depth``: the first level whose Equation 21 margin is positive, with every split
+    in a fresh dimension (e_c stays e_c(0)); the model that matches measured runs.
+    ``depth_one_dimension``: the paper's model, all splits in one dimension (e_c(i)).
+    tau_r where no level halts (the depth limit stops DPM). 2**depth leaves.
+    """
+
+    alpha_needed_at_root: float  # (1 - 2 tau_e / n) / (1 - e_c(0))
+    depth: int
+    depth_one_dimension: int
+    margins: tuple[float, ...]  # Equation 21's m per level, fresh dimensions
+    margins_one_dimension: tuple[float, ...]  # the paper's model
+
+    @property
+    def halts_at_root(self) -> bool:
+        return self.depth == 0
+
+    @property
+    def leaves(self) -> int:
+        return 2**self.depth
+
+
+class UniformPrediction(NamedTuple):
+    """Uniform data, no clusters (theory paper, Section 2.2.1; :meth:`Plan.uniform_halting`).
+
+    Every candidate is equally empty, so the central split wins and nodes halve
+    until a child falls below tau_e. ``flagged``: tau_e <= n / 2**tau_r, DPM does not
+    halt before the depth limit; ``on_boundary``: tau_e = n / 2**tau_r exactly (the
+    default tau_e = n~ / 2**tau_r), where the last level's noisy counts decide and
+    2**(tau_r - 1) to 2**tau_r leaves come out.
+    """
+
+    depth: int
+    flagged: bool
+    on_boundary: bool
+
+
+class AlphaWindow(NamedTuple):
+    """The alphas for which a (xi, rho)-separator with rho = beta beats both rivals by ``margin`` (Section 4.3)."""
+
+    low: float
+    high: float
+    margin: float  # ln(M) / B: the score gap at which the separator outweighs all M candidates
+
+    @property
+    def empty(self) -> bool:
+        return not self.low <= self.high
+
+    def __contains__(self, alpha: float) -> bool:
+        return self.low <= alpha <= self.high
+
+
+def candidates_per_node(d: int, config: DPMConfig) -> int:
+    """M: d times the candidates per dimension at the smallest interval size (an upper bound)."""
+    return d * min(math.ceil(1.0 / config.finest_interval - 1e-6), config.max_splits_per_dim)
+
+
+def near_random(scale: float, candidates: int, config: DPMConfig) -> bool:
+    """B (t + alpha) < ln(M): even the largest score gap cannot outweigh the other candidates."""
+    return scale * (config.t + config.alpha) < math.log(candidates)
+
+
+class Plan(NamedTuple):
+    """Per-level diagnostics of a budget (:func:`plan`); ``print(plan)`` gives a report."""
+
+    n: float
+    d: int
+    budget: Budget
+    config: DPMConfig
+    candidates: int  # M: d times the candidates per dimension at the smallest interval size
+    levels: tuple[LevelPlan, ...]
+
+    @property
+    def useful_depth(self) -> int:
+        """The number of leading levels whose splits are not near random."""
+        depth = 0
+        for level in self.levels:
+            if level.near_random:
+                break
+            depth += 1
+        return depth
+
+    @property
+    def root_threshold(self) -> float:
+        """t_tau of the root, 2 tau_e / n (at most 1): the centreness below which a split halts."""
+        tau_e = self.n / 2**self.config.tau_r if self.config.tau_e is None else self.config.tau_e
+        return min(1.0, 2.0 * tau_e / self.n)
+
+    def expected_clusters(self, k: int) -> float:
+        """E(k): expected clusters found when the data hold k balanced, well-separated clusters."""
+        return separation.expected_clusters(k, self.n, allocate(self.budget, self.config, self.d), self.config)
+
+    def separates(self, k: int) -> bool:
+        """E(k) >= RELIABLE_SHARE k (and k <= 2**tau_r): k balanced clusters are separated."""
+        return k <= 2**self.config.tau_r and self.expected_clusters(k) >= separation.RELIABLE_SHARE * k
+
+    def max_reliable_k(self) -> int:
+        """The largest k (<= 2**tau_r, <= MAX_MODEL_CLUSTERS) this n and budget separate; 1 if not even 2."""
+        low, high = 1, min(2**self.config.tau_r, separation.MAX_MODEL_CLUSTERS)
+        while low < high:  # E(k) / k falls with k: bisect for the last k that is separated
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if self.separates(middle) else (low, middle - 1)
+        return low
+
+    def min_n_epsilon(self, k: int) -> float:
+        """The smallest n * epsilon at which k balanced clusters are separated, at this n and delta.
+
+        Bisects epsilon (n, delta and the config fixed); inf when even the largest
+        budget the exact samplers certify does not separate k clusters.
+        """
+        if not (isinstance(k, int) and k >= 1):
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        if k == 1:
+            return 0.0
+        low, high = math.log(1e-6), math.log(50.0)
+        if not self._separates_at(k, math.exp(high)):
+            return math.inf
+        for _ in range(_BISECTION_STEPS):
+            middle = (low + high) / 2
+            low, high = (low, middle) if self._separates_at(k, math.exp(middle)) else (middle, high)
+        return self.n * math.exp(high)
+
+    def _separates_at(self, k: int, epsilon: float) -> bool:
+        try:
+            return self._replace(budget=Budget(epsilon, self.budget.delta)).separates(k)
+        except ValueError:  # a budget the exact samplers cannot certify
+            return False
+
+    def single_cluster_halting(self) -> HaltingPrediction:
+        """Does one Gaussian cluster halt at the root, and else at which depth (Equation 21, m > 0)?
+
+        Split interval beta = sigma / 2 (what Algorithm 2 finds on one Gaussian); the
+        halting threshold of a balanced depth-i node is 2**i * 2 tau_e / n.
+        """
+        config, threshold = self.config, self.root_threshold
+        table = theory.central_emptiness_table(config.tau_r)
+        fresh = tuple(theory.halting_margin(i, config.alpha, threshold, table[0]) for i in range(config.tau_r))
+        one_dim = tuple(theory.halting_margin(i, config.alpha, threshold, table[i]) for i in range(config.tau_r))
+        first = lambda margins: next((i for i, m in enumerate(margins) if m > 0), config.tau_r)
+        return HaltingPrediction((1.0 - threshold) / (1.0 - table[0]), first(fresh), first(one_dim),
+                                 fresh, one_dim)
+
+    def uniform_halting(self) -> UniformPrediction:
+        """Uniform data: balanced halving until a child falls below tau_e (Section 2.2.1)."""
+        tau_r = self.config.tau_r
+        halvings = math.log2(self.n / self.root_threshold * 2 / self.n) if self.root_threshold < 1 else 0.0
+        depth = min(tau_r, math.floor(halvings + 1e-9))
+        return UniformPrediction(depth, halvings >= tau_r - 1e-9, math.isclose(halvings, tau_r))
+
+    def alpha_window(self, xi: float, level: int = 0, separator_centreness: float = 1.0,
+                     cluster_emptiness: float | None = None) -> AlphaWindow:
+        """The alphas for which DPM prefers a (xi, rho)-separator with rho = beta (Section 4.3).
+
+        A separator holding a share ``xi`` of the node's points in its interval has
+        emptiness 1 - xi (Section 4.3: e = 1 - xi / n~) and centreness
+        ``separator_centreness``. It must beat, by the margin ln(M) / B of ``level``,
+        (a) a halting candidate, at most t_tau(level) + alpha: alpha <= (c_sep - t_tau - m) / xi;
+        (b) the central split inside a cluster, 1 + alpha e_in (default e_c(0), one
+        Gaussian with beta = sigma / 2): alpha >= (1 - c_sep + m) / (1 - xi - e_in).
+        """
+        if not 0 <= xi < 1:
+            raise ValueError(f"xi must be the share of the node's points in the separator, in [0, 1), got {xi!r}")
+        if not 0 <= level < self.config.tau_r:
+            raise ValueError(f"level must be in [0, {self.config.tau_r}), got {level!r}")
+        inside = theory.central_emptiness(0) if cluster_emptiness is None else cluster_emptiness
+        margin = math.log(self.candidates) * self.levels[level].score_slack
+        threshold = theory.halting_threshold(level, self.root_threshold)
+        room = separator_centreness - threshold - margin
+        high = (room / xi if xi > 0 else math.inf) if room >= 0 else -math.inf
+        share = 1.0 - xi - inside
+        low = (1.0 - separator_centreness + margin) / share if share > 0 else math.inf
+        return AlphaWindow(max(low, 0.0), high, margin)
+
+    def __str__(self) -> str:
+        return "\n".join(_report_lines(self))
+
+
+def _report_lines(plan_: Plan) -> list[str]:
+    config = plan_.config
+    rows = [f"DPM plan: n = {plan_.n:,.0f} (declared public), d = {plan_.d}, epsilon = {plan_.budget.epsilon:g}, "
+            f"delta = {plan_.budget.delta:g}, tau_r = {config.tau_r}, alpha = {config.alpha:g}, "
+            f"M = {plan_.candidates} split candidates per node",
+            f"{'level':>5} {'nodes':>6} {'n_l':>10} {'eps_exp':>9} {'eps_cnt':>9} {'lambda':>8} {'Delta_f':>10} "
+            f"{'B':>9} {'1/B':>8}  split"]
+    for level in plan_.levels:
+        rows.append(f"{level.level:>5} {level.nodes:>6} {level.node_size:>10.1f} {level.split_epsilon:>9.4f} "
+                    f"{level.count_epsilon:>9.4f} {level.count_offset:>8.1f} {level.score_sensitivity:>10.3g} "
+                    f"{level.exponent_scale:>9.3g} {level.score_slack:>8.3g}  "
+                    f"{'near random' if level.near_random else 'informative'}")
+    reliable = plan_.max_reliable_k()
+    most = min(2**config.tau_r, separation.MAX_MODEL_CLUSTERS)
+    rows.append(f"balanced clusters separated (E(k) >= {separation.RELIABLE_SHARE:g} k): up to k = {reliable}; "
+                f"{most} would need n * epsilon >= {plan_.min_n_epsilon(most):,.0f} "
+                f"(now {plan_.n * plan_.budget.epsilon:,.0f})")
+    halting = plan_.single_cluster_halting()
+    rows.append(f"one Gaussian cluster: {'halts at the root' if halting.halts_at_root else 'splits into about ' + str(halting.leaves) + ' leaves'} "
+                f"(alpha = {config.alpha:g}; halting at the root needs alpha > {halting.alpha_needed_at_root:.3g})")
+    uniform = plan_.uniform_halting()
+    if uniform.flagged:
+        rows.append("uniform data (no clusters): does not halt before the depth limit "
+                    f"({'on the boundary tau_e = n / 2**tau_r: ' if uniform.on_boundary else ''}"
+                    f"up to {2**config.tau_r} leaves); a larger tau_e or a smaller tau_r makes it halt")
+    return rows + [f"recommendation: {_advice(plan_, reliable)}"]
+
+
+def _advice(plan_: Plan, reliable: int) -> str:
+    depth, best = plan_.useful_depth, recommended_tau_r(plan_.n, plan_.d, plan_.budget, plan_.config)
+    if reliable < 2:
+        return (f"this budget cannot separate even two clusters at n = {plan_.n:,.0f}: two need n * epsilon >= "
+                f"{plan_.min_n_epsilon(2):,.0f}; spend more epsilon or collect more data")
+    if best == 0:
+        return "even the root split is near random: more epsilon or more data is needed"
+    if depth < plan_.config.tau_r:
+        return (f"levels {depth}..{plan_.config.tau_r - 1} draw near-random splits; tau_r = {best} gives their "
+                f"budget to levels that can use it")
+    return f"every level's split can carry signal; the deepest such tau_r is {best}"
+
+
+def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> Plan:
+    """The public per-level diagnostics of running DPM with ``budget`` on ``n`` points in ``d`` dimensions.
+
+    ``n`` must be public: a number the user declares public, or the released root
+    count n~ of a previous run. Nothing here reads data; the result costs no privacy.
+    """
+    if not (isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0 and math.isfinite(n)):
+        raise ValueError(f"n must be a positive finite number (a public size), got {n!r}")
+    if not (isinstance(d, int) and not isinstance(d, bool) and d >= 1):
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
+    if not isinstance(config, DPMConfig):
+        raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
+    if config.tau_r == AUTO_DEPTH:
+        raise ValueError(f"tau_r={AUTO_DEPTH!r}: plan a fixed depth (recommended_tau_r gives the one "
+                         "'auto' would choose from this n)")
+    allocation = allocate(budget, config, d)
+    candidates = candidates_per_node(d, config)
+    levels = []
+    for level in range(config.tau_r):
+        node_size = n / 2**level
+        offset = allocation.count_offsets[level]
+        scale = separation.exponent_scale(allocation.split_epsilons[level], node_size, offset, config)
+        levels.append(LevelPlan(level, 2**level, node_size, allocation.split_epsilons[level],
+                                allocation.count_epsilons[level + 1], offset,
+                                allocation.split_epsilons[level] / (2.0 * scale), scale,
+                                near_random(scale, candidates, config)))
+    return Plan(float(n), d, budget, config, candidates, tuple(levels))
+
+
+def recommended_tau_r(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> int:
+    """The largest depth tau_r (<= 12) at which :func:`plan` finds no near-random level; 0 if none.
+
+    A smaller tau_r gives each level more budget, so the search runs over tau_r itself.
+    Measured against the depth that clusters best in benchmarks/diagnostics.py (results
+    in benchmarks/results/diagnostics.json). Public inputs only, like :func:`plan`.
+    """
+    best = 0
+    for tau_r in range(1, _MAX_RECOMMENDED_DEPTH + 1):
+        try:
+            candidate = plan(n, d, budget, dataclasses.replace(config, tau_r=tau_r))
+        except ValueError:  # a budget the exact samplers cannot certify at this depth
+            break
+        if candidate.useful_depth == tau_r:
+            best = tau_r
+    return best
