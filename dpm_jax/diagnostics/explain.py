@@ -85,7 +85,8 @@ class Explanation(NamedTuple):
             rows.append(f"{node.node:>6} {node.level:>5} {node.noisy_count:>10,.0f} {scale:>9}  {draw:<12} "
                         f"{'leaf: ' + node.reason if node.is_leaf else 'split'}")
         reasons = [node.reason for node in self.leaves]
-        rows.append("leaves: " + ", ".join(f"{reasons.count(r)} {r}" for r in (STOPPING_RULE, EMPTY_CHILD, DEPTH_LIMIT)))
+        rows.append("leaves: " + ", ".join(f"{reasons.count(reason)} {reason}"
+                                           for reason in (STOPPING_RULE, EMPTY_CHILD, DEPTH_LIMIT)))
         if self.budget_limited:
             rows.append(f"warning: k = {self.k} is at the limit of what this budget separates at n~ "
                         f"(about {self.max_reliable_k} balanced clusters); the data may hold more clusters, "
@@ -142,8 +143,8 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     d = int(np.shape(result.centers)[-1])
     reached, is_split = np.asarray(tree.reached), np.asarray(tree.is_split)
     split_dim, split_position = np.asarray(tree.split_dim), np.asarray(tree.split_position, np.float64)
-    lower, upper = (np.full(d, -np.inf), np.full(d, np.inf)) if bounds is None else (
-        np.broadcast_to(np.asarray(bounds[0], np.float64), (d,)), np.broadcast_to(np.asarray(bounds[1], np.float64), (d,)))
+    edges = (-np.inf, np.inf) if bounds is None else bounds
+    lower, upper = (np.broadcast_to(np.asarray(edge, np.float64), (d,)) for edge in edges)
     root = float(count[1])
     tau_e = root / 2**tau_r if config.tau_e is None else float(config.tau_e)
     candidates = candidates_per_node(d, config)

@@ -259,7 +259,8 @@ def _report_lines(plan_: Plan) -> list[str]:
                 f"{most} would need n * epsilon >= {plan_.min_n_epsilon(most):,.0f} "
                 f"(now {plan_.n * plan_.budget.epsilon:,.0f})")
     halting = plan_.single_cluster_halting()
-    rows.append(f"one Gaussian cluster: {'halts at the root' if halting.halts_at_root else 'splits into about ' + str(halting.leaves) + ' leaves'} "
+    outcome = "halts at the root" if halting.halts_at_root else f"splits into about {halting.leaves} leaves"
+    rows.append(f"one Gaussian cluster: {outcome} "
                 f"(alpha = {config.alpha:g}; halting at the root needs alpha > {halting.alpha_needed_at_root:.3g})")
     uniform = plan_.uniform_halting()
     if uniform.flagged:

@@ -12,7 +12,8 @@ every candidate in an end is empty too but has centreness 0 and leaves a child
 empty, so drawing it halts the node. The exponential mechanism therefore separates
 the node's clusters with probability
 
-    P_sep = sum_j e^{B c(j/m)} / (sum_j e^{B c(j/m)} + 2),   B = epsilon_exp_l max(n_node - lambda_l, 1) / (2 (t/q + alpha)),
+    P_sep = sum_j e^{B c(j/m)} / (sum_j e^{B c(j/m)} + 2),
+    B = epsilon_exp_l max(n_node - lambda_l, 1) / (2 (t/q + alpha)),
 
 and the j-th gap with weight e^{B c(j/m)}; otherwise the node is one leaf holding
 all m clusters. The expected number of clusters found, E(k) (a node with one cluster

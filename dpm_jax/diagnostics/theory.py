@@ -168,7 +168,10 @@ def continue_lower_bound(node: NodeSummary, scale: float, alpha: float, t: float
 
 
 def halting_bound(halt: Sequence[float], carry_on: Sequence[float], depth: int) -> float:
-    """Theorems 2.6 / 2.9, re-indexed: P[every node has halted by depth j] >= sum_{i<=j} prod_{l<i} P_c(l)**(2**l) P_h(i)**(2**i).
+    """Theorems 2.6 / 2.9, re-indexed: a lower bound on P[every node has halted by depth j].
+
+    sum_{i <= j} prod_{l < i} P_c(l)**(2**l) * P_h(i)**(2**i): the event that every
+    node continues on levels l < i and all 2**i nodes of level i halt, for each i.
 
     ``halt[i]`` and ``carry_on[i]`` are lower bounds, valid for every node of level i,
     on halting immediately and on drawing a split that does not halt (Lemmas
