@@ -3,6 +3,7 @@
 import inspect
 import math
 
+import numpy as np
 import pytest
 
 import dpm_jax
@@ -65,3 +66,71 @@ def test_recommended_depth_is_the_deepest_fully_informative_one():
     assert at_best.useful_depth == best and deeper.useful_depth < best + 1
     assert diagnostics.recommended_tau_r(100, 2, dpm_jax.Budget(0.01, 1e-6)) == 0
     assert diagnostics.recommended_tau_r(10**7, 2, budget) >= 7
+
+
+def _plan(n=100_000, epsilon=1.0, d=10, **config):
+    return diagnostics.plan(n, d, dpm_jax.Budget(epsilon, n**-1.5), dpm_jax.DPMConfig(**config))
+
+
+@pytest.mark.parametrize("alpha, depth", [(1.0, 6), (2.0, 6), (5.0, 0), (10.0, 0)])
+def test_one_gaussian_halting_depth(alpha, depth):
+    """Equation 21 with fresh dimensions: 2**6 leaves at alpha 1 and 2, the root halts from alpha ~4.99 on."""
+    halting = _plan(alpha=alpha).single_cluster_halting()
+    assert halting.depth == depth and halting.leaves == 2**depth
+    assert halting.halts_at_root == (alpha > halting.alpha_needed_at_root)
+    assert halting.depth == next((i for i, m in enumerate(halting.margins) if m > 0), 7)
+    # all splits in one dimension (the paper's model): denser nodes, larger margins, never deeper
+    assert halting.depth_one_dimension <= halting.depth
+    assert all(a <= b + 1e-12 for a, b in zip(halting.margins, halting.margins_one_dimension))
+
+
+def test_uniform_data_is_flagged_at_the_default_tau_e():
+    default = _plan().uniform_halting()
+    assert default.flagged and default.on_boundary and default.depth == 7
+    larger = _plan(tau_e=100_000 / 8).uniform_halting()  # children below tau_e after three halvings
+    assert not larger.flagged and larger.depth == 3
+    smaller = _plan(tau_e=100.0).uniform_halting()
+    assert smaller.flagged and not smaller.on_boundary
+
+
+def test_reliable_k_and_the_epsilon_it_needs_agree():
+    plan = _plan(n=20_000)
+    reliable = plan.max_reliable_k()
+    assert plan.separates(reliable) and not plan.separates(reliable + 1)
+    assert _plan(n=20_000, epsilon=5.0).max_reliable_k() > reliable
+    needed = plan.min_n_epsilon(reliable + 1) / plan.n  # epsilon at which one more cluster is separated
+    assert needed > plan.budget.epsilon
+    at = lambda epsilon: plan._replace(budget=dpm_jax.Budget(epsilon, plan.budget.delta))
+    assert at(needed * 1.001).separates(reliable + 1) and not at(needed * 0.99).separates(reliable + 1)
+    assert plan.min_n_epsilon(1) == 0.0 and plan.min_n_epsilon(2**7 + 1) == math.inf
+
+
+def test_alpha_window_is_where_the_separator_wins_by_the_margin():
+    plan = _plan(n=1_000_000)
+    xi, inside = 0.002, diagnostics.theory.central_emptiness(0)
+    window = plan.alpha_window(xi)
+    assert not window.empty and plan.config.alpha in window
+    threshold = plan.root_threshold
+    for alpha in np.linspace(0.1, 2 * window.high if math.isfinite(window.high) else 50, 400):
+        separator = 1.0 + alpha * (1 - xi)
+        wins = (separator >= threshold + alpha + window.margin - 1e-9
+                and separator >= 1 + alpha * inside + window.margin - 1e-9)
+        assert wins == (alpha in window), alpha
+    assert _plan(n=2_000).alpha_window(xi).empty  # too little signal: no alpha separates with the margin
+    with pytest.raises(ValueError):
+        plan.alpha_window(1.5)
+
+
+def test_report_tells_when_two_clusters_cannot_be_separated():
+    starved = diagnostics.plan(1_000, 2, dpm_jax.Budget(1.0, 1e-6))
+    assert starved.max_reliable_k() == 1
+    assert "cannot separate even two clusters" in str(starved)
+    text = str(_plan())
+    assert "one Gaussian cluster: halts at the root" in text and "uniform data" in text
+
+
+def test_bad_budget_and_config_are_rejected():
+    with pytest.raises(TypeError):
+        diagnostics.plan(100, 2, (1.0, 1e-6))
+    with pytest.raises(ValueError, match="auto"):
+        diagnostics.plan(100, 2, dpm_jax.Budget(1.0, 1e-6), dpm_jax.DPMConfig(tau_r="auto"))

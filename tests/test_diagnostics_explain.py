@@ -1,0 +1,103 @@
+"""dpm_jax.diagnostics.explain: a released result explained from its released parts only."""
+
+import dataclasses
+import inspect
+import math
+
+import jax
+import numpy as np
+import pytest
+
+import dpm_jax
+from dpm_jax.budget import allocate
+from dpm_jax.diagnostics.explain import DEPTH_LIMIT, EMPTY_CHILD, STOPPING_RULE
+from dpm_jax.diagnostics import explain
+from dpm_jax.eval.datasets import synthetic_blobs
+
+BUDGET = dpm_jax.Budget(1.0, 1e-6)
+CONFIG = dpm_jax.DPMConfig(tau_r=5)
+
+
+@pytest.fixture(scope="module")
+def run():
+    data = synthetic_blobs(6_000, 3, num_blobs=16, seed=1)
+    result = dpm_jax.cluster(jax.random.key(3), data.points, BUDGET, bounds=data.bounds, config=CONFIG)
+    return data, result
+
+
+def test_explain_takes_no_data():
+    assert list(inspect.signature(explain).parameters) == ["result", "config", "bounds"]
+
+
+def test_every_leaf_has_its_reason(run):
+    data, result = run
+    report = explain(result, CONFIG, bounds=data.bounds)
+    leaves = report.leaves
+    assert len(leaves) == int(result.k) == report.k
+    assert {leaf.node for leaf in leaves} == set(np.asarray(result.leaf_node)[np.asarray(result.valid)].tolist())
+    for node in report.nodes:
+        assert (node.reason is None) == (not node.is_leaf)
+        assert (node.reason == DEPTH_LIMIT) == (node.is_leaf and node.level == CONFIG.tau_r)
+        assert (node.exponent_scale is None) == (node.level == CONFIG.tau_r)
+    assert {leaf.reason for leaf in leaves} <= {DEPTH_LIMIT, EMPTY_CHILD,
+                                                 STOPPING_RULE}
+    assert "leaves:" in str(report)
+
+
+def test_an_empty_child_is_empty_in_the_data(run):
+    """Soundness against the data (which explain never sees): the drawn split has no point on one side."""
+    data, result = run
+    report = explain(result, CONFIG, bounds=data.bounds)
+    slots = {int(node): slot for slot, node in enumerate(np.asarray(result.leaf_node)) if node}
+    labels, tree = np.asarray(result.labels_nonprivate), result.tree
+    empty = [leaf for leaf in report.leaves if leaf.reason == EMPTY_CHILD]
+    assert empty  # this key draws four
+    for leaf in empty:
+        points = data.points[labels == slots[leaf.node]]
+        dim, position = int(tree.split_dim[leaf.node]), float(tree.split_position[leaf.node])
+        assert min((points[:, dim] < position).sum(), (points[:, dim] >= position).sum()) == 0
+    without_bounds = explain(result, CONFIG)  # only the ancestors' splits bound the box: never more found
+    assert sum(leaf.reason == EMPTY_CHILD for leaf in without_bounds.leaves) <= len(empty)
+
+
+def test_numbers_agree_with_a_recomputation_from_the_ledger(run):
+    data, result = run
+    report = explain(result, CONFIG)
+    allocation = allocate(BUDGET, CONFIG, 3)
+    assert report.split_epsilons == allocation.split_epsilons
+    assert report.count_offsets == allocation.count_offsets[:CONFIG.tau_r]
+    slope = CONFIG.t / CONFIG.q + CONFIG.alpha
+    tree = result.tree
+    for node in report.nodes:
+        assert node.noisy_count == float(tree.noisy_count[node.node])
+        if node.exponent_scale is not None:
+            expected = (allocation.split_epsilons[node.level]
+                        * max(node.noisy_count - allocation.count_offsets[node.level], 1.0) / (2 * slope))
+            assert math.isclose(node.exponent_scale, expected, rel_tol=1e-12)
+    assert report.tau_e == float(tree.noisy_count[1]) / 2**CONFIG.tau_r
+
+
+def test_works_on_the_release_alone(run):
+    """No labels, no data: explain reads only released parts."""
+    data, result = run
+    release = dataclasses.replace(result, labels_nonprivate=None)
+    points = data.points
+    del points
+    assert explain(release, CONFIG) == explain(result, CONFIG)
+
+
+def test_a_starved_budget_is_reported(run):
+    data, _ = run
+    starved = dpm_jax.cluster(jax.random.key(0), data.points[:500], dpm_jax.Budget(0.5, 1e-6),
+                              bounds=data.bounds, config=CONFIG)
+    report = explain(starved, CONFIG)
+    assert report.max_reliable_k == 1 and report.budget_limited and "warning" in str(report)
+
+
+def test_wrong_config_and_batches_are_rejected(run):
+    _, result = run
+    with pytest.raises(ValueError, match="config"):
+        explain(result, dpm_jax.DPMConfig(alpha=2.0))
+    batch = jax.tree_util.tree_map(lambda a: np.stack([a, a]), result)
+    with pytest.raises(ValueError, match="batch"):
+        explain(batch, CONFIG)
