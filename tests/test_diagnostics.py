@@ -117,6 +117,8 @@ def test_alpha_window_is_where_the_separator_wins_by_the_margin():
                 and separator >= 1 + alpha * inside + window.margin - 1e-9)
         assert wins == (alpha in window), alpha
     assert _plan(n=2_000).alpha_window(xi).empty  # too little signal: no alpha separates with the margin
+    plain = _plan(n=2_000).alpha_window(xi, margin=0.0)  # the paper's score comparison alone
+    assert not plain.empty and plain.margin == 0.0
     with pytest.raises(ValueError):
         plan.alpha_window(1.5)
 

@@ -38,6 +38,8 @@ def test_quickstart_runs(tmp_path):
     text = "\n".join(outputs_text(cell) for cell in notebook.cells if cell.cell_type == "code")
     assert "pip" not in outputs_text(notebook.cells[1]), "the install cell must be skipped when installed"
     assert "k = " in text and "total epsilon = 1" in text and "4 runs in" in text
+    assert "balanced clusters separated" in text and "blobs need n * epsilon >=" in text  # the plan
+    assert "leaves: " in text  # explain's reasons
     figures = sum(output.get("output_type") == "display_data" and "image/png" in output.get("data", {})
                   for cell in notebook.cells for output in cell.get("outputs", []))
     assert figures >= 4

@@ -214,7 +214,7 @@ class Plan(NamedTuple):
         return UniformPrediction(depth, halvings >= tau_r - 1e-9, math.isclose(halvings, tau_r))
 
     def alpha_window(self, xi: float, level: int = 0, separator_centreness: float = 1.0,
-                     cluster_emptiness: float | None = None) -> AlphaWindow:
+                     cluster_emptiness: float | None = None, margin: float | None = None) -> AlphaWindow:
         """The alphas for which DPM prefers a (xi, rho)-separator with rho = beta (Section 4.3).
 
         A separator holding a share ``xi`` of the node's points in its interval has
@@ -223,13 +223,16 @@ class Plan(NamedTuple):
         (a) a halting candidate, at most t_tau(level) + alpha: alpha <= (c_sep - t_tau - m) / xi;
         (b) the central split inside a cluster, 1 + alpha e_in (default e_c(0), one
         Gaussian with beta = sigma / 2): alpha >= (1 - c_sep + m) / (1 - xi - e_in).
+        ``margin`` m defaults to ln(M) / B, at which one separator outweighs all M
+        candidates together; 0 gives the paper's plain score comparison (Equation 21's m = 0).
         """
         if not 0 <= xi < 1:
             raise ValueError(f"xi must be the share of the node's points in the separator, in [0, 1), got {xi!r}")
         if not 0 <= level < self.config.tau_r:
             raise ValueError(f"level must be in [0, {self.config.tau_r}), got {level!r}")
         inside = theory.central_emptiness(0) if cluster_emptiness is None else cluster_emptiness
-        margin = math.log(self.candidates) * self.levels[level].score_slack
+        if margin is None:
+            margin = math.log(self.candidates) * self.levels[level].score_slack
         threshold = theory.halting_threshold(level, self.root_threshold)
         room = separator_centreness - threshold - margin
         high = (room / xi if xi > 0 else math.inf) if room >= 0 else -math.inf
