@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import NamedTuple
 
 from dpm_jax.budget import Budget, allocate
@@ -37,7 +38,8 @@ from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.diagnostics import separation, theory
 
 __all__ = ["LevelPlan", "Plan", "HaltingPrediction", "UniformPrediction", "AlphaWindow", "plan",
-           "recommended_tau_r", "candidates_per_node", "near_random"]
+           "recommended_tau_r", "candidates_per_node", "near_random", "InsufficientBudgetWarning",
+           "warn_if_insufficient"]
 
 _MAX_RECOMMENDED_DEPTH = 12
 _BISECTION_STEPS = 40
@@ -333,3 +335,23 @@ def recommended_tau_r(n: float, d: int, budget: Budget, config: DPMConfig = DPMC
         if candidate.useful_depth == tau_r:
             best = tau_r
     return best
+
+
+class InsufficientBudgetWarning(UserWarning):
+    """The plan at a public size says the budget cannot separate even two clusters."""
+
+
+def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str, stacklevel: int = 2) -> bool:
+    """Warn (:class:`InsufficientBudgetWarning`) if :func:`plan` cannot separate two clusters at ``n``; True if so.
+
+    ``n`` must be public: declared so by the user, or a released noisy count
+    (``what`` says which, for the message). Public inputs only, like :func:`plan`.
+    """
+    budget_plan = plan(max(float(n), 1.0), d, budget, config)
+    if budget_plan.separates(2):
+        return False
+    warnings.warn(f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two "
+                  f"clusters at {what} n = {n:,.0f}: two balanced clusters need n * epsilon >= "
+                  f"{budget_plan.min_n_epsilon(2):,.0f}; print(dpm_jax.diagnostics.plan(n, d, budget, config)) "
+                  "for the report", InsufficientBudgetWarning, stacklevel=stacklevel + 1)
+    return True
