@@ -198,7 +198,11 @@ class Plan(NamedTuple):
         """Does one Gaussian cluster halt at the root, and else at which depth (Equation 21, m > 0)?
 
         Split interval beta = sigma / 2 (what Algorithm 2 finds on one Gaussian); the
-        halting threshold of a balanced depth-i node is 2**i * 2 tau_e / n.
+        halting threshold of a balanced depth-i node is 2**i * 2 tau_e / n. The model
+        assumes the draws follow the scores (informative levels, as at n * epsilon =
+        100,000, where it matches measured runs within one level: docs/diagnostics.md).
+        At near-random levels (:attr:`useful_depth`) the draws are close to uniform and
+        the many empty candidates around a cluster halt its nodes sooner: fewer leaves.
         """
         config, threshold = self.config, self.root_threshold
         table = theory.central_emptiness_table(config.tau_r)
@@ -265,8 +269,11 @@ def _report_lines(plan_: Plan) -> list[str]:
                 f"(now {plan_.n * plan_.budget.epsilon:,.0f})")
     halting = plan_.single_cluster_halting()
     outcome = "halts at the root" if halting.halts_at_root else f"splits into about {halting.leaves} leaves"
+    caveat = (f"; levels {plan_.useful_depth}.. are near random, where random empty splits halt nodes sooner"
+              if plan_.useful_depth < halting.depth else "")
     rows.append(f"one Gaussian cluster: {outcome} "
-                f"(alpha = {config.alpha:g}; halting at the root needs alpha > {halting.alpha_needed_at_root:.3g})")
+                f"(alpha = {config.alpha:g}; halting at the root needs alpha > {halting.alpha_needed_at_root:.3g}"
+                f"{caveat})")
     uniform = plan_.uniform_halting()
     if uniform.flagged:
         rows.append("uniform data (no clusters): does not halt before the depth limit "
