@@ -142,16 +142,16 @@ def test_bad_budget_and_config_are_rejected():
 def test_warns_exactly_when_two_clusters_cannot_be_separated():
     budget = dpm_jax.Budget(1.0, 1e-6)
     with pytest.warns(diagnostics.InsufficientBudgetWarning, match="cannot separate even two clusters"):
-        assert diagnostics.warn_if_insufficient(1_000, 2, budget, dpm_jax.DPMConfig(), "the declared")
+        assert diagnostics.warn_if_insufficient(1_000, 2, budget, dpm_jax.DPMConfig(), "the declared size n")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not diagnostics.warn_if_insufficient(100_000, 2, budget, dpm_jax.DPMConfig(), "the declared")
+        assert not diagnostics.warn_if_insufficient(100_000, 2, budget, dpm_jax.DPMConfig(), "the declared size n")
     # the boundary is plan's: two clusters are separated from min_n_epsilon(2) on
     epsilon = diagnostics.plan(2_000, 2, budget).min_n_epsilon(2) / 2_000
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not diagnostics.warn_if_insufficient(2_000, 2, dpm_jax.Budget(epsilon * 1.01, 1e-6),
-                                                    dpm_jax.DPMConfig(), "the declared")
+                                                    dpm_jax.DPMConfig(), "the declared size n")
     with pytest.warns(diagnostics.InsufficientBudgetWarning):
         diagnostics.warn_if_insufficient(2_000, 2, dpm_jax.Budget(epsilon * 0.99, 1e-6), dpm_jax.DPMConfig(),
-                                         "the declared")
+                                         "the declared size n")

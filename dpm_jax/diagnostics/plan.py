@@ -352,13 +352,13 @@ def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, wh
     """Warn (:class:`InsufficientBudgetWarning`) if :func:`plan` cannot separate two clusters at ``n``; True if so.
 
     ``n`` must be public: declared so by the user, or a released noisy count
-    (``what`` says which, for the message). Public inputs only, like :func:`plan`.
+    (``what`` names it in the message, e.g. "the released size n~"). Public inputs only, like :func:`plan`.
     """
     budget_plan = plan(max(float(n), 1.0), d, budget, config)
     if budget_plan.separates(2):
         return False
     warnings.warn(f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two "
-                  f"clusters at {what} n = {n:,.0f}: two balanced clusters need n * epsilon >= "
+                  f"clusters at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= "
                   f"{budget_plan.min_n_epsilon(2):,.0f}; print(dpm_jax.diagnostics.plan(n, d, budget, config)) "
                   "for the report", InsufficientBudgetWarning, stacklevel=stacklevel + 1)
     return True
