@@ -92,6 +92,8 @@ def test_uniform_data_is_flagged_at_the_default_tau_e():
     assert not larger.flagged and larger.depth == 3
     smaller = _plan(tau_e=100.0).uniform_halting()
     assert smaller.flagged and not smaller.on_boundary
+    assert _plan(tau_e=0.0).uniform_halting().flagged  # every child is large enough
+    assert _plan(tau_e=60_000.0).uniform_halting().depth == 0  # no child reaches tau_e: the root halts
 
 
 def test_reliable_k_and_the_epsilon_it_needs_agree():

@@ -149,10 +149,14 @@ class Plan(NamedTuple):
         return depth
 
     @property
+    def tau_e(self) -> float:
+        """The minimum child size: the config's, or the default n / 2**tau_r at this n."""
+        return self.n / 2**self.config.tau_r if self.config.tau_e is None else float(self.config.tau_e)
+
+    @property
     def root_threshold(self) -> float:
         """t_tau of the root, 2 tau_e / n (at most 1): the centreness below which a split halts."""
-        tau_e = self.n / 2**self.config.tau_r if self.config.tau_e is None else self.config.tau_e
-        return min(1.0, 2.0 * tau_e / self.n)
+        return min(1.0, max(2.0 * self.tau_e / self.n, 0.0))
 
     def expected_clusters(self, k: int) -> float:
         """E(k): expected clusters found when the data hold k balanced, well-separated clusters."""
@@ -215,8 +219,8 @@ class Plan(NamedTuple):
     def uniform_halting(self) -> UniformPrediction:
         """Uniform data: balanced halving until a child falls below tau_e (Section 2.2.1)."""
         tau_r = self.config.tau_r
-        halvings = math.log2(self.n / self.root_threshold * 2 / self.n) if self.root_threshold < 1 else 0.0
-        depth = min(tau_r, math.floor(halvings + 1e-9))
+        halvings = math.log2(self.n / self.tau_e) if self.tau_e > 0 else math.inf  # children stay >= tau_e until then
+        depth = tau_r if halvings >= tau_r else max(0, math.floor(halvings + 1e-9))
         return UniformPrediction(depth, halvings >= tau_r - 1e-9, math.isclose(halvings, tau_r))
 
     def alpha_window(self, xi: float, level: int = 0, separator_centreness: float = 1.0,
