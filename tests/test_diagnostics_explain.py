@@ -101,3 +101,17 @@ def test_wrong_config_and_batches_are_rejected(run):
     batch = jax.tree_util.tree_map(lambda a: np.stack([a, a]), result)
     with pytest.raises(ValueError, match="batch"):
         explain(batch, CONFIG)
+
+
+def test_an_automatic_depth_is_read_from_the_result(run):
+    """tau_r='auto': the depth comes from the tree, the run's budget is the ledger without the depth count."""
+    data, _ = run
+    auto = dpm_jax.cluster(jax.random.key(3), data.points, BUDGET, bounds=data.bounds,
+                           config=dpm_jax.DPMConfig(tau_r="auto"))
+    report = explain(auto, dpm_jax.DPMConfig(tau_r="auto"))
+    depth = int(math.log2(auto.tree.noisy_count.shape[0])) - 1
+    assert len(report.split_epsilons) == depth and max(node.level for node in report.nodes) <= depth
+    remaining = [entry for entry in auto.ledger if entry.name != "depth"]
+    allocation = allocate(dpm_jax.Budget(math.fsum(e.epsilon for e in remaining),
+                                         math.fsum(e.delta for e in remaining)), dpm_jax.DPMConfig(tau_r=depth), 3)
+    assert report.count_offsets == allocation.count_offsets[:depth]
