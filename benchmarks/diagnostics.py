@@ -20,6 +20,9 @@ Sections (each replaces its own key in an existing --out file, so one can be re-
   (the figure of docs/diagnostics.md, ``--figure``).
 * ``theorem``: the corrected Theorem 2.9 bound against the Monte-Carlo rate at which
   every node has halted by depth j over vmapped runs (``--mc-keys``, >= 200).
+* ``warning_cost``: what the budget warning adds to a warm ``cluster`` call (it reads
+  the released n~ back to the host and plans at it): warm calls with and without the
+  check, interleaved in one process, medians.
 
 Runs of one setting are ``jax.vmap``-ed over keys 0..keys-1; medians are reported.
 """
@@ -31,6 +34,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import jax
 import numpy as np
@@ -256,10 +260,38 @@ def theorem_section(args) -> dict:
                 exact_root_halting_mean=float(np.mean(exact[0])), rows=rows)
 
 
+def warning_cost_section(args) -> dict:
+    from dpm_jax import api
+
+    data = synthetic_blobs(100_000, 10, num_blobs=64, seed=0)
+    budget = dpm_jax.Budget(1.0, 1e-6)
+    checked = api._warn_if_starved
+
+    def call(key):
+        return dpm_jax.cluster(jax.random.key(key), data.points, budget, bounds=data.bounds).centers.block_until_ready()
+
+    call(0)  # compile
+    times = {"with the check": [], "without": []}
+    for repeat in range(args.timing_calls):
+        for name, hook in (("with the check", checked), ("without", lambda *a: None)):
+            api._warn_if_starved = hook
+            start = time.perf_counter()
+            call(repeat)
+            times[name].append(time.perf_counter() - start)
+    api._warn_if_starved = checked
+    medians = {name: float(np.median(values)) for name, values in times.items()}
+    print(f"warm cluster call, Synth-10d 100k x 10: median {medians['with the check'] * 1e3:.1f} ms with the budget "
+          f"check, {medians['without'] * 1e3:.1f} ms without (ratio "
+          f"{medians['with the check'] / medians['without']:.3f}, {args.timing_calls} calls each)", flush=True)
+    return dict(n=100_000, d=10, calls=args.timing_calls, seconds=times, medians=medians,
+                ratio=medians["with the check"] / medians["without"])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=16)
     parser.add_argument("--mc-keys", type=int, default=200)
+    parser.add_argument("--timing-calls", type=int, default=21)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--depths", default="3,4,5,6,7")
     parser.add_argument("--sections", default=",".join(SECTIONS))
@@ -286,7 +318,8 @@ def main(argv=None) -> int:
 
 
 SECTIONS = dict(depth=depth_section, theory=theory_section, single_gaussian=gaussian_section,
-                uniform=uniform_section, sweep=sweep_section, theorem=theorem_section)
+                uniform=uniform_section, sweep=sweep_section, theorem=theorem_section,
+                warning_cost=warning_cost_section)
 
 if __name__ == "__main__":
     sys.exit(main())

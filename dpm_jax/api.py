@@ -33,6 +33,7 @@ from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
 from dpm_jax.budget import Allocation, Budget, allocate, count_entry, heap_count_epsilons
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.depth import choose_depth
+from dpm_jax.diagnostics.plan import warn_if_insufficient
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
 from dpm_jax.ledger import Ledger
@@ -225,7 +226,22 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
     arrays = _cluster_arrays(key, points, mask, lower, upper, _em_table(),
                              _gaussian_thresholds(averaging.sigma), allocation=allocation,
                              config=config, averaging=averaging)
-    return ClusterResult(**arrays, ledger=ledger)
+    result = ClusterResult(**arrays, ledger=ledger)
+    _warn_if_starved(result, budget, config, d)
+    return result
+
+
+def _warn_if_starved(result: ClusterResult, budget: Budget, config: DPMConfig, d: int) -> None:
+    """An InsufficientBudgetWarning when the plan cannot separate two clusters at the released size.
+
+    The size is the released root count n~ (post-processing of the release: no privacy
+    cost), not the row count of X, which is private under add/remove-one neighbours
+    unless the user declares it public. Skipped under jax.jit and jax.vmap, where n~ is
+    not a number yet.
+    """
+    root = result.tree.noisy_count
+    if not _is_tracer(root):
+        warn_if_insufficient(float(root[1]), d, budget, config, "the released size n~", stacklevel=3)
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,6 +1,7 @@
 """dpm_jax.cluster end to end: outputs, keys, jit/vmap, masks, errors, quality."""
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import pytest
 import dpm_jax
 from conftest import SMALL_CONFIG, majority_accuracy, nearest_center_labels
 from dpm_jax.budget import allocate, heap_count_epsilons
+from dpm_jax.diagnostics import InsufficientBudgetWarning
 from dpm_jax import exact
 from dpm_jax.keys import derive_key
 from dpm_jax.mechanisms import count_noise
@@ -337,3 +339,13 @@ def test_points_outside_the_bounds_are_clipped_before_every_statistic(budget, ke
     b = _cluster(key, clipped, budget, (-100.0, 100.0))
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_starved_budget_warns_from_the_released_size(small_blobs, budget, key):
+    """n~ * epsilon ~ 600 is below the ~2,500 two clusters need here (dpm_jax.diagnostics.plan): a warning,
+    computed from the released n~; an ample budget on the same data gives none."""
+    with pytest.warns(InsufficientBudgetWarning, match="the released size n~"):
+        _cluster(key, small_blobs.points, budget, small_blobs.bounds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InsufficientBudgetWarning)
+        _cluster(key, small_blobs.points, dpm_jax.Budget(15.0, 1e-6), small_blobs.bounds)

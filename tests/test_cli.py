@@ -241,3 +241,22 @@ def test_python_dash_m_runs_the_cli(tmp_path):
          "--delta", "1e-6", "--bounds", "0", "1"], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 1
     assert completed.stderr.strip().count("\n") == 0 and "not found" in completed.stderr
+
+
+def test_plan_prints_the_report_from_public_numbers(capsys):
+    status, stdout, stderr = run(capsys, ["plan", "--n", 20_000, "--d", 10, "--epsilon", 1, "--delta", 1e-6,
+                                          "--tau-r", 5])
+    assert status == 0 and stderr == []
+    assert stdout == str(dpm_jax.diagnostics.plan(20_000, 10, dpm_jax.Budget(1.0, 1e-6),
+                                                  dpm_jax.DPMConfig(tau_r=5))) + "\n"
+    status, stdout, stderr = run(capsys, ["plan", "--n", 0, "--d", 10, "--epsilon", 1, "--delta", 1e-6])
+    assert status == 1 and stdout == "" and len(stderr) == 1 and "n must be a positive" in stderr[0]
+
+
+def test_cluster_warns_in_one_line_when_the_budget_is_starved(tmp_path, capsys):
+    source = write_csv(tmp_path / "data.csv", DATA.points)
+    starved = ["--epsilon", "1", *ARGS[2:]]  # n~ * epsilon ~ 256: two clusters need ~870 here
+    status, _, stderr = run(capsys, ["cluster", source, *starved, "--out", tmp_path / "release.json"])
+    assert status == 0
+    warning = [line for line in stderr if line.startswith("dpm-jax: warning: ")]
+    assert len(warning) == 1 and "cannot separate even two clusters" in warning[0]

@@ -139,3 +139,10 @@ def test_automatic_depth_spends_its_count_first():
     model = DPMClustering(epsilon=20.0, delta=1e-3, bounds=(-100.0, 100.0), tau_r="auto", seed=1).fit(X)
     assert model.ledger_[0].name == "depth"
     assert model.ledger_.total_epsilon == pytest.approx(20.0, rel=1e-12)
+
+
+def test_fit_warns_when_the_budget_cannot_separate_two_clusters():
+    data = synthetic_blobs(300, 2, num_blobs=2, seed=0)
+    model = DPMClustering(epsilon=1.0, delta=1e-6, bounds=data.bounds, tau_r=3, seed=0)
+    with pytest.warns(dpm_jax.diagnostics.InsufficientBudgetWarning, match="cannot separate even two"):
+        model.fit(data.points)

@@ -1,6 +1,7 @@
-"""The ``dpm-jax`` argument parser and its commands: cluster a file, the demo, the benchmark.
+"""The ``dpm-jax`` argument parser and its commands: cluster a file, plan a budget, the demo, the benchmark.
 
     dpm-jax cluster data.csv --epsilon 1 --delta 1e-6 --bounds -100 100 --out release.json
+    dpm-jax plan --n 20000 --d 10 --epsilon 1 --delta 1e-6
     dpm-jax demo --n 100000 --d 10
     dpm-jax bench ...
 
@@ -22,6 +23,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from typing import Sequence
 
 from dpm_jax.api import cluster
@@ -29,6 +31,7 @@ from dpm_jax.budget import Budget
 from dpm_jax.cli.readers import read_points
 from dpm_jax.cli.release import release_to_dict, write_centers_csv
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.diagnostics import plan
 from dpm_jax.files import write_atomically
 from dpm_jax.keys import MAX_SEED, key_from_seed
 
@@ -119,7 +122,11 @@ def _run_cluster(args: argparse.Namespace) -> int:
             f"(epsilon={budget.epsilon:g}, delta={budget.delta:g})-DP"
             + ("" if args.seed is not None else " with a fresh random seed"))
     start = time.perf_counter()
-    result = cluster(key, points.values, budget, (lower, upper), config=config)
+    with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, like the status
+        warnings.simplefilter("always")
+        result = cluster(key, points.values, budget, (lower, upper), config=config)
+    for warning in caught:
+        _status(f"warning: {warning.message}")
     release = release_to_dict(result, budget, (lower, upper), config, points.columns)
     seconds = time.perf_counter() - start
 
@@ -136,6 +143,12 @@ def _run_cluster(args: argparse.Namespace) -> int:
             f"ledger total epsilon={result.ledger.total_epsilon:.6g}, "
             f"delta={result.ledger.total_delta:.3g}"
             + (f"; wrote {', '.join(written)}" if written else ""))
+    return 0
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    """Print :func:`dpm_jax.diagnostics.plan`'s report: public numbers only, no data is read."""
+    print(plan(args.n, args.d, Budget(epsilon=args.epsilon, delta=args.delta), config_from_args(args)))
     return 0
 
 
@@ -197,7 +210,7 @@ def _seed(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``dpm-jax`` (sub-commands cluster, demo, bench)."""
+    """The argument parser of ``dpm-jax`` (sub-commands cluster, plan, demo, bench)."""
     parser = _Parser(prog=PROG, description="Differentially private clustering with DPM.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                      parser_class=_Parser)
@@ -221,6 +234,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also write the k centres as CSV")
     _add_config_options(run)
     run.set_defaults(handler=_run_cluster)
+
+    budget_plan = commands.add_parser(
+        "plan", help="print what a budget lets DPM do at a public size n (reads no data)",
+        description="Print dpm_jax.diagnostics.plan's report: per split level the budget and the exponential "
+                    "mechanism's exponent scale, the balanced clusters the budget separates, how one Gaussian "
+                    "cluster and uniform data halt, and a recommendation. Only public numbers go in.")
+    budget_plan.add_argument("--n", type=float, required=True,
+                             help="number of rows, declared public (or the released n~ of a run)")
+    budget_plan.add_argument("--d", type=int, required=True, help="number of columns")
+    budget_plan.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon > 0")
+    budget_plan.add_argument("--delta", type=float, required=True, help="total delta in (0, 1)")
+    _add_config_options(budget_plan)
+    budget_plan.set_defaults(handler=_run_plan)
 
     demo = commands.add_parser(
         "demo", help="cluster synthetic Gaussian blobs and print k, accuracy and the ledger")
