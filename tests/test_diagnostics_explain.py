@@ -15,7 +15,7 @@ from dpm_jax.diagnostics import explain
 from dpm_jax.eval.datasets import synthetic_blobs
 
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
-CONFIG = dpm_jax.DPMConfig(tau_r=5)
+CONFIG = dpm_jax.DPMConfig(tau_r=5, split_grid="paper")  # one global grid: splits can miss a node's data
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +107,10 @@ def test_an_automatic_depth_is_read_from_the_result(run):
     """tau_r='auto': the depth comes from the tree, the run's budget is the ledger without the depth count."""
     data, _ = run
     auto = dpm_jax.cluster(jax.random.key(3), data.points, BUDGET, bounds=data.bounds,
-                           config=dpm_jax.DPMConfig(tau_r="auto"))
+                           config=dpm_jax.DPMConfig(tau_r="auto"))  # and the default cell grid
     report = explain(auto, dpm_jax.DPMConfig(tau_r="auto"))
+    # the cell grid draws inside the node's cell: no split is outside the box
+    assert {leaf.reason for leaf in report.leaves} <= {STOPPING_RULE, DEPTH_LIMIT}
     depth = int(math.log2(auto.tree.noisy_count.shape[0])) - 1
     assert len(report.split_epsilons) == depth and max(node.level for node in report.nodes) <= depth
     remaining = [entry for entry in auto.ledger if entry.name != "depth"]

@@ -17,8 +17,11 @@ lambda_l re-computed from the ledger's lines), whether its draw was near random
 * ``empty child``: the drawn split lies outside the node's box (bounded by its
   ancestors' splits and, when given, the public bounds), so one child is empty
   whatever the data: the draw was one of the halting candidates of the theory paper
-  ("Understanding the Theoretical Guarantees of DPM", Section 2.1);
-* ``stopping rule``: a noisy child count fell below tau_e.
+  ("Understanding the Theoretical Guarantees of DPM", Section 2.1). Only the paper's
+  global grid (``split_grid="paper"``) draws there; the cell grid's candidates lie
+  inside the node's cell;
+* ``stopping rule``: a noisy child count fell below tau_e (which includes a child
+  left empty because the data do not fill the box: the release cannot tell).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import warnings
 from typing import NamedTuple
 
 from dpm_jax.budget import Budget, allocate
-from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.diagnostics import separation, theory
 
 __all__ = ["LevelPlan", "Plan", "HaltingPrediction", "UniformPrediction", "AlphaWindow", "plan",
@@ -119,7 +119,10 @@ class AlphaWindow(NamedTuple):
 
 
 def candidates_per_node(d: int, config: DPMConfig) -> int:
-    """M: d times the candidates per dimension at the smallest interval size (an upper bound)."""
+    """M: d times the candidates per dimension: the paper's grid at its smallest interval size (an upper
+    bound), or the cell grid's inner half-bin boundaries (2 max_splits_per_dim - 1)."""
+    if config.split_grid == CELL_GRID:
+        return d * (2 * config.max_splits_per_dim - 1)
     return d * min(math.ceil(1.0 / config.finest_interval - 1e-6), config.max_splits_per_dim)
 
 
