@@ -73,10 +73,14 @@ def _plan(n=100_000, epsilon=1.0, d=10, **config):
     return diagnostics.plan(n, d, dpm_jax.Budget(epsilon, n**-1.5), dpm_jax.DPMConfig(**config))
 
 
-@pytest.mark.parametrize("alpha, depth", [(1.0, 6), (2.0, 6), (5.0, 0), (10.0, 0)])
-def test_one_gaussian_halting_depth(alpha, depth):
-    """Equation 21 with fresh dimensions: 2**6 leaves at alpha 1 and 2, the root halts from alpha ~4.99 on."""
-    halting = _plan(alpha=alpha).single_cluster_halting()
+@pytest.mark.parametrize("alpha, depth, grid", [(1.0, 6, "paper"), (2.0, 6, "paper"), (5.0, 0, "paper"),
+                                               (10.0, 0, "paper"), (5.0, 6, "cell"), (10.0, 5, "cell"),
+                                               (20.0, 0, "cell")])
+def test_one_gaussian_halting_depth(alpha, depth, grid):
+    """Equation 21 with fresh dimensions. Paper's grid (beta = sigma / 2): 2**6 leaves at alpha 1 and 2, the
+    root halts from alpha ~4.99 on. Cell grid, sd 5 % of the range: beta = range / 128 is narrower, the central
+    split emptier (e_c(0) ~ .94), and the root halts only from alpha ~15.9 on."""
+    halting = _plan(alpha=alpha, split_grid=grid).single_cluster_halting()
     assert halting.depth == depth and halting.leaves == 2**depth
     assert halting.halts_at_root == (alpha > halting.alpha_needed_at_root)
     assert halting.depth == next((i for i, m in enumerate(halting.margins) if m > 0), 7)
@@ -130,8 +134,9 @@ def test_report_tells_when_two_clusters_cannot_be_separated():
     starved = diagnostics.plan(1_000, 2, dpm_jax.Budget(1.0, 1e-6))
     assert starved.max_reliable_k() == 1
     assert "cannot separate even two clusters" in str(starved)
-    text = str(_plan())
-    assert "one Gaussian cluster: halts at the root" in text and "uniform data" in text
+    assert "one Gaussian cluster: halts at the root" in str(_plan(split_grid="paper"))
+    text = str(_plan())  # the cell grid, the default
+    assert "one Gaussian cluster (sd 5 % of the range): splits into about 64 leaves" in text and "uniform data" in text
 
 
 def test_bad_budget_and_config_are_rejected():
@@ -157,3 +162,14 @@ def test_warns_exactly_when_two_clusters_cannot_be_separated():
     with pytest.warns(diagnostics.InsufficientBudgetWarning):
         diagnostics.warn_if_insufficient(2_000, 2, dpm_jax.Budget(epsilon * 0.99, 1e-6), dpm_jax.DPMConfig(),
                                          "the declared size n")
+
+
+def test_the_cell_grids_halting_needs_a_public_spread():
+    cell = _plan(split_grid="cell")
+    assert cell.single_cluster_halting(sigma=0.05).alpha_needed_at_root > 15
+    wide, narrow = cell.single_cluster_halting(sigma=0.2), cell.single_cluster_halting(sigma=0.01)
+    assert wide.alpha_needed_at_root > narrow.alpha_needed_at_root  # a wider cluster: emptier central split
+    paper = _plan(split_grid="paper")  # beta follows sigma there: the guess does not matter
+    assert paper.single_cluster_halting(sigma=0.2) == paper.single_cluster_halting(sigma=0.01)
+    with pytest.raises(ValueError):
+        cell.single_cluster_halting(sigma=0.0)

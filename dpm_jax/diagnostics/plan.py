@@ -201,18 +201,28 @@ class Plan(NamedTuple):
         except ValueError:  # a budget the exact samplers cannot certify
             return False
 
-    def single_cluster_halting(self) -> HaltingPrediction:
+    def single_cluster_halting(self, sigma: float = 0.05) -> HaltingPrediction:
         """Does one Gaussian cluster halt at the root, and else at which depth (Equation 21, m > 0)?
 
-        Split interval beta = sigma / 2 (what Algorithm 2 finds on one Gaussian); the
-        halting threshold of a balanced depth-i node is 2**i * 2 tau_e / n. The model
+        The central split's emptiness e_c depends on its interval beta against the
+        cluster's standard deviation: the paper's grid has beta = sigma / 2 (what
+        Algorithm 2 finds on one Gaussian); the cell grid has beta = range /
+        max_splits_per_dim in a dimension not split yet, so it needs ``sigma``, the
+        cluster's standard deviation as a share of the range -- a public guess, never
+        read from data (default 0.05: N(0, 10**2) in bounds +-100; unused by the paper's
+        grid). The halting threshold of a balanced depth-i node is 2**i * 2 tau_e / n. The model
         assumes the draws follow the scores (informative levels, as at n * epsilon =
         100,000, where it matches measured runs within one level: docs/diagnostics.md).
         At near-random levels (:attr:`useful_depth`) the draws are close to uniform and
         the many empty candidates around a cluster halt its nodes sooner: fewer leaves.
         """
+        if not 0 < sigma <= 1:
+            raise ValueError(f"sigma must be the cluster's standard deviation as a share of the range, in (0, 1], "
+                             f"got {sigma!r}")
         config, threshold = self.config, self.root_threshold
-        table = theory.central_emptiness_table(config.tau_r)
+        half_width = (theory.GAUSSIAN_HALF_WIDTH if config.split_grid != CELL_GRID
+                      else 1.0 / (2.0 * config.max_splits_per_dim * sigma))
+        table = theory.central_emptiness_table(config.tau_r, half_width)
         fresh = tuple(theory.halting_margin(i, config.alpha, threshold, table[0]) for i in range(config.tau_r))
         one_dim = tuple(theory.halting_margin(i, config.alpha, threshold, table[i]) for i in range(config.tau_r))
         first = lambda margins: next((i for i, m in enumerate(margins) if m > 0), config.tau_r)
@@ -278,7 +288,8 @@ def _report_lines(plan_: Plan) -> list[str]:
     outcome = "halts at the root" if halting.halts_at_root else f"splits into about {halting.leaves} leaves"
     caveat = (f"; levels {plan_.useful_depth}.. are near random, where random empty splits halt nodes sooner"
               if plan_.useful_depth < halting.depth else "")
-    rows.append(f"one Gaussian cluster: {outcome} "
+    spread = " (sd 5 % of the range)" if config.split_grid == CELL_GRID else ""
+    rows.append(f"one Gaussian cluster{spread}: {outcome} "
                 f"(alpha = {config.alpha:g}; halting at the root needs alpha > {halting.alpha_needed_at_root:.3g}"
                 f"{caveat})")
     uniform = plan_.uniform_halting()

@@ -63,9 +63,9 @@ def central_emptiness(level: int, half_width: float = GAUSSIAN_HALF_WIDTH, shift
     return 1.0 - 2.0**level * (_NORMAL.cdf(z + half_width) - _NORMAL.cdf(z - half_width))
 
 
-def central_emptiness_table(levels: int = 7) -> tuple[float, ...]:
-    """(e_c(0), ..., e_c(levels - 1)): about .803 .684 .587 .501 .423 .349 .278."""
-    return tuple(central_emptiness(level) for level in range(levels))
+def central_emptiness_table(levels: int = 7, half_width: float = GAUSSIAN_HALF_WIDTH) -> tuple[float, ...]:
+    """(e_c(0), ..., e_c(levels - 1)): about .803 .684 .587 .501 .423 .349 .278 for beta = sigma / 2."""
+    return tuple(central_emptiness(level, half_width) for level in range(levels))
 
 
 def halting_threshold(level: int, root_threshold: float) -> float:
