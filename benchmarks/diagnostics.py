@@ -25,6 +25,9 @@ Sections (each replaces its own key in an existing --out file, so one can be re-
   check, interleaved in one process, medians.
 
 Runs of one setting are ``jax.vmap``-ed over keys 0..keys-1; medians are reported.
+``--split-grid`` picks the grid of the measured runs: ``paper`` (the theory paper's
+subject, Algorithm 2's beta; the default here) or ``cell`` (dpm_jax's default); the
+cell grid's results go under ``<section>_cell``.
 """
 
 from __future__ import annotations
@@ -112,8 +115,8 @@ def gaussian_section(args) -> dict:
     rng = np.random.default_rng(0)
     points = (10.0 * rng.standard_normal((n, d))).astype(np.float32)
     budget, rows = dpm_jax.Budget(1.0, n**-1.5), []
-    for alpha in (1.0, 2.0, 5.0, 10.0):
-        config = dpm_jax.DPMConfig(alpha=alpha)
+    for alpha in GAUSSIAN_ALPHAS[args.split_grid]:
+        config = dpm_jax.DPMConfig(alpha=alpha, split_grid=args.split_grid)
         ks = np.asarray(vmapped_runs(points, budget, (-100.0, 100.0), config, args.keys).k).tolist()
         halting = diagnostics.plan(n, d, budget, config).single_cluster_halting()
         measured = float(np.log2(np.median(ks)))
@@ -128,7 +131,7 @@ def gaussian_section(args) -> dict:
 def uniform_section(args) -> dict:
     n, d = 100_000, 10
     points = np.random.default_rng(0).uniform(-100, 100, (n, d)).astype(np.float32)
-    budget, config = dpm_jax.Budget(1.0, n**-1.5), dpm_jax.DPMConfig()
+    budget, config = dpm_jax.Budget(1.0, n**-1.5), dpm_jax.DPMConfig(split_grid=args.split_grid)
     ks = np.asarray(vmapped_runs(points, budget, (-100.0, 100.0), config, args.keys).k).tolist()
     flag = diagnostics.plan(n, d, budget, config).uniform_halting()
     print(f"uniform data: {min(ks)}-{max(ks)} leaves of {config.max_clusters} (median {np.median(ks):g}); "
@@ -138,6 +141,7 @@ def uniform_section(args) -> dict:
 
 
 SWEEP = (10_000, 20_000, 40_000, 50_000, 60_000, 100_000)
+GAUSSIAN_ALPHAS = dict(paper=(1.0, 2.0, 5.0, 10.0), cell=(2.0, 5.0, 10.0, 20.0))
 
 
 def sweep_section(args) -> dict:
@@ -146,21 +150,24 @@ def sweep_section(args) -> dict:
         data = synthetic_blobs(n, 10, num_blobs=64, seed=0)
         for n_epsilon in SWEEP:
             budget = dpm_jax.Budget(n_epsilon / n, n**-1.5)
-            ks = np.asarray(vmapped_runs(data.points, budget, data.bounds, dpm_jax.DPMConfig(), args.keys).k).tolist()
-            plan = diagnostics.plan(n, 10, budget)
+            config = dpm_jax.DPMConfig(split_grid=args.split_grid)
+            ks = np.asarray(vmapped_runs(data.points, budget, data.bounds, config, args.keys).k).tolist()
+            plan = diagnostics.plan(n, 10, budget, config)
             rows.append(dict(n=n, n_epsilon=n_epsilon, k=ks, k_median=float(np.median(ks)),
                              predicted_k=plan.expected_clusters(64), max_reliable_k=plan.max_reliable_k()))
             print(f"64 blobs, n {n:,}, n*epsilon {n_epsilon:,}: median k {np.median(ks):g} "
                   f"[{min(ks)}, {max(ks)}], model E(64) {rows[-1]['predicted_k']:.1f}", flush=True)
-    curve = {n: [(ne, diagnostics.plan(n, 10, dpm_jax.Budget(ne / n, n**-1.5)).expected_clusters(64))
+    config = dpm_jax.DPMConfig(split_grid=args.split_grid)
+    curve = {n: [(ne, diagnostics.plan(n, 10, dpm_jax.Budget(ne / n, n**-1.5), config).expected_clusters(64))
                  for ne in np.geomspace(5_000, 200_000, 25)] for n in (20_000, 100_000)}
-    needed = {n: diagnostics.plan(n, 10, dpm_jax.Budget(1.0, n**-1.5)).min_n_epsilon(64) for n in (20_000, 100_000)}
+    needed = {n: diagnostics.plan(n, 10, dpm_jax.Budget(1.0, n**-1.5), config).min_n_epsilon(64)
+              for n in (20_000, 100_000)}
     print("min_n_epsilon(64): " + ", ".join(f"n {n:,}: {v:,.0f}" for n, v in needed.items()), flush=True)
     return dict(keys=args.keys, rows=rows, model_curve={str(n): c for n, c in curve.items()},
                 min_n_epsilon_64={str(n): v for n, v in needed.items()})
 
 
-def sweep_figure(sweep: dict, path: str) -> None:
+def sweep_figure(sweep: dict, path: str, grid: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,7 +183,7 @@ def sweep_figure(sweep: dict, path: str) -> None:
     axes.set_xscale("log")
     axes.set_xlabel("n * epsilon")
     axes.set_ylabel("clusters found (64 blobs)")
-    axes.set_title("Predicted vs measured k (dotted: min_n_epsilon(64))")
+    axes.set_title(f"Predicted vs measured k, {grid} grid (dotted: min_n_epsilon(64))")
     axes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -208,7 +215,7 @@ def theorem_section(args) -> dict:
     """Corrected Theorem 2.9 (Lemmas 2.4 and 2.7 per level, minimum over the nodes the runs reached) vs Monte Carlo."""
     n, d, alpha, lower, upper = 20_000, 2, 5.0, -100.0, 100.0
     points = (10.0 * np.random.default_rng(1).standard_normal((n, d))).astype(np.float32)
-    budget, config = dpm_jax.Budget(1.0, n**-1.5), dpm_jax.DPMConfig(alpha=alpha)
+    budget, config = dpm_jax.Budget(1.0, n**-1.5), dpm_jax.DPMConfig(alpha=alpha, split_grid=args.split_grid)
     allocation = allocate(budget, config, d)
     runs = vmapped_runs(points, budget, (lower, upper), config, args.mc_keys)
     tree = jax.tree_util.tree_map(np.asarray, runs.tree)
@@ -292,6 +299,8 @@ def main(argv=None) -> int:
     parser.add_argument("--keys", type=int, default=16)
     parser.add_argument("--mc-keys", type=int, default=200)
     parser.add_argument("--timing-calls", type=int, default=21)
+    parser.add_argument("--split-grid", choices=("paper", "cell"), default="paper",
+                        help="the grid of the measured runs (results of 'cell' under '<section>_cell')")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--depths", default="3,4,5,6,7")
     parser.add_argument("--sections", default=",".join(SECTIONS))
@@ -308,9 +317,10 @@ def main(argv=None) -> int:
         if name == "depth":  # kept at the top level, where earlier results have it
             report.update(result)
         else:
-            report[name] = result
-    if args.figure and "sweep" in report:
-        sweep_figure(report["sweep"], args.figure)
+            report[name if args.split_grid == "paper" else f"{name}_cell"] = result
+    sweep = "sweep" if args.split_grid == "paper" else "sweep_cell"
+    if args.figure and sweep in report:
+        sweep_figure(report[sweep], args.figure, args.split_grid)
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(report, handle, indent=1)
