@@ -29,6 +29,7 @@ import numpy as np
 
 from dpm_jax import averaging as averaging_lib
 from dpm_jax import exact, interval, keys, tree
+from dpm_jax.sharding import automatic_axes
 from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
 from dpm_jax.budget import Allocation, Budget, allocate, count_entry, heap_count_epsilons
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
@@ -127,9 +128,10 @@ def _validate_points(X) -> jax.Array:
             row, col = np.argwhere(~np.isfinite(np.asarray(X)))[0]
             raise ValueError(f"X contains NaN or inf (first at row {row}, column {col}); "
                              "remove or impute those values before clustering")
-    if isinstance(X, jax.Array) and X.dtype == jnp.float32:
-        return X  # immutable: nothing here can change the caller's array
-    return jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
+    if not (isinstance(X, jax.Array) and X.dtype == jnp.float32):
+        X = jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
+    # A JAX array is immutable; sharded rows stay on their devices (dpm_jax.sharding).
+    return X if _is_tracer(X) else automatic_axes(X)
 
 
 def _all_finite(X) -> bool:

@@ -1,0 +1,78 @@
+"""Rows sharded over devices give the release of one device (dpm_jax.sharding).
+
+Four CPU devices are forced with XLA_FLAGS, which must be set before jax is
+imported: the comparison runs in a subprocess, so the main pytest process keeps
+its single device.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+
+from dpm_jax.sharding import automatic_axes
+
+SCRIPT = textwrap.dedent("""
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import jax, numpy as np, dpm_jax
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+    from dpm_jax.eval.datasets import synthetic_blobs
+
+    assert jax.device_count() == 4
+    data = synthetic_blobs(n=600, d=4, num_blobs=6, std=1.0, seed=3)
+    config = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10)
+    points = np.asarray(data.points, np.float32)
+
+    def released(X):
+        r = dpm_jax.cluster(jax.random.key(7), X, dpm_jax.Budget(1.0, 1e-6), bounds=data.bounds,
+                            config=config)
+        leaves = jax.tree_util.tree_leaves(r)
+        return [np.asarray(a) for a in leaves], r.ledger
+
+    reference, ledger = released(points)
+    placements = {
+        "explicit rows": (jax.make_mesh((4,), ("rows",)), P("rows")),
+        "automatic rows": (jax.make_mesh((4,), ("rows",), axis_types=(AxisType.Auto,)), P("rows")),
+        "rows and dims": (jax.make_mesh((2, 2), ("a", "b")), P("a", "b")),
+    }
+    for name, (mesh, spec) in placements.items():
+        X = jax.device_put(points, NamedSharding(mesh, spec))
+        assert len(X.sharding.device_set) == 4, name
+        outputs, sharded_ledger = released(X)
+        assert sharded_ledger == ledger, name
+        for a, b in zip(reference, outputs):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (name, a, b)
+        assert X.sharding.spec == spec  # the caller's array is untouched
+    print("IDENTICAL")
+""")
+
+
+def test_sharded_rows_give_the_release_of_one_device():
+    # Long because: three compiles (one device, rows over 4 devices, a 2 x 2 mesh) in a fresh process.
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "IDENTICAL" in done.stdout
+
+
+def test_automatic_axes_keeps_placement_and_values():
+    x = jax.numpy.arange(8.0).reshape(4, 2)
+    assert automatic_axes(x) is x  # not sharded over a mesh: unchanged
+    mesh = jax.make_mesh((1,), ("rows",))
+    sharded = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows")))
+    moved = automatic_axes(sharded)
+    assert moved.sharding.mesh.axis_types == (jax.sharding.AxisType.Auto,)
+    assert moved.sharding.spec == sharded.sharding.spec
+    assert np.array_equal(np.asarray(moved), np.asarray(x))
+
+
+def test_automatic_axes_is_a_no_op_on_automatic_meshes():
+    mesh = jax.make_mesh((1,), ("rows",), axis_types=(jax.sharding.AxisType.Auto,))
+    sharded = jax.device_put(np.ones((4, 2), np.float32),
+                             jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows")))
+    assert automatic_axes(sharded) is sharded
