@@ -9,7 +9,7 @@ exponential mechanism and returns DP cluster centres without being told k.
                           bounds=(-100.0, 100.0))
 """
 
-from dpm_jax import diagnostics
+from dpm_jax import cache, diagnostics
 from dpm_jax.api import ClusterResult, cluster
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger, LedgerEntry
@@ -24,12 +24,15 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "SplitTree",
+    "cache",
     "cluster",
     "derive_key",
     "diagnostics",
     "DPMClustering",
 ]
 __version__ = "0.1.0"
+
+cache.enable_by_default()  # JAX's persistent compilation cache; opt-out: DPM_JAX_NO_COMPILATION_CACHE=1
 
 
 def __getattr__(name):

@@ -3,12 +3,22 @@
 Statistical tests in this suite fix their keys; each states its error rate.
 """
 
-import jax
-import numpy as np
-import pytest
+import os
 
-import dpm_jax
-from dpm_jax.eval.datasets import synthetic_blobs
+# Before jax and dpm_jax are imported: the tests never read or write a persistent
+# compilation cache (neither dpm_jax's nor one configured for JAX), so a stale or
+# corrupt cache on the developer's machine can neither hide nor cause a failure.
+# Subprocesses started by tests inherit this; tests/test_cache.py tests the cache
+# in subprocesses with their own temporary directories.
+os.environ["DPM_JAX_NO_COMPILATION_CACHE"] = "1"
+os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import dpm_jax  # noqa: E402
+from dpm_jax.eval.datasets import synthetic_blobs  # noqa: E402
 
 # One small configuration reused across test modules so the JIT cache is shared.
 SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10, split_grid="paper")

@@ -1,0 +1,83 @@
+"""The persistent compilation cache (dpm_jax.cache): on by default, opt-out, never in the tests.
+
+Each case runs in a fresh process with its own temporary cache directory (the
+choice is made at import), so the user's cache is neither read nor written.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+
+import dpm_jax
+from dpm_jax import cache
+
+RUN = textwrap.dedent("""
+    import hashlib, jax, numpy as np
+    hits = []
+    jax.monitoring.register_event_listener(
+        lambda event, **kw: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None)
+    import dpm_jax
+    from dpm_jax.eval.datasets import synthetic_blobs
+    data = synthetic_blobs(n=300, d=3, num_blobs=4, std=1.0, seed=1)
+    r = dpm_jax.cluster(jax.random.key(3), data.points, dpm_jax.Budget(1.0, 1e-6), bounds=data.bounds,
+                        config=dpm_jax.DPMConfig(tau_r=3, sigma_step=0.02, num_sigmas=10))
+    digest = hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in jax.tree_util.tree_leaves(r)))
+    print(dpm_jax.cache.compilation_cache_dir(), len(hits), digest.hexdigest())
+""")
+
+
+def _run(code: str, **env_changes) -> list[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in (cache.OPT_OUT_VARIABLE, cache.DIRECTORY_VARIABLE, "JAX_COMPILATION_CACHE_DIR")}
+    env.update(env_changes)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()
+
+
+def test_second_process_loads_the_compiled_program_and_gets_the_same_release(tmp_path):
+    # Long because: one cold compile of a small configuration in a fresh process, then a warm one.
+    directory = str(tmp_path / "xla")
+    cold_dir, cold_hits, cold_digest = _run(RUN, DPM_JAX_CACHE_DIR=directory)
+    assert cold_dir == directory and int(cold_hits) == 0
+    assert any(name.startswith("jit__cluster_arrays") for name in os.listdir(directory))
+    warm_dir, warm_hits, warm_digest = _run(RUN, DPM_JAX_CACHE_DIR=directory)
+    assert int(warm_hits) >= 1  # the engine's program came from disk
+    assert warm_digest == cold_digest  # and computes the same bits
+
+
+def test_opt_out_variable_leaves_the_cache_off(tmp_path):
+    out = _run("import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())",
+               DPM_JAX_NO_COMPILATION_CACHE="1", DPM_JAX_CACHE_DIR=str(tmp_path / "never"))
+    assert out == ["None"] and not (tmp_path / "never").exists()
+
+
+def test_a_cache_configured_for_jax_is_kept(tmp_path):
+    theirs = str(tmp_path / "theirs")
+    out = _run("import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())",
+               JAX_COMPILATION_CACHE_DIR=theirs, DPM_JAX_CACHE_DIR=str(tmp_path / "ours"))
+    assert out == [theirs] and not (tmp_path / "ours").exists()
+
+
+def test_an_unwritable_cache_directory_leaves_the_cache_off(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    out = _run("import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())",
+               DPM_JAX_CACHE_DIR=str(blocker / "xla"))
+    assert out == ["None"]
+
+
+def test_the_test_process_uses_no_cache():
+    assert cache.compilation_cache_dir() is None and jax.config.jax_compilation_cache_dir is None
+
+
+def test_enable_and_disable_from_code(tmp_path):
+    try:
+        assert cache.enable_compilation_cache(tmp_path / "mine") == tmp_path / "mine"
+        assert dpm_jax.cache.compilation_cache_dir() == str(tmp_path / "mine")
+    finally:
+        cache.disable_compilation_cache()
+    assert cache.compilation_cache_dir() is None
