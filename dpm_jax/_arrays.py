@@ -8,7 +8,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-__all__ = ["looped_under_vmap", "bin_dtype", "materialized"]
+__all__ = ["looped_under_vmap", "bin_dtype", "materialized", "to_unit_range"]
 
 
 def looped_under_vmap(function: Callable, *static_args) -> Callable:
@@ -57,3 +57,14 @@ def materialized(x: jax.Array) -> jax.Array:
     out = jnp.zeros_like(flat).at[jnp.arange(flat.size)].set(flat, unique_indices=True,
                                                              indices_are_sorted=True)
     return out.reshape(x.shape)
+
+
+def to_unit_range(points: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
+    """Points clipped to the public bounds and scaled to [0, 1] per dimension (a per-record map).
+
+    The one definition of the scaling every statistic reads: the engine applies it
+    where each statistic is computed (fused by XLA, never an n x d copy), the
+    streamed path to each chunk.
+    """
+    points = jnp.clip(points, lower, upper)
+    return jnp.clip((points - lower) / (upper - lower), 0.0, 1.0)

@@ -29,6 +29,7 @@ import numpy as np
 
 from dpm_jax import averaging as averaging_lib
 from dpm_jax import exact, interval, keys, tree
+from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
 from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
 from dpm_jax.budget import Allocation, Budget, allocate, count_entry, heap_count_epsilons
@@ -285,8 +286,7 @@ def _cluster_arrays(key, points, mask, lower, upper, em_table, gaussian_threshol
     # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
-    points = jnp.clip(points, lower, upper)  # per-record map: DP is unaffected
-    unit_points = jnp.clip((points - lower) / (upper - lower), 0.0, 1.0)
+    unit_points = to_unit_range(points, lower, upper)  # per-record map: DP is unaffected
 
     # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
     # exact integers.
@@ -306,7 +306,7 @@ def _cluster_arrays(key, points, mask, lower, upper, em_table, gaussian_threshol
     tree, leaves = build_tree(split_bits, noise, em_table, unit_points, mask, lower, upper,
                               root_noisy_count, beta, allocation, config)
     # Line 11.
-    centers = leaf_centers(derive_key(key, keys.AVERAGE), unit_points, mask, leaves.point_slot,
+    centers = leaf_centers(derive_key(key, keys.AVERAGE), points, mask, leaves.point_slot,
                            leaves.noisy_count, leaves.valid, lower, upper, gaussian_thresholds,
                            averaging)
     return dict(

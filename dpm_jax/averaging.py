@@ -41,18 +41,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact, keys
-from dpm_jax._arrays import looped_under_vmap
+from dpm_jax._arrays import looped_under_vmap, to_unit_range
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import (DiscreteGaussianTable, discrete_gaussian_multiplier,
                                 discrete_gaussian_noise, discrete_gaussian_table)
 
 __all__ = ["FIXED_POINT_BITS", "AveragingPlan", "plan_averaging", "fixed_point_codes", "leaf_sums",
-           "release_leaf_sums", "leaf_centers", "ledger_entry"]
+           "release_leaf_sums", "leaf_centers", "blockwise_leaf_sums", "centers_from_sums",
+           "ledger_entry"]
 
 FIXED_POINT_BITS = 20
 _CODE_HALF_RANGE = 2 ** (FIXED_POINT_BITS - 1)
 _CHUNK = 2**10  # a chunk's sum of codes stays within 2**29 in magnitude
 _TARGET_SIGMA = 2.0**14
+_BLOCK_ROWS = 2**16  # rows whose codes exist at once (a multiple of _CHUNK)
 
 
 class AveragingPlan(NamedTuple):
@@ -148,14 +150,14 @@ def release_leaf_sums(key: jax.Array, sums: exact.Int, table_arrays, plan: Avera
     return exact.add(_floor_shift(sums, plan.coarse_shift), exact.from_int32(noise))
 
 
-def leaf_centers(key: jax.Array, unit_points: jax.Array, point_mask: jax.Array,
+def leaf_centers(key: jax.Array, points: jax.Array, point_mask: jax.Array,
                  point_slot: jax.Array, leaf_count: jax.Array, leaf_valid: jax.Array,
                  lower: jax.Array, upper: jax.Array, table_arrays, plan: AveragingPlan) -> jax.Array:
     """Noisy centres of all leaf slots in data units; padded slots are NaN.
 
     Args:
       key: derive_key(key, "average").
-      unit_points: (n, d) points scaled to [0, 1] by the public bounds.
+      points: (n, d) points in data units (clipped to the bounds here).
       point_mask: (n,) bool.
       point_slot: (n,) leaf slot of every point.
       leaf_count, leaf_valid: (slots,) released noisy counts and the valid mask.
@@ -164,7 +166,37 @@ def leaf_centers(key: jax.Array, unit_points: jax.Array, point_mask: jax.Array,
       plan: :func:`plan_averaging`.
     """
     num_slots = leaf_count.shape[0]
-    sums = leaf_sums(fixed_point_codes(unit_points), point_mask, point_slot, num_slots)
+    sums = blockwise_leaf_sums(points, lower, upper, point_mask, point_slot, num_slots)
+    return centers_from_sums(key, sums, leaf_count, leaf_valid, lower, upper, table_arrays, plan)
+
+
+def blockwise_leaf_sums(points: jax.Array, lower: jax.Array, upper: jax.Array, point_mask: jax.Array,
+                        point_slot: jax.Array, num_slots: int) -> exact.Int:
+    """:func:`leaf_sums` of the codes of ``points`` (data units), _BLOCK_ROWS rows at a time.
+
+    The codes of only one block exist at once (those of all n points would be a
+    copy of the data); exact sums of the blocks' exact sums equal the sum at once.
+    """
+    n = points.shape[0]
+
+    def block_sums(start, size):
+        rows = lambda a: jax.lax.dynamic_slice_in_dim(a, start, size)
+        codes = fixed_point_codes(to_unit_range(rows(points), lower, upper))
+        return leaf_sums(codes, rows(point_mask), rows(point_slot), num_slots)
+
+    full_blocks, remainder = divmod(n, _BLOCK_ROWS)
+    total = exact.from_int32(jnp.zeros((num_slots, points.shape[1]), jnp.int32))
+    if full_blocks:
+        total = jax.lax.fori_loop(0, full_blocks, lambda i, t: exact.add(t, block_sums(i * _BLOCK_ROWS, _BLOCK_ROWS)),
+                                  total)
+    if remainder:
+        total = exact.add(total, block_sums(full_blocks * _BLOCK_ROWS, remainder))
+    return total
+
+
+def centers_from_sums(key: jax.Array, sums: exact.Int, leaf_count: jax.Array, leaf_valid: jax.Array,
+                      lower: jax.Array, upper: jax.Array, table_arrays, plan: AveragingPlan) -> jax.Array:
+    """The mechanism on exact leaf sums (:func:`release_leaf_sums`), then centres in data units."""
     released = release_leaf_sums(key, sums, table_arrays, plan)
     # Post-processing of released integers from here on.
     noisy_sum = (exact.to_float32(released) + 0.5) * np.float32(2.0**plan.coarse_shift)

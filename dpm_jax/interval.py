@@ -56,7 +56,7 @@ from dpm_jax.config import DPMConfig
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, exponential_mechanism
 
-__all__ = ["gaussian_gap_constant", "gap_counts_below", "sorted_gaps", "interval_dimensions",
+__all__ = ["gaussian_gap_constant", "gap_counts_below", "sorted_levels", "interval_dimensions",
            "num_interval_dimensions", "interval_utility", "utility_sensitivity",
            "estimate_split_interval_size", "ledger_entry", "PERCENTILE_SENSITIVITY"]
 
@@ -64,7 +64,6 @@ PERCENTILE_SENSITIVITY = 2  # Lemma 1, per dimension
 _UTILITY_UNITS = 2**10
 _QUANTISATION_LEVELS = 2**30
 _SENTINEL = np.int32(2**31 - 1)
-_SORT_GROUPS = 16
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,42 +111,52 @@ def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshol
       (G,) exact counts (:class:`dpm_jax.exact.Int`).
     """
     n, d = unit_points.shape
-    gaps = sorted_gaps(unit_points, point_mask)
+    levels = sorted_levels(unit_points, point_mask)
     real_gaps = jnp.arange(n - 1) < jnp.sum(point_mask) - 1
     # The sort depends on the data only, so under vmap over keys it is shared; the
     # bucketing depends on the key (through n~) and runs as a loop over the batch.
-    histogram = looped_under_vmap(_gap_histogram, num_thresholds)(gaps, real_gaps, threshold_step)
+    histogram = looped_under_vmap(_gap_histogram, num_thresholds)(levels, real_gaps, threshold_step)
     per_dimension = exact.exact_cumsum(histogram)[:, 1:-1]  # (d, G), each below 2**31
     return exact.tree_total(per_dimension)
 
 
-def sorted_gaps(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndarray:
-    """(d, n - 1) float32 gaps between neighbours of every dimension, in quantisation levels.
+def sorted_levels(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndarray:
+    """(d, n) int32: every dimension's quantised coordinates, sorted; padding points last.
 
-    Padding points sort to the end, so their gaps are the last ones of each row.
-    Dimensions are sorted in separate groups of rows: XLA sorts one array on one
-    core, independent sorts may run on different ones (twice as fast on two cores
-    in isolation; inside the whole program XLA overlaps them less).
+    One dimension at a time, written into one buffer: the peak memory of the sorts is
+    that buffer plus one column (an n x d sort array, a copy per group and their
+    concatenation had cost three times the data's size). Its neighbour differences
+    are the gaps of Algorithm 2, in quantisation levels (:func:`_gap_histogram`).
     """
-    def quantised_rows(group):
-        levels = jnp.floor(unit_points[:, group[0]:group[-1] + 1] * _QUANTISATION_LEVELS)
-        return jnp.where(point_mask[:, None], levels.astype(jnp.int32), _SENTINEL).T
+    n, d = unit_points.shape
 
-    d = unit_points.shape[1]
-    groups = np.array_split(np.arange(d), min(d, _SORT_GROUPS))
-    ordered = jnp.concatenate([jnp.sort(quantised_rows(group), axis=1) for group in groups])
-    return (ordered[:, 1:] - ordered[:, :-1]).astype(jnp.float32)
+    def sort_dimension(dim, ordered):
+        column = jax.lax.dynamic_index_in_dim(unit_points, dim, axis=1, keepdims=False)
+        levels = jnp.floor(column * _QUANTISATION_LEVELS).astype(jnp.int32)
+        row = jnp.sort(jnp.where(point_mask, levels, _SENTINEL))
+        return jax.lax.dynamic_update_index_in_dim(ordered, row, dim, axis=0)
+
+    return jax.lax.fori_loop(0, d, sort_dimension, jnp.zeros((d, n), jnp.int32))
 
 
-def _gap_histogram(num_thresholds: int, gaps, real_gaps, threshold_step):
-    # gap < y_g = g y_1  <=>  g > gap / y_1  <=>  g >= floor(gap / y_1) + 1
-    first_threshold_above = jnp.floor(gaps / (threshold_step * _QUANTISATION_LEVELS)) + 1.0
-    bucket = jnp.where(real_gaps, jnp.minimum(first_threshold_above, num_thresholds + 1),
-                       num_thresholds + 1).astype(jnp.int32)
-    d = gaps.shape[0]
-    bucket = bucket + (num_thresholds + 2) * jnp.arange(d, dtype=jnp.int32)[:, None]
-    return jnp.zeros(d * (num_thresholds + 2), jnp.int32).at[bucket.reshape(-1)].add(1).reshape(
-        d, num_thresholds + 2)
+def _gap_histogram(num_thresholds: int, levels, real_gaps, threshold_step):
+    """(d, G + 2) int32 counts of the gaps of every dimension by their first threshold above.
+
+    One dimension at a time (the bucket indices of all n d gaps would cost twice the
+    data's size); gap < y_g = g y_1  <=>  g > gap / y_1  <=>  g >= floor(gap / y_1) + 1.
+    """
+    d = levels.shape[0]
+
+    def count_dimension(dim, histogram):
+        row = jax.lax.dynamic_index_in_dim(levels, dim, axis=0, keepdims=False)
+        gaps = (row[1:] - row[:-1]).astype(jnp.float32)
+        first_threshold_above = jnp.floor(gaps / (threshold_step * _QUANTISATION_LEVELS)) + 1.0
+        bucket = jnp.where(real_gaps, jnp.minimum(first_threshold_above, num_thresholds + 1),
+                           num_thresholds + 1).astype(jnp.int32)
+        counts = jnp.zeros(num_thresholds + 2, jnp.int32).at[bucket].add(1)
+        return jax.lax.dynamic_update_index_in_dim(histogram, counts, dim, axis=0)
+
+    return jax.lax.fori_loop(0, d, count_dimension, jnp.zeros((d, num_thresholds + 2), jnp.int32))
 
 
 def interval_dimensions(key: jax.Array, d: int, max_dims: int | None) -> jnp.ndarray | None:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from dpm_jax import exact
-from dpm_jax.averaging import (FIXED_POINT_BITS, fixed_point_codes, leaf_centers, leaf_sums, plan_averaging,
-                               release_leaf_sums)
+from dpm_jax.averaging import (FIXED_POINT_BITS, blockwise_leaf_sums, fixed_point_codes, leaf_centers, leaf_sums,
+                               plan_averaging, release_leaf_sums)
 from dpm_jax.mechanisms import cdp_delta, discrete_gaussian_table
 
 _leaf_sums = jax.jit(leaf_sums, static_argnums=3)
@@ -168,10 +168,9 @@ def test_centres_equal_leaf_means_when_the_noise_is_tiny():
     points = np.where(rng.random((n, 1)) < 0.5, points, lower + 0.1 * (upper - lower)).astype(np.float32)
     slot = rng.integers(0, 4, n)
     mask = rng.random(n) < 0.95
-    unit = unit_scale(points, lower, upper)
     counts = np.asarray([np.sum(mask & (slot == s)) for s in range(slots)], np.float32)
     valid = np.asarray([True] * 4 + [False] * 2)
-    centers = np.asarray(leaf_centers(jax.random.key(0), jnp.asarray(unit), jnp.asarray(mask),
+    centers = np.asarray(leaf_centers(jax.random.key(0), jnp.asarray(points), jnp.asarray(mask),
                                       jnp.asarray(slot, jnp.int32), jnp.asarray(counts), jnp.asarray(valid),
                                       jnp.asarray(lower), jnp.asarray(upper), table_arrays(plan), plan))
     for s in range(4):
@@ -207,7 +206,7 @@ def test_noise_scale_over_many_keys():
     assert abs(np.mean(codes)) < 0.05 * scale  # unbiased: the mean's sd is 0.005 scale
 
     def centre(key):
-        return leaf_centers(key, unit, mask, jnp.zeros(n, jnp.int32), jnp.full(slots, count),
+        return leaf_centers(key, jnp.zeros((n, d)), mask, jnp.zeros(n, jnp.int32), jnp.full(slots, count),
                             jnp.ones(slots, bool), lower, upper, arrays, plan)
 
     centres = np.asarray(jax.jit(jax.vmap(centre))(keys), np.float64)
@@ -225,7 +224,20 @@ def test_centres_never_leave_the_bounds_in_float32():
     plan = plan_averaging(1.0, 1e-6, 1)
     table = plan.table
     n = 50  # every point at the upper bound, a released count of 1: the unit centre clips to 1
-    centres = leaf_centers(jax.random.key(0), jnp.ones((n, 1)), jnp.ones(n, bool), jnp.zeros(n, jnp.int32),
-                           jnp.asarray([1.0, 0.0]), jnp.asarray([True, False]), lower, upper,
+    centres = leaf_centers(jax.random.key(0), jnp.broadcast_to(upper, (n, 1)), jnp.ones(n, bool),
+                           jnp.zeros(n, jnp.int32), jnp.asarray([1.0, 0.0]), jnp.asarray([True, False]), lower, upper,
                            (jnp.asarray(table.thresholds_high), jnp.asarray(table.thresholds_low)), plan)
     assert float(centres[0, 0]) <= float(upper[0]) and float(centres[0, 0]) >= float(lower[0])
+
+
+def test_blockwise_leaf_sums_equal_the_sums_of_all_codes_at_once():
+    """Two full blocks of 2**16 rows and a partial one, points outside the bounds included:
+    the blockwise sums (codes of one block at a time) are the same integers."""
+    rng = np.random.default_rng(11)
+    n, d, slots = 2 * 2**16 + 1234, 3, 5
+    lower, upper = np.float32([-2.0, 0.0, 10.0]), np.float32([2.0, 1.0, 30.0])
+    points = rng.uniform(lower - 1, upper + 1, (n, d)).astype(np.float32)
+    mask, slot = rng.random(n) < 0.9, rng.integers(0, slots, n).astype(np.int32)
+    blockwise = jax.jit(blockwise_leaf_sums, static_argnums=5)(points, lower, upper, mask, slot, slots)
+    at_once = _leaf_sums(fixed_point_codes(jnp.asarray(unit_scale(points, lower, upper))), mask, slot, slots)
+    np.testing.assert_array_equal(value(blockwise), value(at_once))
