@@ -123,20 +123,26 @@ def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshol
 def sorted_levels(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndarray:
     """(d, n) int32: every dimension's quantised coordinates, sorted; padding points last.
 
-    One dimension at a time, written into one buffer: the peak memory of the sorts is
-    that buffer plus one column (an n x d sort array, a copy per group and their
-    concatenation had cost three times the data's size). Its neighbour differences
-    are the gaps of Algorithm 2, in quantisation levels (:func:`_gap_histogram`).
+    One sort per dimension, each written into one buffer: the peak memory of the
+    sorts is that buffer plus a column or two (all columns as one sort operand, a copy
+    per group of sorts and their concatenation had cost three times the data's size).
+    Unrolled, not a loop: a loop's operand would be a materialised copy of the
+    scaled points, which XLA otherwise computes inside each column's fusion.
+    Its neighbour differences are the gaps of Algorithm 2, in quantisation levels
+    (:func:`_gap_histogram`).
     """
     n, d = unit_points.shape
-
-    def sort_dimension(dim, ordered):
-        column = jax.lax.dynamic_index_in_dim(unit_points, dim, axis=1, keepdims=False)
-        levels = jnp.floor(column * _QUANTISATION_LEVELS).astype(jnp.int32)
-        row = jnp.sort(jnp.where(point_mask, levels, _SENTINEL))
-        return jax.lax.dynamic_update_index_in_dim(ordered, row, dim, axis=0)
-
-    return jax.lax.fori_loop(0, d, sort_dimension, jnp.zeros((d, n), jnp.int32))
+    ordered = jnp.zeros((d, n), jnp.int32)
+    after_previous = _SENTINEL
+    for dim in range(d):
+        levels = jnp.floor(unit_points[:, dim] * _QUANTISATION_LEVELS).astype(jnp.int32)
+        # min(levels, x | _SENTINEL) = levels for the sorted values x >= 0 of the previous
+        # dimension: a data dependence only, so that XLA builds each column after the
+        # previous sort instead of all columns at once (d columns alive at the peak).
+        column = jnp.where(point_mask, jnp.minimum(levels, after_previous), _SENTINEL)
+        ordered = ordered.at[dim].set(jnp.sort(column))
+        after_previous = ordered[dim, -1] | _SENTINEL
+    return ordered
 
 
 def _gap_histogram(num_thresholds: int, levels, real_gaps, threshold_step):
