@@ -24,10 +24,16 @@ gap counts, are those of one device.
 
 from __future__ import annotations
 
-import jax
-from jax.sharding import AxisType, NamedSharding
+from typing import Any, NamedTuple
 
-__all__ = ["automatic_axes"]
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+__all__ = ["automatic_axes", "GlobalRows", "rows_of_all_processes"]
+
+ROWS_AXIS = "rows"
 
 
 def automatic_axes(x: jax.Array) -> jax.Array:
@@ -41,3 +47,45 @@ def automatic_axes(x: jax.Array) -> jax.Array:
         return x
     mesh = sharding.mesh.update(axis_types=(AxisType.Auto,) * len(sharding.mesh.axis_names))
     return jax.device_put(x, NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind))
+
+
+class GlobalRows(NamedTuple):
+    """The rows of every process as one global array, for ``cluster(key, points, ..., point_mask=mask)``.
+
+    Each process's rows are padded to a common length (padding rows are False in
+    ``mask`` and ignored exactly), so the release equals that of one process on the
+    concatenated rows. ``labels_nonprivate`` of such a run has one entry per padded row.
+    """
+
+    points: jax.Array  # (processes * padded_rows, d) float32, rows sharded over all devices
+    mask: jax.Array  # (processes * padded_rows,) bool, same sharding
+
+
+def rows_of_all_processes(local_points: Any) -> GlobalRows:
+    """Many hosts: every process passes its own rows; all get the same global array.
+
+    Call after ``jax.distributed.initialize`` on every process (collectively). The
+    processes exchange their row and column counts (among themselves: nothing is
+    released; the release holds only global noisy counts) to agree on the padding;
+    a process whose column count differs is named in the error before any work.
+    Each process's rows stay on its devices.
+    """
+    local = np.asarray(local_points, np.float32)
+    if local.ndim != 2:
+        raise ValueError(f"process {jax.process_index()}: local rows must have shape (n, d), got {local.shape}")
+    shapes = np.asarray(multihost_utils.process_allgather(np.asarray(local.shape, np.int64))).reshape(-1, 2)
+    columns = shapes[:, 1]
+    if np.any(columns != columns[0]):
+        raise ValueError(f"the processes' rows have different numbers of columns: {columns.tolist()} "
+                         f"(by process index); every process must hold rows of the same d")
+    devices = jax.local_device_count()
+    padded = max(1, -(-int(shapes[:, 0].max()) // devices)) * devices
+    rows = np.zeros((padded, local.shape[1]), np.float32)
+    rows[:local.shape[0]] = local
+    mask = np.arange(padded) < local.shape[0]
+    mesh = jax.make_mesh((jax.device_count(),), (ROWS_AXIS,), axis_types=(AxisType.Auto,))
+    total = padded * jax.process_count()
+    return GlobalRows(
+        jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec(ROWS_AXIS)), rows,
+                                               (total, local.shape[1])),
+        jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec(ROWS_AXIS)), mask, (total,)))

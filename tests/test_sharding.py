@@ -1,11 +1,13 @@
-"""Rows sharded over devices give the release of one device (dpm_jax.sharding).
+"""Rows sharded over devices or processes give the release of one device (dpm_jax.sharding).
 
 Four CPU devices are forced with XLA_FLAGS, which must be set before jax is
 imported: the comparison runs in a subprocess, so the main pytest process keeps
 its single device.
 """
 
+import hashlib
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -13,6 +15,8 @@ import textwrap
 import jax
 import numpy as np
 
+import dpm_jax
+from dpm_jax.eval.datasets import synthetic_blobs
 from dpm_jax.sharding import automatic_axes
 
 SCRIPT = textwrap.dedent("""
@@ -76,3 +80,54 @@ def test_automatic_axes_is_a_no_op_on_automatic_meshes():
     sharded = jax.device_put(np.ones((4, 2), np.float32),
                              jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows")))
     assert automatic_axes(sharded) is sharded
+
+
+PROCESS = textwrap.dedent("""
+    import hashlib, sys
+    import jax
+    process_id, port = int(sys.argv[1]), sys.argv[2]
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                               process_id=process_id, initialization_timeout=120)
+    import numpy as np, dpm_jax
+    from dpm_jax.eval.datasets import synthetic_blobs
+    from dpm_jax.sharding import rows_of_all_processes
+    data = synthetic_blobs(n=600, d=3, num_blobs=6, std=1.0, seed=3)
+    own = data.points[:250] if process_id == 0 else data.points[250:]  # unequal shares: padding
+    rows = rows_of_all_processes(own)
+    assert rows.points.shape == (700, 3) and not rows.points.is_fully_addressable
+    r = dpm_jax.cluster(jax.random.key(7), rows.points, dpm_jax.Budget(1.0, 1e-6), bounds=data.bounds,
+                        config=dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10), point_mask=rows.mask)
+    released = [r.centers, r.counts, r.valid, r.k, r.split_interval_size, r.leaf_node, *r.tree]
+    print("DIGEST", hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in released)).hexdigest())
+    jax.distributed.shutdown()
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_processes_give_the_release_of_one_process_on_the_concatenated_rows():
+    # Long because: two fresh processes compile the run (gloo collectives over loopback).
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    port = str(_free_port())
+    workers = [subprocess.Popen([sys.executable, "-c", PROCESS, str(i), port], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    try:
+        outputs = [worker.communicate(timeout=600) for worker in workers]
+    finally:
+        for worker in workers:
+            worker.kill()
+    for worker, (out, err) in zip(workers, outputs):
+        assert worker.returncode == 0, err[-3000:]
+    digests = [line.split()[1] for out, _ in outputs for line in out.splitlines() if line.startswith("DIGEST")]
+
+    data = synthetic_blobs(n=600, d=3, num_blobs=6, std=1.0, seed=3)
+    r = dpm_jax.cluster(jax.random.key(7), data.points, dpm_jax.Budget(1.0, 1e-6), bounds=data.bounds,
+                        config=dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10))
+    released = [r.centers, r.counts, r.valid, r.k, r.split_interval_size, r.leaf_node, *r.tree]
+    expected = hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in released)).hexdigest()
+    assert digests == [expected, expected]
