@@ -57,7 +57,8 @@ from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, exponential_mechanism
 
 __all__ = ["gaussian_gap_constant", "gap_counts_below", "sorted_levels", "interval_dimensions",
-           "num_interval_dimensions", "interval_utility", "utility_sensitivity",
+           "num_interval_dimensions", "interval_utility", "utility_sensitivity", "gap_histogram",
+           "counts_from_gap_histogram", "first_gap_threshold", "select_interval_size",
            "estimate_split_interval_size", "ledger_entry", "PERCENTILE_SENSITIVITY"]
 
 PERCENTILE_SENSITIVITY = 2  # Lemma 1, per dimension
@@ -115,7 +116,12 @@ def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshol
     real_gaps = jnp.arange(n - 1) < jnp.sum(point_mask) - 1
     # The sort depends on the data only, so under vmap over keys it is shared; the
     # bucketing depends on the key (through n~) and runs as a loop over the batch.
-    histogram = looped_under_vmap(_gap_histogram, num_thresholds)(levels, real_gaps, threshold_step)
+    histogram = looped_under_vmap(gap_histogram, num_thresholds)(levels, real_gaps, threshold_step)
+    return counts_from_gap_histogram(histogram)
+
+
+def counts_from_gap_histogram(histogram: jax.Array) -> exact.Int:
+    """C(y_g), g = 1..G, summed over the dimensions, from (d, G + 2) :func:`gap_histogram` counts."""
     per_dimension = exact.exact_cumsum(histogram)[:, 1:-1]  # (d, G), each below 2**31
     return exact.tree_total(per_dimension)
 
@@ -129,7 +135,7 @@ def sorted_levels(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndar
     Unrolled, not a loop: a loop's operand would be a materialised copy of the
     scaled points, which XLA otherwise computes inside each column's fusion.
     Its neighbour differences are the gaps of Algorithm 2, in quantisation levels
-    (:func:`_gap_histogram`).
+    (:func:`gap_histogram`).
     """
     n, d = unit_points.shape
     ordered = jnp.zeros((d, n), jnp.int32)
@@ -145,7 +151,7 @@ def sorted_levels(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndar
     return ordered
 
 
-def _gap_histogram(num_thresholds: int, levels, real_gaps, threshold_step):
+def gap_histogram(num_thresholds: int, levels, real_gaps, threshold_step):
     """(d, G + 2) int32 counts of the gaps of every dimension by their first threshold above.
 
     One dimension at a time (the bucket indices of all n d gaps would cost twice the
@@ -239,13 +245,22 @@ def estimate_split_interval_size(key: jax.Array, em_table, unit_points: jnp.ndar
     dims = interval_dimensions(dims_key, unit_points.shape[1], config.interval_max_dims)
     if dims is not None:
         unit_points = unit_points[:, dims]
-    num_dims = unit_points.shape[1]
-    n_ref = jnp.maximum(noisy_count, 2.0)
-    threshold_step = gaussian_gap_constant(config.percentile) * config.sigma_step / n_ref
-    counts = gap_counts_below(unit_points, point_mask, threshold_step, config.num_sigmas)
+    counts = gap_counts_below(unit_points, point_mask, first_gap_threshold(noisy_count, config), config.num_sigmas)
+    return select_interval_size(select_key, em_table, counts, noisy_count, epsilon, unit_points.shape[1], config)
+
+
+def first_gap_threshold(noisy_count, config: DPMConfig):
+    """y_1 = c_p sigma_step / n~: the first gap threshold, in units of the range (public: n~ is released)."""
+    return gaussian_gap_constant(config.percentile) * config.sigma_step / jnp.maximum(noisy_count, 2.0)
+
+
+def select_interval_size(key: jax.Array, em_table, counts: exact.Int, noisy_count, epsilon: float, num_dims: int,
+                         config: DPMConfig):
+    """The mechanism of Algorithm 2 on the exact gap counts C(y_g) of ``num_dims`` dimensions:
+    (beta, index) (:func:`estimate_split_interval_size`)."""
     utility = interval_utility(counts, noisy_count, config.percentile, num_dims)
     index = exponential_mechanism(
-        select_key, em_table, exact.Int(tuple(limb[None] for limb in utility.limbs)),
+        key, em_table, exact.Int(tuple(limb[None] for limb in utility.limbs)),
         jnp.ones((1, config.num_sigmas), bool), epsilon, utility_sensitivity(num_dims))[0]
     sigma = config.sigma_step * (index + 1).astype(jnp.float32)
     # Post-processing: never more than max_splits_per_dim candidates per dimension.

@@ -66,7 +66,8 @@ _SELECT_CHUNK = 8  # nodes scored per loop step (a power of two)
 
 __all__ = ["SplitTree", "Leaves", "LevelState", "LevelRelease", "build_tree", "split_level", "choose_splits",
            "select_splits", "route_points", "count_children", "stopping_rule", "root_interval_size",
-           "ledger_entries"]
+           "ledger_entries", "paper_split_position", "release_level", "next_point_nodes", "candidate_count",
+           "tree_inputs", "root_node_counts", "padded_randomness", "level_randomness", "assemble_tree"]
 
 
 class SplitTree(NamedTuple):
@@ -271,25 +272,15 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
     go_right = route_points(half_bins, state.point_node, split_dim, first_right)
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
-    child_exact = add_count_noise(child_true, level_noise)
-    applied = stopping_rule(child_exact, state.node_active, inputs.min_child)
-
-    active = state.node_active
     if inputs.cell:
         cut = _cell_cut(grid, split_dim, first_right)
         position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
     else:
-        position = (inputs.lower[split_dim]
-                    + (split_index + 0.5) * inputs.beta * (inputs.upper - inputs.lower)[split_dim])
-    release = LevelRelease(
-        noisy_count=jnp.where(active, exact.to_float32(state.noisy_count), 0.0), reached=active,
-        is_split=applied, split_dim=jnp.where(active, split_dim, -1),
-        split_position=jnp.where(active, position, jnp.nan), is_leaf=active & ~applied,
-        child_count=exact.to_float32(child_exact),  # post-processing of released integers
-        child_active=jnp.repeat(applied, 2))
-    point_split = applied[state.point_node]
-    next_node = 2 * state.point_node + (go_right & point_split).astype(jnp.int32)
-    next_active = state.point_active & point_split
+        position = paper_split_position(inputs, split_dim, split_index)
+    release, child_exact = release_level(inputs, state.noisy_count, state.node_active, split_dim, position,
+                                         child_true, level_noise)
+    applied = release.is_split
+    next_node, next_active = next_point_nodes(state.point_node, state.point_active, go_right, applied)
     next_counts = state.counts  # empty without sibling subtraction
     if inputs.use_siblings:
         # The deepest level has no next level (and its children need not fit in
@@ -305,6 +296,39 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
                             exact.Int(tuple(limb[:width] for limb in child_exact.limbs)),
                             release.child_active[:width], next_counts, *next_cells)
     return next_state, release
+
+
+def paper_split_position(inputs: _TreeInputs, split_dim: jax.Array, split_index: jax.Array) -> jax.Array:
+    """The drawn split's position in data units on the paper grid: lower + (j + 1/2) beta (range)."""
+    return (inputs.lower[split_dim]
+            + (split_index + 0.5) * inputs.beta * (inputs.upper - inputs.lower)[split_dim])
+
+
+def release_level(inputs: _TreeInputs, noisy_count: exact.Int, node_active: jax.Array, split_dim: jax.Array,
+                  position: jax.Array, child_true: jax.Array,
+                  level_noise: exact.Int) -> tuple[LevelRelease, exact.Int]:
+    """Lines 16-18 of a level from its exact child sizes: the noisy child counts, the stopping
+    rule and the level's :class:`LevelRelease`; also the children's noisy counts, exact."""
+    child_exact = add_count_noise(child_true, level_noise)
+    applied = stopping_rule(child_exact, node_active, inputs.min_child)
+    release = LevelRelease(
+        noisy_count=jnp.where(node_active, exact.to_float32(noisy_count), 0.0), reached=node_active,
+        is_split=applied, split_dim=jnp.where(node_active, split_dim, -1),
+        split_position=jnp.where(node_active, position, jnp.nan), is_leaf=node_active & ~applied,
+        child_count=exact.to_float32(child_exact),  # post-processing of released integers
+        child_active=jnp.repeat(applied, 2))
+    return release, child_exact
+
+
+def next_point_nodes(point_node: jax.Array, point_active: jax.Array, go_right: jax.Array,
+                     is_split: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Every point's local index and activity on the next level (lines 26-27).
+
+    Points of a leaf stay inactive and follow the left-most path (2 i), so that at
+    depth tau_r their local index is their leaf's slot.
+    """
+    point_split = is_split[point_node]
+    return 2 * point_node + (go_right & point_split).astype(jnp.int32), point_active & point_split
 
 
 def _cell_cut(grid: CellGrid, split_dim: jax.Array, boundary: jax.Array) -> jax.Array:
@@ -383,48 +407,79 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
     """
     n, d = unit_points.shape
     tau_r = config.tau_r
-    max_splits = config.max_splits_per_dim
     cell = config.split_grid == CELL_GRID
-    num_splits = None if cell else jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
-    half_bins = None if cell else half_bin_indices(unit_points, beta, num_splits, max_splits)
-    lattice_unit = _lattice_unit(lower, upper, config)
-    root_noisy_size = exact.to_float32(root_noisy_count)
-    tau_e = root_noisy_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
-    width = 2 ** (tau_r - 1)  # nodes of the deepest split level; every level is padded to it
-    # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
-    # few, carrying the counts from level to level costs more than it saves under vmap
-    # (measured at 10 and 100 dimensions, benchmarks/speed.py).
-    use_siblings = d >= _SIBLING_MIN_DIMS and not cell
-    inputs = _TreeInputs(
-        half_bins=half_bins, unit_points=unit_points if cell else None, lattice_unit=lattice_unit,
-        em_table=em_table, candidate_valid=None if cell else jnp.arange(max_splits) < num_splits,
-        coefficients=score_coefficients(config.t, config.q, config.alpha),
-        min_child=jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32),  # float32-exact ends
-        lower=lower, upper=upper, beta=beta, max_splits=max_splits, width=width, num_levels=tau_r,
-        use_siblings=use_siblings, cell=cell)
-    bits = jnp.concatenate([split_bits, jnp.zeros((width,) + split_bits.shape[1:], split_bits.dtype)])
-    noise = tuple(jnp.concatenate([limb, jnp.zeros(2 * width, limb.dtype)]) for limb in count_noise.limbs)
+    half_bins = (None if cell else
+                 half_bin_indices(unit_points, beta, candidate_count(beta, config), config.max_splits_per_dim))
+    inputs = tree_inputs(half_bins, unit_points if cell else None, em_table, lower, upper, root_noisy_count, beta,
+                         config)
+    width, max_splits = inputs.width, inputs.max_splits
+    randomness = padded_randomness(split_bits, count_noise, width)
 
     def scan_step(state: LevelState, level_inputs):
         level, epsilon, offset = level_inputs
-        first = jnp.left_shift(1, level)  # heap id of the level's first node
-        level_noise = exact.Int(tuple(jax.lax.dynamic_slice_in_dim(limb, 2 * first, 2 * width)
-                                      for limb in noise))
-        return split_level(inputs, state, level, epsilon, offset,
-                           jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise)
+        return split_level(inputs, state, level, epsilon, offset, *level_randomness(randomness, level, width))
 
     root_histogram = (level_histogram(half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
-                   if use_siblings else jnp.zeros(0, jnp.int32))
-    cells = ([jnp.broadcast_to(end, (width, d)) for end in root_cell(d, lattice_unit)] if cell
+                      if inputs.use_siblings else jnp.zeros(0, jnp.int32))
+    cells = ([jnp.broadcast_to(end, (width, d)) for end in root_cell(d, inputs.lattice_unit)] if cell
              else [jnp.zeros(0, jnp.float32)] * 2)
-    initial = LevelState(jnp.zeros(n, jnp.int32), point_mask,
-                         exact.Int(tuple(jnp.zeros(width, jnp.int32).at[0].set(limb)
-                                         for limb in root_noisy_count.limbs)),
+    initial = LevelState(jnp.zeros(n, jnp.int32), point_mask, root_node_counts(root_noisy_count, width),
                          jnp.arange(width) == 0, root_histogram, *cells)
     level_inputs = (jnp.arange(tau_r), jnp.asarray(allocation.split_epsilons, jnp.float32),
                     jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32))
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
+    # At depth tau_r a point's local index is its leaf's slot (module docstring).
+    return assemble_tree(released, last.point_node, tau_r)
 
+
+def candidate_count(beta, config: DPMConfig) -> jax.Array:
+    """numSplits on the paper grid: candidates per dimension for the split interval size beta."""
+    return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), config.max_splits_per_dim)
+
+
+def tree_inputs(half_bins, unit_points, em_table, lower: jax.Array, upper: jax.Array, root_noisy_count: exact.Int,
+                beta, config: DPMConfig) -> _TreeInputs:
+    """The public per-run quantities every level reads (``half_bins`` None for streamed data)."""
+    tau_r, max_splits = config.tau_r, config.max_splits_per_dim
+    cell = config.split_grid == CELL_GRID
+    root_noisy_size = exact.to_float32(root_noisy_count)
+    tau_e = root_noisy_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
+    return _TreeInputs(
+        half_bins=half_bins, unit_points=unit_points, lattice_unit=_lattice_unit(lower, upper, config),
+        em_table=em_table, candidate_valid=None if cell else jnp.arange(max_splits) < candidate_count(beta, config),
+        coefficients=score_coefficients(config.t, config.q, config.alpha),
+        min_child=jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32),  # float32-exact ends
+        lower=lower, upper=upper, beta=beta, max_splits=max_splits,
+        width=2 ** (tau_r - 1),  # nodes of the deepest split level; every level is padded to it
+        num_levels=tau_r,
+        # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
+        # few, carrying the counts from level to level costs more than it saves under vmap
+        # (measured at 10 and 100 dimensions, benchmarks/speed.py).
+        use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and not cell, cell=cell)
+
+
+def root_node_counts(root_noisy_count: exact.Int, width: int) -> exact.Int:
+    """(width,) released n~ of the root level's slots: the root's in slot 0."""
+    return exact.Int(tuple(jnp.zeros(width, jnp.int32).at[0].set(limb) for limb in root_noisy_count.limbs))
+
+
+def padded_randomness(split_bits: jax.Array, count_noise: exact.Int, width: int):
+    """The heap-layout split bits and count noise, padded so that every level can slice ``width`` slots."""
+    bits = jnp.concatenate([split_bits, jnp.zeros((width,) + split_bits.shape[1:], split_bits.dtype)])
+    noise = tuple(jnp.concatenate([limb, jnp.zeros(2 * width, limb.dtype)]) for limb in count_noise.limbs)
+    return bits, noise
+
+
+def level_randomness(randomness, level, width: int) -> tuple[jax.Array, exact.Int]:
+    """A level's rows: split bits of its nodes (width,) and count noise of their children (2 width,)."""
+    bits, noise = randomness
+    first = jnp.left_shift(1, level)  # heap id of the level's first node
+    level_noise = exact.Int(tuple(jax.lax.dynamic_slice_in_dim(limb, 2 * first, 2 * width) for limb in noise))
+    return jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise
+
+
+def assemble_tree(released: LevelRelease, point_slot: jax.Array, tau_r: int) -> tuple[SplitTree, Leaves]:
+    """The released tree in heap layout and its leaves from the levels' releases (stacked by level)."""
     # Heap arrays: level l holds ids 2**l .. 2**(l+1) - 1 (the first 2**l padded slots);
     # level tau_r (line 14: maximal depth, every reached node is a leaf) comes from the
     # last level's children. Index 0 is padding.
@@ -440,8 +495,7 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
                      heap(released.reached, False, deepest_active),
                      heap(released.is_split, False, no_split), heap(released.split_dim, -1, no_split - 1),
                      heap(released.split_position, jnp.nan, no_split + jnp.nan))
-    # At depth tau_r a point's local index is its leaf's slot (module docstring).
-    return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), last.point_node, tau_r)
+    return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), point_slot, tau_r)
 
 
 def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, tau_r: int) -> Leaves:
