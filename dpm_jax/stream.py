@@ -1,0 +1,384 @@
+"""Out-of-core DPM: :func:`cluster_stream` streams chunks of rows through the device, level by level.
+
+The DPM paper ("DPM: Clustering Sensitive Data through Separation", Algorithm 1) reads
+the data only through reductions: the root count, the gap counts of Algorithm 2, per
+level the half-bin counts of every node and the sizes of its children, and the leaf
+sums. All of them are exact integers (:mod:`dpm_jax.exact`), so they can be
+accumulated chunk by chunk, and the totals, hence every mechanism's input and output,
+are those of :func:`dpm_jax.cluster` on the whole array: with the same key the
+release is bit-identical (tests/test_stream.py). The mechanisms, their key streams and
+the ledger are the in-memory path's own functions, called with the same arguments.
+
+No per-point state is kept between passes: each pass routes every chunk from the
+root through the splits released so far (lines 26-27), so memory is bounded by the
+chunk size and the tree, except for Algorithm 2, the one step that is not a
+reduction (Section 3.5): it sorts each dimension, so it holds one quantised column of
+all n points at a time (4 n bytes, as many columns per pass as fit in
+``column_bytes``), sorted on the host; the gap histogram of the sorted column is
+accumulated in blocks (a sum of exact counts, the same integers).
+
+Passes over the data (each reads every chunk): one to validate (before any noise is
+drawn), ceil(d' / columns per pass) for Algorithm 2, two per tree level (the level's
+histogram, then its children's sizes), one for the leaf sums.
+
+Privacy: the same as :func:`dpm_jax.cluster` (docs/privacy.md), as the same
+statistics enter the same mechanisms. The chunking is not released and does not
+change any statistic. ``labels_nonprivate`` is not computed (it would be n numbers);
+label points with the released tree or the nearest DP centre.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpm_jax import exact, keys
+from dpm_jax._arrays import to_unit_range
+from dpm_jax.api import (MAX_POINTS, ClusterResult, _em_table, _gaussian_thresholds, _validate_bounds,
+                         _validate_key, build_ledger)
+from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
+from dpm_jax.budget import Budget, allocate, heap_count_epsilons
+from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.histogram import half_bin_indices, level_histogram
+from dpm_jax.interval import (counts_from_gap_histogram, first_gap_threshold, gap_histogram, interval_dimensions,
+                              select_interval_size)
+from dpm_jax.keys import derive_key
+from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise, count_noise
+from dpm_jax.tree import (LevelRelease, assemble_tree, candidate_count, choose_splits, count_children,
+                          level_randomness, next_point_nodes, padded_randomness, release_level, root_node_counts,
+                          route_points, tree_inputs)
+
+__all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
+
+DEFAULT_CHUNK_ROWS = 2**20
+_GAP_BLOCK = 2**22  # sorted values per gap-histogram block
+_COLUMN_BYTES = 2**30
+
+
+class ChunkError(ValueError):
+    """A chunk of the data is bad or unreadable; the message names the chunk and the pass."""
+
+
+class _Chunks:
+    """The data as passes over chunks of rows, each split into pieces of at most ``chunk_rows``.
+
+    Accepts a 2-D array (NumPy, memmap, anything array-like), a ``.npy`` path (opened
+    as a memmap in every pass, so a file removed mid-run is an error), a sequence of
+    2-D arrays, or a factory: a function returning a fresh iterable of chunks per pass.
+    """
+
+    def __init__(self, data: Any, chunk_rows: int):
+        self.chunk_rows = chunk_rows
+        if isinstance(data, (str, os.PathLike)):
+            path = os.fspath(data)
+            self.describe = f"file {path!r}"
+            self._open = lambda: [self._load(path)]
+        elif callable(data):
+            self.describe = "the chunk factory"
+            self._open = data
+        elif hasattr(data, "shape") and hasattr(data, "dtype"):
+            self.describe = "the array"
+            self._open = lambda: [data]
+        elif isinstance(data, (list, tuple)):
+            self.describe = "the sequence of chunks"
+            self._open = lambda: data
+        else:
+            raise TypeError(f"data must be a 2-D array, a .npy path, a sequence of 2-D arrays or a function "
+                            f"returning an iterable of chunks, got {type(data).__name__}; a one-shot iterator "
+                            "cannot be read once per pass: wrap it in a function that recreates it")
+
+    @staticmethod
+    def _load(path: str):
+        if not path.endswith(".npy"):
+            raise ChunkError(f"{path!r}: only .npy files are read directly; pass other formats as chunks")
+        return np.load(path, mmap_mode="r")
+
+    def chunks(self, pass_name: str) -> Iterator[tuple[int, Any]]:
+        """(index, chunk) of one pass; a failure of the source names the chunk and the pass."""
+        index = 0  # the chunk being read: a failure of the source names it
+        try:
+            for chunk in iter(self._open()):
+                yield index, chunk
+                index += 1
+        except ChunkError:
+            raise
+        except Exception as error:  # the source's own failure (a file removed, a reader error)
+            raise ChunkError(f"reading chunk {index} of {self.describe} failed in pass {pass_name!r}: "
+                             f"{type(error).__name__}: {error}") from error
+
+    def pieces(self, pass_name: str, expected_rows: list[int] | None = None) -> Iterator[tuple[int, np.ndarray, int]]:
+        """(chunk index, float32 piece padded to ``chunk_rows`` rows, number of real rows)."""
+        seen = 0
+        for index, chunk in self.chunks(pass_name):
+            rows = _check_chunk(chunk, index, self.d, pass_name)
+            if expected_rows is not None and (index >= len(expected_rows) or rows != expected_rows[index]):
+                raise ChunkError(f"chunk {index} of {self.describe} changed between passes (pass {pass_name!r}): "
+                                 "the data must not change while it is clustered")
+            seen += 1
+            for start in range(0, rows, self.chunk_rows):
+                stop = min(rows, start + self.chunk_rows)
+                # A fresh buffer per piece: the device may use it without a copy while the
+                # host reads the next piece (asynchronous dispatch), so it is never reused.
+                buffer = np.zeros((self.chunk_rows, self.d), np.float32)
+                buffer[:stop - start] = chunk[start:stop]
+                yield index, buffer, stop - start
+        if expected_rows is not None and seen != len(expected_rows):
+            raise ChunkError(f"{self.describe} yielded {seen} chunks in pass {pass_name!r} but "
+                             f"{len(expected_rows)} in the first: the data must not change while it is clustered")
+
+    def survey(self) -> list[int]:
+        """The validation pass (before any noise is drawn): shapes, dtypes, finiteness; rows per chunk."""
+        rows, self.d = [], None
+        for index, chunk in self.chunks("validation"):
+            if self.d is None:
+                shape = getattr(chunk, "shape", None)
+                if shape is None or len(shape) != 2 or shape[1] == 0:
+                    raise ChunkError(f"chunk {index} of {self.describe} must have shape (rows, d) with d >= 1, "
+                                     f"got {shape}")
+                self.d = int(shape[1])
+            rows.append(_check_chunk(chunk, index, self.d, "validation", finite_rows=self.chunk_rows))
+        if not rows:
+            raise ChunkError(f"{self.describe} yielded no chunks: there is no data to cluster")
+        if sum(rows) == 0:
+            raise ChunkError(f"{self.describe} holds no rows: there is no data to cluster")
+        if sum(rows) > MAX_POINTS:
+            raise ChunkError(f"{self.describe} holds {sum(rows)} rows; at most {MAX_POINTS} are supported")
+        return rows
+
+
+def _check_chunk(chunk, index: int, d: int, pass_name: str, finite_rows: int = 0) -> int:
+    """The chunk's row count after checking its shape and dtype (and, with ``finite_rows``, that its
+    values are finite, that many rows at a time: a memmap is never read whole)."""
+    shape, dtype = getattr(chunk, "shape", None), getattr(chunk, "dtype", None)
+    if shape is None or len(shape) != 2:
+        raise ChunkError(f"chunk {index} must be a 2-D array (rows, d), got shape {shape} in pass {pass_name!r}")
+    if shape[1] != d:
+        raise ChunkError(f"chunk {index} has {shape[1]} columns, the first chunk has {d} (pass {pass_name!r})")
+    if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)) or np.issubdtype(dtype, np.bool_):
+        raise ChunkError(f"chunk {index} must hold real numbers, got dtype {dtype}")
+    for start in range(0, shape[0] if finite_rows else 0, max(finite_rows, 1)):
+        bad = ~np.isfinite(np.asarray(chunk[start:start + finite_rows]))
+        if bad.any():
+            row, column = np.argwhere(bad)[0]
+            raise ChunkError(f"chunk {index} contains NaN or inf (first at row {start + row} of the chunk, "
+                             f"column {column}); remove or impute those values before clustering")
+    return int(shape[0])
+
+
+def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(),
+                   chunk_rows: int = DEFAULT_CHUNK_ROWS, column_bytes: int = _COLUMN_BYTES,
+                   progress: bool | None = None) -> ClusterResult:
+    """:func:`dpm_jax.cluster` on data read in chunks (out of core); the same release for the same key.
+
+    Args:
+      key, budget, bounds, config: as for :func:`dpm_jax.cluster` (``tau_r="auto"`` is not
+        supported here: choose tau_r with :func:`dpm_jax.diagnostics.recommended_tau_r`).
+      data: a 2-D array or memmap, a ``.npy`` path, a sequence of 2-D arrays (the chunks),
+        or a function returning a fresh iterable of chunks (called once per pass).
+      chunk_rows: rows sent to the device at once (memory: about 10 bytes per coordinate).
+      column_bytes: host memory for Algorithm 2's sorted columns (4 bytes per point each).
+      progress: a line per pass on stderr; default: when stderr is a terminal.
+
+    Returns:
+      A :class:`dpm_jax.api.ClusterResult` whose ``labels_nonprivate`` is None.
+
+    Raises:
+      ChunkError: a chunk has the wrong number of columns, NaN or inf, is unreadable, the
+        source yields nothing or changes between passes. Shape and value errors are found
+        in the first pass, before any noise is drawn; no partial result is ever returned.
+    """
+    _validate_key(key)
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
+    if not isinstance(config, DPMConfig):
+        raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
+    if config.tau_r == AUTO_DEPTH:
+        raise ValueError(f"cluster_stream does not support tau_r={AUTO_DEPTH!r}; choose tau_r with "
+                         "dpm_jax.diagnostics.recommended_tau_r")
+    if int(chunk_rows) < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    source = _Chunks(data, int(chunk_rows))
+    report = _progress_printer(sys.stderr.isatty() if progress is None else progress)
+    report("validation")
+    rows = source.survey()
+    n, d = sum(rows), source.d
+    lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in _validate_bounds(bounds, d))
+
+    allocation = allocate(budget, config, d)
+    averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+    ledger = build_ledger(allocation, config, d, averaging)
+    em_table = _em_table()
+    # Algorithm 1, line 7: the root count (all noise of the count stream drawn at once, heap layout).
+    noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
+    root_noisy_count = add_count_noise(jnp.int32(n), exact.Int(tuple(limb[1] for limb in noise.limbs)))
+    root_size = exact.to_float32(root_noisy_count)
+    # Line 8: Algorithm 2 from sorted columns.
+    beta = _interval_size(key, source, rows, lower, upper, root_size, em_table, allocation.interval_epsilon,
+                          config, column_bytes, report)
+    # Lines 10, 13-28, level by level.
+    split_bits = jax.random.bits(derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS),
+                                 dtype=jnp.uint32)
+    inputs = tree_inputs(None, em_table, lower, upper, root_noisy_count, beta, config)
+    randomness = padded_randomness(split_bits, noise, inputs.width)
+    routes, releases = [], []
+    node_count, node_active = root_node_counts(root_noisy_count, inputs.width), jnp.arange(inputs.width) == 0
+    for level in range(config.tau_r):
+        level_bits, level_noise = level_randomness(randomness, level, inputs.width)
+        counts = _accumulate(source, rows, f"level {level} histogram", report, _level_histogram_of_chunk,
+                             lower, upper, beta, routes, width=inputs.width, config=config)
+        split_dim, split_index = choose_splits(inputs, jnp.int32(level), counts, node_count, node_active,
+                                               level_bits, jnp.float32(allocation.split_epsilons[level]),
+                                               jnp.float32(allocation.count_offsets[level]))
+        child_true = _accumulate(source, rows, f"level {level} children", report, _child_sizes_of_chunk,
+                                 lower, upper, beta, routes, split_dim, split_index, width=inputs.width,
+                                 config=config)
+        release, child_exact = _release_level(inputs, node_count, node_active, split_dim, split_index, child_true,
+                                              level_noise)
+        releases.append(release)
+        routes.append((split_dim, split_index, release.is_split))
+        node_count = exact.Int(tuple(limb[:inputs.width] for limb in child_exact.limbs))
+        node_active = release.child_active[:inputs.width]
+    stacked = LevelRelease(*(jnp.stack(field) for field in zip(*releases)))
+    tree, leaves = assemble_tree(stacked, jnp.zeros(0, jnp.int32), config.tau_r)
+    # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
+    sums = _accumulate(source, rows, "leaf sums", report, _leaf_sums_of_chunk, lower, upper, beta, routes,
+                       width=inputs.width, config=config)
+    centers = _centers_from_sums(derive_key(key, keys.AVERAGE), sums, leaves.noisy_count, leaves.valid, lower,
+                                upper, _gaussian_thresholds(averaging.sigma), averaging)
+    report(None)
+    return ClusterResult(centers=centers, counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
+                         valid=leaves.valid, k=jnp.sum(leaves.valid).astype(jnp.int32), tree=tree,
+                         split_interval_size=beta * (upper - lower), leaf_node=leaves.node,
+                         labels_nonprivate=None, ledger=ledger)
+
+
+# Compiled, as in the in-memory program: XLA's fused float32 arithmetic (the released split
+# positions, the centres' post-processing) then rounds the same way.
+_release_level = jax.jit(release_level)
+_centers_from_sums = jax.jit(centers_from_sums, static_argnames="plan")
+
+
+def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
+    def report(pass_name: str | None) -> None:
+        if enabled:
+            print("\r\033[K" + (f"dpm_jax: pass {pass_name}" if pass_name else "dpm_jax: done"),
+                  end="" if pass_name else "\n", file=sys.stderr, flush=True)
+    return report
+
+
+def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, function, lower, upper, beta, routes,
+                *args, width: int, config: DPMConfig):
+    """The exact sum over all pieces of ``function(piece, valid, ...)`` (int32 arrays or exact Ints)."""
+    report(pass_name)
+    stacked_routes = tuple(jnp.stack(part) for part in zip(*routes)) if routes else ()
+    total = None
+    for _, piece, valid in source.pieces(pass_name, rows):
+        part = function(jnp.asarray(piece), jnp.arange(source.chunk_rows) < valid, lower, upper, beta,
+                        stacked_routes, *args, width=width, config=config)
+        total = part if total is None else _add(total, part)
+    return total
+
+
+@jax.jit
+def _add(total, part):
+    if isinstance(total, exact.Int):
+        return exact.add(total, part)
+    return total + part  # counts below n <= 2**31 - 1: exact in int32
+
+
+def _route(half_bins, valid, routes):
+    """Every point's local node index and activity on the level after ``routes`` (lines 26-27)."""
+    node, active = jnp.zeros(half_bins.shape[0], jnp.int32), valid
+    for split_dim, split_index, is_split in zip(*routes) if routes else ():
+        node, active = next_point_nodes(node, active, route_points(half_bins, node, split_dim, split_index), is_split)
+    return node, active
+
+
+def _half_bins(piece, lower, upper, beta, config: DPMConfig):
+    return half_bin_indices(to_unit_range(piece, lower, upper), beta, candidate_count(beta, config),
+                            config.max_splits_per_dim)
+
+
+@functools.partial(jax.jit, static_argnames=("width", "config"))
+def _level_histogram_of_chunk(piece, valid, lower, upper, beta, routes, *, width: int, config: DPMConfig):
+    half_bins = _half_bins(piece, lower, upper, beta, config)
+    node, active = _route(half_bins, valid, routes)
+    return level_histogram(half_bins, node, active, width, config.max_splits_per_dim)
+
+
+@functools.partial(jax.jit, static_argnames=("width", "config"))
+def _child_sizes_of_chunk(piece, valid, lower, upper, beta, routes, split_dim, split_index, *, width: int,
+                          config: DPMConfig):
+    half_bins = _half_bins(piece, lower, upper, beta, config)
+    node, active = _route(half_bins, valid, routes)
+    return count_children(node, active, route_points(half_bins, node, split_dim, split_index), width)
+
+
+@functools.partial(jax.jit, static_argnames=("width", "config"))
+def _leaf_sums_of_chunk(piece, valid, lower, upper, beta, routes, *, width: int, config: DPMConfig):
+    # At depth tau_r a point's local index is its leaf's slot (dpm_jax.tree).
+    slot, _ = _route(_half_bins(piece, lower, upper, beta, config), valid, routes)
+    return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters)
+
+
+@functools.partial(jax.jit, static_argnames="dims")
+def _quantised_columns(piece, lower, upper, *, dims: tuple[int, ...]):
+    # The quantisation of dpm_jax.interval.sorted_levels, on the same scaled values.
+    unit = to_unit_range(piece, lower, upper)
+    return jnp.stack([jnp.floor(unit[:, dim] * np.float32(2**30)).astype(jnp.int32) for dim in dims])
+
+
+@functools.partial(jax.jit, static_argnames="num_thresholds")
+def _gap_histogram_of_block(levels, real_gaps, threshold_step, *, num_thresholds: int):
+    return gap_histogram(num_thresholds, levels[None], real_gaps, threshold_step)[0]
+
+
+def _interval_size(key, source: _Chunks, rows: list[int], lower, upper, root_size, em_table, epsilon: float,
+                   config: DPMConfig, column_bytes: int, report) -> jax.Array:
+    """Algorithm 2 (:func:`dpm_jax.interval.estimate_split_interval_size`) with one sorted column at a time."""
+    dims_key, select_key = jax.random.split(derive_key(key, keys.INTERVAL))
+    d = source.d
+    chosen = interval_dimensions(dims_key, d, config.interval_max_dims)
+    dims = list(range(d)) if chosen is None else [int(i) for i in np.asarray(chosen)]
+    n = sum(rows)
+    per_pass = max(1, column_bytes // (4 * n))
+    step = first_gap_threshold(root_size, config)
+    histograms = []
+    for first in range(0, len(dims), per_pass):
+        group = tuple(dims[first:first + per_pass])
+        name = f"interval columns {list(group)}"
+        report(name)
+        columns = np.empty((len(group), n), np.int32)
+        filled = 0
+        for _, piece, valid in source.pieces(name, rows):
+            columns[:, filled:filled + valid] = np.asarray(_quantised_columns(jnp.asarray(piece), lower, upper,
+                                                                              dims=group))[:, :valid]
+            filled += valid
+        for column in columns:
+            column.sort()  # integers: the same order as XLA's sort in the in-memory path
+            histograms.append(_column_gap_histogram(column, step, config.num_sigmas))
+        del columns
+    counts = counts_from_gap_histogram(jnp.stack(histograms))
+    beta, _ = select_interval_size(select_key, em_table, counts, root_size, epsilon, len(dims), config)
+    return beta
+
+
+def _column_gap_histogram(column: np.ndarray, step, num_thresholds: int) -> jax.Array:
+    """:func:`dpm_jax.interval.gap_histogram` of one sorted column, accumulated over blocks of gaps."""
+    n = column.shape[0]
+    total = jnp.zeros(num_thresholds + 2, jnp.int32)
+    for start in range(0, max(n - 1, 0), _GAP_BLOCK):
+        stop = min(n, start + _GAP_BLOCK + 1)  # values start..stop-1: gaps start..stop-2
+        block = np.empty(_GAP_BLOCK + 1, np.int32)  # fresh: the device may read it after this loop moves on
+        block[:stop - start] = column[start:stop]
+        block[stop - start:] = column[stop - 1]  # padding gaps are not real: bucketed past the end
+        real = np.arange(_GAP_BLOCK) < stop - start - 1
+        total = total + _gap_histogram_of_block(jnp.asarray(block), jnp.asarray(real), step,
+                                                num_thresholds=num_thresholds)
+    return total

@@ -1,0 +1,124 @@
+"""cluster_stream (dpm_jax.stream): the in-memory release from chunks, and clear errors on bad chunks."""
+
+import numpy as np
+import jax
+import pytest
+
+import dpm_jax
+from conftest import SMALL_CONFIG
+from dpm_jax import stream
+from dpm_jax.stream import ChunkError, cluster_stream
+
+RELEASED = ("centers", "counts", "valid", "k", "split_interval_size", "leaf_node")
+
+
+def assert_same_release(in_memory, streamed):
+    for name in RELEASED:
+        a, b = np.asarray(getattr(in_memory, name)), np.asarray(getattr(streamed, name))
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    for name, a, b in zip(in_memory.tree._fields, in_memory.tree, streamed.tree):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), f"tree.{name}"
+    assert streamed.ledger == in_memory.ledger and streamed.labels_nonprivate is None
+
+
+@pytest.mark.parametrize("seed", [3, 6])  # k = 6 and 4 with this data
+def test_streamed_chunks_give_the_in_memory_release(small_blobs, budget, seed):
+    # Long because: the streamed path compiles its per-chunk programs once per level count.
+    points = small_blobs.points
+    in_memory = dpm_jax.cluster(jax.random.key(seed), points, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG)
+    chunks = [points[i:i + 170] for i in range(0, len(points), 170)]  # 4 chunks, pieces of at most 128 rows
+    streamed = cluster_stream(jax.random.key(seed), chunks, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG,
+                              chunk_rows=128, column_bytes=4 * len(points))  # one sorted column per pass
+    assert_same_release(in_memory, streamed)
+    assert int(in_memory.k) >= 2  # a real tree, not a lone root
+
+
+def test_npy_path_memmap_and_factory_give_the_same_release(small_blobs, budget, tmp_path):
+    path = tmp_path / "points.npy"
+    np.save(path, small_blobs.points.astype(np.float64))  # not float32: converted per chunk
+    in_memory = dpm_jax.cluster(jax.random.key(2), small_blobs.points.astype(np.float64), budget,
+                                bounds=small_blobs.bounds, config=SMALL_CONFIG)
+    sources = {"path": str(path), "memmap": np.load(path, mmap_mode="r"),
+               "factory": lambda: (np.load(path, mmap_mode="r")[i:i + 250] for i in range(0, 600, 250))}
+    for name, source in sources.items():
+        streamed = cluster_stream(jax.random.key(2), source, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG,
+                                  chunk_rows=256)
+        assert_same_release(in_memory, streamed)
+
+
+@pytest.fixture
+def no_noise_drawn(monkeypatch):
+    """Fails the test if the count noise (the run's first mechanism) is drawn."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("noise was drawn before the bad chunk was reported")
+    monkeypatch.setattr(stream, "count_noise", refuse)
+
+
+def _chunks_with(bad_index, bad_chunk, count=40, rows=10, d=3):
+    rng = np.random.default_rng(0)
+    chunks = [rng.uniform(-1, 1, (rows, d)).astype(np.float32) for _ in range(count)]
+    chunks[bad_index] = bad_chunk
+    return lambda: iter(chunks)
+
+
+def test_nan_in_chunk_37_is_named_before_any_noise(no_noise_drawn, budget):
+    bad = np.zeros((10, 3), np.float32)
+    bad[4, 2] = np.nan
+    with pytest.raises(ChunkError, match=r"chunk 37 contains NaN or inf \(first at row 4 of the chunk, column 2\)"):
+        cluster_stream(jax.random.key(0), _chunks_with(37, bad), budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG)
+
+
+def test_column_mismatch_is_named_before_any_noise(no_noise_drawn, budget):
+    with pytest.raises(ChunkError, match="chunk 5 has 4 columns, the first chunk has 3"):
+        cluster_stream(jax.random.key(0), _chunks_with(5, np.zeros((10, 4), np.float32)), budget,
+                       bounds=(-1.0, 1.0), config=SMALL_CONFIG)
+
+
+@pytest.mark.parametrize("source, message", [
+    (lambda: iter([]), "yielded no chunks"),
+    ([np.zeros((0, 3), np.float32)], "holds no rows"),
+    (lambda: iter([np.zeros(3, np.float32)]), r"chunk 0 .* shape \(rows, d\)"),
+])
+def test_empty_or_shapeless_sources_are_refused(no_noise_drawn, budget, source, message):
+    with pytest.raises(ChunkError, match=message):
+        cluster_stream(jax.random.key(0), source, budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG)
+
+
+def test_a_one_shot_iterator_is_refused_with_the_fix(budget):
+    with pytest.raises(TypeError, match="function that recreates it"):
+        cluster_stream(jax.random.key(0), iter([np.zeros((5, 3))]), budget, bounds=(-1.0, 1.0))
+
+
+def test_a_file_that_disappears_mid_run_is_an_error_naming_the_chunk_and_pass(small_blobs, budget, tmp_path):
+    paths = [tmp_path / f"part{i}.npy" for i in range(3)]
+    for i, path in enumerate(paths):
+        np.save(path, small_blobs.points[200 * i:200 * (i + 1)])
+    calls = []
+
+    def chunks():
+        calls.append(1)
+        if len(calls) == 3:  # after the validation pass and the first Algorithm 2 pass
+            paths[1].unlink()
+        return (np.load(path, mmap_mode="r") for path in paths)
+
+    with pytest.raises(ChunkError, match=r"reading chunk 1 of the chunk factory failed in pass .*FileNotFoundError"):
+        cluster_stream(jax.random.key(0), chunks, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG,
+                       column_bytes=4 * 600)
+
+
+def test_a_source_that_changes_between_passes_is_an_error(small_blobs, budget):
+    calls = []
+
+    def chunks():
+        calls.append(1)
+        rows = 600 if len(calls) == 1 else 590
+        return iter([small_blobs.points[:rows]])
+
+    with pytest.raises(ChunkError, match="changed between passes"):
+        cluster_stream(jax.random.key(0), chunks, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG)
+
+
+def test_auto_depth_is_refused_with_the_alternative(budget):
+    with pytest.raises(ValueError, match="recommended_tau_r"):
+        cluster_stream(jax.random.key(0), [np.zeros((5, 3))], budget, bounds=(-1.0, 1.0),
+                       config=dpm_jax.DPMConfig(tau_r="auto"))
