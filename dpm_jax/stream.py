@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -214,9 +214,7 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
     ledger = build_ledger(allocation, config, d, averaging)
     em_table = _em_table()
-    # Algorithm 1, line 7: the root count (all noise of the count stream drawn at once, heap layout).
-    noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
-    root_noisy_count = add_count_noise(jnp.int32(n), exact.Int(tuple(limb[1] for limb in noise.limbs)))
+    noise, root_noisy_count = _root_count(key, jnp.int32(n), allocation=allocation)
     root_size = exact.to_float32(root_noisy_count)
     # Line 8: Algorithm 2 from sorted columns.
     beta = _interval_size(key, source, rows, lower, upper, root_size, em_table, allocation.interval_epsilon,
@@ -224,31 +222,32 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     # Lines 10, 13-28, level by level.
     split_bits = jax.random.bits(derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS),
                                  dtype=jnp.uint32)
-    inputs = tree_inputs(None, em_table, lower, upper, root_noisy_count, beta, config)
-    randomness = padded_randomness(split_bits, noise, inputs.width)
-    routes, releases = [], []
-    node_count, node_active = root_node_counts(root_noisy_count, inputs.width), jnp.arange(inputs.width) == 0
+    public = (em_table, lower, upper, root_noisy_count, beta)
+    width = 2 ** (config.tau_r - 1)
+    randomness = padded_randomness(split_bits, noise, width)
+    # The released splits of the levels so far, padded to tau_r levels (one compiled program per pass kind).
+    routes = _Routes(*(jnp.zeros((config.tau_r, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)))
+    releases = []
+    node_count, node_active = root_node_counts(root_noisy_count, width), jnp.arange(width) == 0
     for level in range(config.tau_r):
-        level_bits, level_noise = level_randomness(randomness, level, inputs.width)
+        level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
         counts = _accumulate(source, rows, f"level {level} histogram", report, _level_histogram_of_chunk,
-                             lower, upper, beta, routes, width=inputs.width, config=config)
-        split_dim, split_index = choose_splits(inputs, jnp.int32(level), counts, node_count, node_active,
-                                               level_bits, jnp.float32(allocation.split_epsilons[level]),
-                                               jnp.float32(allocation.count_offsets[level]))
+                             lower, upper, beta, routes, jnp.int32(level), width=width, config=config)
+        split_dim, split_index = _choose_splits(public, jnp.int32(level), counts, node_count, node_active, level_bits,
+                                                jnp.float32(allocation.split_epsilons[level]),
+                                                jnp.float32(allocation.count_offsets[level]), config=config)
         child_true = _accumulate(source, rows, f"level {level} children", report, _child_sizes_of_chunk,
-                                 lower, upper, beta, routes, split_dim, split_index, width=inputs.width,
+                                 lower, upper, beta, routes, jnp.int32(level), split_dim, split_index, width=width,
                                  config=config)
-        release, child_exact = _release_level(inputs, node_count, node_active, split_dim, split_index, child_true,
-                                              level_noise)
+        release, child_exact = _release_level(public, node_count, node_active, split_dim, split_index, child_true,
+                                              level_noise, config=config)
         releases.append(release)
-        routes.append((split_dim, split_index, release.is_split))
-        node_count = exact.Int(tuple(limb[:inputs.width] for limb in child_exact.limbs))
-        node_active = release.child_active[:inputs.width]
-    stacked = LevelRelease(*(jnp.stack(field) for field in zip(*releases)))
-    tree, leaves = assemble_tree(stacked, jnp.zeros(0, jnp.int32), config.tau_r)
+        routes, node_count, node_active = _next_level(routes, jnp.int32(level), split_dim, split_index, release,
+                                                      child_exact, width=width)
+    tree, leaves = _assemble_tree(releases, tau_r=config.tau_r)
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
     sums = _accumulate(source, rows, "leaf sums", report, _leaf_sums_of_chunk, lower, upper, beta, routes,
-                       width=inputs.width, config=config)
+                       jnp.int32(config.tau_r), width=width, config=config)
     centers = _centers_from_sums(derive_key(key, keys.AVERAGE), sums, leaves.noisy_count, leaves.valid, lower,
                                 upper, _gaussian_thresholds(averaging.sigma), averaging)
     report(None)
@@ -258,10 +257,59 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
                          labels_nonprivate=None, ledger=ledger)
 
 
-# Compiled, as in the in-memory program: XLA's fused float32 arithmetic (the released split
-# positions, the centres' post-processing) then rounds the same way.
-_release_level = jax.jit(release_level)
+class _Routes(NamedTuple):
+    """The released splits per level, (tau_r, width) each: what routes a point from the root."""
+
+    split_dim: jax.Array
+    split_index: jax.Array
+    is_split: jax.Array
+
+
+# The node-level steps are compiled, as in the in-memory program: XLA's fused float32
+# arithmetic (the released split positions, the centres) then rounds the same way.
+@functools.partial(jax.jit, static_argnames="config")
+def _choose_splits(public, level, counts, node_count, node_active, level_bits, epsilon, offset, *, config):
+    return choose_splits(tree_inputs(None, *public, config), level, counts, node_count, node_active, level_bits,
+                         epsilon, offset)
+
+
+@functools.partial(jax.jit, static_argnames="config")
+def _release_level(public, node_count, node_active, split_dim, split_index, child_true, level_noise, *, config):
+    return release_level(tree_inputs(None, *public, config), node_count, node_active, split_dim, split_index,
+                         child_true, level_noise)
+
+
 _centers_from_sums = jax.jit(centers_from_sums, static_argnames="plan")
+_level_randomness = jax.jit(level_randomness, static_argnames="width")
+
+
+@functools.partial(jax.jit, static_argnames="width")
+def _next_level(routes: _Routes, level, split_dim, split_index, release: LevelRelease, child_exact: exact.Int, *,
+                width: int):
+    """The routes with this level's splits, and the next level's released counts and active slots."""
+    routes = _Routes(*(part.at[level].set(value)
+                       for part, value in zip(routes, (split_dim, split_index, release.is_split))))
+    return routes, exact.Int(tuple(limb[:width] for limb in child_exact.limbs)), release.child_active[:width]
+
+
+@functools.partial(jax.jit, static_argnames="tau_r")
+def _assemble_tree(releases: list[LevelRelease], *, tau_r: int):
+    stacked = LevelRelease(*(jnp.stack(field) for field in zip(*releases)))
+    return assemble_tree(stacked, jnp.zeros(0, jnp.int32), tau_r)
+
+
+@functools.partial(jax.jit, static_argnames=("epsilon", "num_dims", "config"))
+def _select_interval_size(key, em_table, histograms, noisy_count, *, epsilon: float, num_dims: int,
+                          config: DPMConfig):
+    return select_interval_size(key, em_table, counts_from_gap_histogram(jnp.stack(histograms)), noisy_count, epsilon,
+                                num_dims, config)
+
+
+@functools.partial(jax.jit, static_argnames=("allocation",))
+def _root_count(key, n, *, allocation):
+    """Algorithm 1, line 7: the count stream's noise of every node (heap layout) and the root's noisy count."""
+    noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
+    return noise, add_count_noise(n, exact.Int(tuple(limb[1] for limb in noise.limbs)))
 
 
 def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
@@ -272,15 +320,14 @@ def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
     return report
 
 
-def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, function, lower, upper, beta, routes,
-                *args, width: int, config: DPMConfig):
+def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, function, lower, upper, beta,
+                routes: _Routes, *args, width: int, config: DPMConfig):
     """The exact sum over all pieces of ``function(piece, valid, ...)`` (int32 arrays or exact Ints)."""
     report(pass_name)
-    stacked_routes = tuple(jnp.stack(part) for part in zip(*routes)) if routes else ()
     total = None
     for _, piece, valid in source.pieces(pass_name, rows):
-        part = function(jnp.asarray(piece), jnp.arange(source.chunk_rows) < valid, lower, upper, beta,
-                        stacked_routes, *args, width=width, config=config)
+        part = function(jnp.asarray(piece), np.arange(source.chunk_rows) < valid, lower, upper, beta, routes,
+                        *args, width=width, config=config)
         total = part if total is None else _add(total, part)
     return total
 
@@ -292,12 +339,14 @@ def _add(total, part):
     return total + part  # counts below n <= 2**31 - 1: exact in int32
 
 
-def _route(half_bins, valid, routes):
-    """Every point's local node index and activity on the level after ``routes`` (lines 26-27)."""
-    node, active = jnp.zeros(half_bins.shape[0], jnp.int32), valid
-    for split_dim, split_index, is_split in zip(*routes) if routes else ():
-        node, active = next_point_nodes(node, active, route_points(half_bins, node, split_dim, split_index), is_split)
-    return node, active
+def _route(half_bins, valid, routes: _Routes, num_levels):
+    """Every point's local node index and activity after the first ``num_levels`` levels (lines 26-27)."""
+    def one_level(level, state):
+        node, active = state
+        go_right = route_points(half_bins, node, routes.split_dim[level], routes.split_index[level])
+        return next_point_nodes(node, active, go_right, routes.is_split[level])
+
+    return jax.lax.fori_loop(0, num_levels, one_level, (jnp.zeros(half_bins.shape[0], jnp.int32), valid))
 
 
 def _half_bins(piece, lower, upper, beta, config: DPMConfig):
@@ -306,24 +355,24 @@ def _half_bins(piece, lower, upper, beta, config: DPMConfig):
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
-def _level_histogram_of_chunk(piece, valid, lower, upper, beta, routes, *, width: int, config: DPMConfig):
+def _level_histogram_of_chunk(piece, valid, lower, upper, beta, routes, level, *, width: int, config: DPMConfig):
     half_bins = _half_bins(piece, lower, upper, beta, config)
-    node, active = _route(half_bins, valid, routes)
+    node, active = _route(half_bins, valid, routes, level)
     return level_histogram(half_bins, node, active, width, config.max_splits_per_dim)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
-def _child_sizes_of_chunk(piece, valid, lower, upper, beta, routes, split_dim, split_index, *, width: int,
+def _child_sizes_of_chunk(piece, valid, lower, upper, beta, routes, level, split_dim, split_index, *, width: int,
                           config: DPMConfig):
     half_bins = _half_bins(piece, lower, upper, beta, config)
-    node, active = _route(half_bins, valid, routes)
+    node, active = _route(half_bins, valid, routes, level)
     return count_children(node, active, route_points(half_bins, node, split_dim, split_index), width)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
-def _leaf_sums_of_chunk(piece, valid, lower, upper, beta, routes, *, width: int, config: DPMConfig):
+def _leaf_sums_of_chunk(piece, valid, lower, upper, beta, routes, levels, *, width: int, config: DPMConfig):
     # At depth tau_r a point's local index is its leaf's slot (dpm_jax.tree).
-    slot, _ = _route(_half_bins(piece, lower, upper, beta, config), valid, routes)
+    slot, _ = _route(_half_bins(piece, lower, upper, beta, config), valid, routes, levels)
     return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters)
 
 
@@ -364,8 +413,8 @@ def _interval_size(key, source: _Chunks, rows: list[int], lower, upper, root_siz
             column.sort()  # integers: the same order as XLA's sort in the in-memory path
             histograms.append(_column_gap_histogram(column, step, config.num_sigmas))
         del columns
-    counts = counts_from_gap_histogram(jnp.stack(histograms))
-    beta, _ = select_interval_size(select_key, em_table, counts, root_size, epsilon, len(dims), config)
+    beta, _ = _select_interval_size(select_key, em_table, histograms, root_size, epsilon=epsilon,
+                                    num_dims=len(dims), config=config)
     return beta
 
 
@@ -373,12 +422,13 @@ def _column_gap_histogram(column: np.ndarray, step, num_thresholds: int) -> jax.
     """:func:`dpm_jax.interval.gap_histogram` of one sorted column, accumulated over blocks of gaps."""
     n = column.shape[0]
     total = jnp.zeros(num_thresholds + 2, jnp.int32)
-    for start in range(0, max(n - 1, 0), _GAP_BLOCK):
-        stop = min(n, start + _GAP_BLOCK + 1)  # values start..stop-1: gaps start..stop-2
-        block = np.empty(_GAP_BLOCK + 1, np.int32)  # fresh: the device may read it after this loop moves on
+    size = min(_GAP_BLOCK, max(n - 1, 1))
+    for start in range(0, max(n - 1, 0), size):
+        stop = min(n, start + size + 1)  # values start..stop-1: gaps start..stop-2
+        block = np.empty(size + 1, np.int32)  # fresh: the device may read it after this loop moves on
         block[:stop - start] = column[start:stop]
         block[stop - start:] = column[stop - 1]  # padding gaps are not real: bucketed past the end
-        real = np.arange(_GAP_BLOCK) < stop - start - 1
+        real = np.arange(size) < stop - start - 1
         total = total + _gap_histogram_of_block(jnp.asarray(block), jnp.asarray(real), step,
                                                 num_thresholds=num_thresholds)
     return total
