@@ -15,10 +15,12 @@ from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig
 from dpm_jax.keys import derive_key
+from dpm_jax.stream import ChunkError, cluster_stream
 from dpm_jax.tree import SplitTree
 
 __all__ = [
     "Budget",
+    "ChunkError",
     "ClusterResult",
     "DPMConfig",
     "Ledger",
@@ -26,6 +28,7 @@ __all__ = [
     "SplitTree",
     "cache",
     "cluster",
+    "cluster_stream",
     "derive_key",
     "diagnostics",
     "DPMClustering",

@@ -1,0 +1,264 @@
+"""Scale: the first call, 10M points in memory, streamed .npy files, forced CPU devices.
+
+    nice python benchmarks/scale.py --out benchmarks/results/scale.json \
+        [--sections first_call,in_memory,stream,devices] [--reference /work/main]
+
+Every measurement runs in a fresh Python process (``python -c``), so compile, import and
+resident memory are those a user sees; peak resident memory is the process's VmHWM,
+reset (``/proc/self/clear_refs``) after the data is in memory where stated.
+
+* ``first_call``: Synth-10d (100,000 x 10): import + data + ``cluster`` in a fresh process
+  with an empty persistent compilation cache, then again with it warm (dpm_jax.cache), and
+  the sequential NumPy DPM (dpm_jax/eval/baselines/numpy_dpm.py) on the same data.
+* ``in_memory``: n x 10 float32 (default 10M) already in memory: median of warm calls,
+  and the peak resident memory during them above the process with its data loaded, as a
+  ratio to the input. With ``--reference DIR`` the same script also runs the checkout in DIR
+  (PYTHONPATH), interleaved, for a before/after in one run.
+* ``stream``: ``cluster_stream`` on .npy files of n x 10 float32 (created in --data-dir
+  if missing): wall time and peak resident memory, n from --stream-sizes.
+* ``devices``: 4 forced CPU devices (XLA_FLAGS) vs 1, rows sharded: identical release?
+  median warm time of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import numpy as np
+
+from dpm_jax.eval.benchmark import machine_description
+from dpm_jax.files import write_json
+
+_PEAK = textwrap.dedent("""
+    def rss_gb():
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e9
+    def peak_gb():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM"):
+                return int(line.split()[1]) * 1024 / 1e9
+    def reset_peak():
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+""")
+
+FIRST_CALL = textwrap.dedent("""
+    import time
+    start = time.perf_counter()
+    import jax, numpy as np, dpm_jax
+    imported = time.perf_counter()
+    from dpm_jax.eval.datasets import synthetic_blobs
+    data = synthetic_blobs(n=100_000, d=10, seed=42)
+    ready = time.perf_counter()
+    jax.block_until_ready(dpm_jax.cluster(jax.random.key(0), data.points, dpm_jax.Budget(1.0, {delta!r}),
+                                          bounds=data.bounds).centers)
+    done = time.perf_counter()
+    print(done - start, imported - start, done - ready)
+""")
+
+BASELINE = textwrap.dedent("""
+    import time
+    start = time.perf_counter()
+    import numpy as np
+    from dpm_jax.eval.benchmark import numpy_baseline
+    from dpm_jax.eval.datasets import synthetic_blobs
+    data = synthetic_blobs(n=100_000, d=10, seed=42)
+    numpy_baseline(np.random.default_rng(0), data.points, 1.0, {delta!r}, data.bounds)
+    print(time.perf_counter() - start)
+""")
+
+IN_MEMORY = _PEAK + textwrap.dedent("""
+    import os, time
+    import jax, numpy as np, dpm_jax
+    n, d = {n}, 10
+    rng = np.random.default_rng(0)
+    centres = rng.uniform(-80, 80, (64, d)).astype(np.float32)
+    X = centres[rng.integers(0, 64, n)]
+    X += rng.standard_normal((n, d), dtype=np.float32)
+    X = jax.device_put(X)
+    budget = dpm_jax.Budget(1.0, 1e-6)
+    run = lambda key: jax.block_until_ready(dpm_jax.cluster(jax.random.key(key), X, budget, bounds=(-100.0, 100.0)))
+    run(0)
+    import gc; gc.collect()
+    loaded = rss_gb()
+    reset_peak()
+    times = []
+    for key in range(1, {repeats} + 1):
+        start = time.perf_counter(); run(key); times.append(time.perf_counter() - start)
+    print(json.dumps(dict(times=times, loaded_gb=loaded, peak_gb=peak_gb(), input_gb=n * d * 4 / 1e9)))
+""").replace("import os, time", "import json, os, time")
+
+STREAM = _PEAK + textwrap.dedent("""
+    import json, os, time
+    import jax, numpy as np, dpm_jax
+    start = time.perf_counter()
+    r = dpm_jax.cluster_stream(jax.random.key(0), {path!r}, dpm_jax.Budget(1.0, 1e-6), bounds=(-100.0, 100.0))
+    jax.block_until_ready(r.centers)
+    print(json.dumps(dict(seconds=time.perf_counter() - start, peak_gb=peak_gb(), k=int(r.k))))
+""")
+
+DEVICES = textwrap.dedent("""
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import json, time
+    import jax, numpy as np, dpm_jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from dpm_jax.eval.datasets import synthetic_blobs
+    data = synthetic_blobs(n={n}, d=10, seed=42)
+    budget = dpm_jax.Budget(1.0, 1e-6)
+    placed = {{"1 device": jax.device_put(data.points, jax.devices()[0]),
+              "4 devices": jax.device_put(data.points, NamedSharding(jax.make_mesh((4,), ("rows",)), P("rows")))}}
+    out, released = {{}}, {{}}
+    for name, X in placed.items():
+        run = lambda key: jax.block_until_ready(dpm_jax.cluster(jax.random.key(key), X, budget, bounds=data.bounds))
+        r = run(0)
+        released[name] = [np.asarray(a).tobytes() for a in (r.centers, r.counts, r.valid, *r.tree)]
+        times = []
+        for key in range(1, {repeats} + 1):
+            start = time.perf_counter(); run(key); times.append(time.perf_counter() - start)
+        out[name] = float(np.median(times))
+    out["identical"] = released["1 device"] == released["4 devices"]
+    print(json.dumps(out))
+""")
+
+
+def _python(code: str, env_changes: dict | None = None, timeout: int = 3600) -> str:
+    env = dict(os.environ)
+    env.update(env_changes or {})
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return done.stdout.strip().splitlines()[-1]
+
+
+def first_call(repeats: int) -> dict:
+    delta = 1.0 / (100_000 * 100_000**0.5)
+    rows = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            cold = [float(x) for x in _python(FIRST_CALL.format(delta=delta), {"DPM_JAX_CACHE_DIR": cache}).split()]
+            warm = [float(x) for x in _python(FIRST_CALL.format(delta=delta), {"DPM_JAX_CACHE_DIR": cache}).split()]
+        baseline = float(_python(BASELINE.format(delta=delta)))
+        rows.append(dict(cold_total_s=cold[0], cold_import_s=cold[1], cold_first_call_s=cold[2],
+                         warm_total_s=warm[0], warm_import_s=warm[1], warm_first_call_s=warm[2],
+                         numpy_baseline_s=baseline))
+    summary = {key: float(np.median([row[key] for row in rows])) for key in rows[0]}
+    summary["baseline_over_warm_total"] = summary["numpy_baseline_s"] / summary["warm_total_s"]
+    summary["baseline_over_cold_total"] = summary["numpy_baseline_s"] / summary["cold_total_s"]
+    return dict(dataset="synth-10d", n=100_000, d=10, runs=rows, medians=summary)
+
+
+def in_memory(n: int, repeats: int, reference: str | None) -> dict:
+    checkouts = {"this": None} if reference is None else {"reference": reference, "this": None}
+    rows = {name: [] for name in checkouts}
+    for _ in range(2 if reference else 1):  # interleaved: load drifts affect both alike
+        for name, path in checkouts.items():
+            env = {"DPM_JAX_NO_COMPILATION_CACHE": "1"}
+            if path:
+                env["PYTHONPATH"] = path
+            rows[name].append(json.loads(_python(IN_MEMORY.format(n=n, repeats=repeats), env)))
+    result = dict(n=n, d=10, input_gb=n * 10 * 4 / 1e9)
+    for name, runs in rows.items():
+        times = [t for run in runs for t in run["times"]]
+        peak_above = max(run["peak_gb"] for run in runs) - min(run["loaded_gb"] for run in runs)
+        result[name] = dict(warm_median_s=float(np.median(times)), warm_all_s=times,
+                            peak_resident_gb=max(run["peak_gb"] for run in runs),
+                            loaded_resident_gb=min(run["loaded_gb"] for run in runs),
+                            working_over_input=peak_above / result["input_gb"],
+                            peak_over_input=(peak_above + result["input_gb"]) / result["input_gb"])
+    if reference:
+        result["reference_over_this_time"] = result["reference"]["warm_median_s"] / result["this"]["warm_median_s"]
+    return result
+
+
+def _npy(path: str, n: int) -> str:
+    if not os.path.exists(path):
+        rng = np.random.default_rng(0)
+        centres = rng.uniform(-80, 80, (64, 10)).astype(np.float32)
+        array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, 10))
+        for start in range(0, n, 2**22):
+            rows = min(n, start + 2**22) - start
+            array[start:start + rows] = centres[rng.integers(0, 64, rows)] + rng.standard_normal((rows, 10),
+                                                                                             dtype=np.float32)
+        array.flush()
+    return path
+
+
+def stream(sizes: list[int], data_dir: str) -> list[dict]:
+    rows = []
+    for n in sizes:
+        path = _npy(os.path.join(data_dir, f"scale_{n}.npy"), n)
+        row = json.loads(_python(STREAM.format(path=path)))
+        row.update(n=n, file_gb=os.path.getsize(path) / 1e9)
+        rows.append(row)
+        print(f"stream n={n}: {row}", file=sys.stderr)
+    return rows
+
+
+def devices(n: int, repeats: int) -> dict:
+    result = json.loads(_python(DEVICES.format(n=n, repeats=repeats), {"DPM_JAX_NO_COMPILATION_CACHE": "1"}))
+    result.update(n=n, d=10, one_over_four=result["1 device"] / result["4 devices"])
+    return result
+
+
+def plot(report: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report.get("stream") or []
+    if not rows:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    n = [row["n"] for row in rows]
+    axes[0].loglog(n, [row["seconds"] for row in rows], "o-")
+    axes[0].set(xlabel="n (x 10 float32, from .npy)", ylabel="seconds", title="cluster_stream: time")
+    axes[1].semilogx(n, [row["peak_gb"] for row in rows], "o-", label="peak resident")
+    axes[1].semilogx(n, [row["file_gb"] for row in rows], "k--", label="file size")
+    axes[1].set(xlabel="n", ylabel="GB", title="cluster_stream: memory")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="first_call,in_memory,stream,devices")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--in-memory-n", type=int, default=10_000_000)
+    parser.add_argument("--stream-sizes", default="1000000,10000000")
+    parser.add_argument("--devices-n", type=int, default=1_000_000)
+    parser.add_argument("--data-dir", default=tempfile.gettempdir())
+    parser.add_argument("--reference", default=None, help="a checkout to compare in_memory with (PYTHONPATH)")
+    parser.add_argument("--out", default="benchmarks/results/scale.json")
+    args = parser.parse_args(argv)
+    sections = [name.strip() for name in args.sections.split(",") if name.strip()]
+    report = dict(machine=machine_description(), load_average=os.getloadavg())
+    if os.path.exists(args.out):  # sections not rerun keep their last numbers
+        with open(args.out) as handle:
+            report = {**json.load(handle), **report}
+    for name in sections:
+        print(f"[{name}] ...", file=sys.stderr)
+        if name == "first_call":
+            report[name] = first_call(args.repeats)
+        elif name == "in_memory":
+            report[name] = in_memory(args.in_memory_n, args.repeats, args.reference)
+        elif name == "stream":
+            report[name] = stream([int(float(n)) for n in args.stream_sizes.split(",")], args.data_dir)
+        elif name == "devices":
+            report[name] = devices(args.devices_n, args.repeats)
+        else:
+            parser.error(f"unknown section {name!r}")
+        write_json(args.out, report)
+    plot(report, os.path.splitext(args.out)[0] + ".png")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
