@@ -13,9 +13,12 @@ instead of compiling. ``import dpm_jax`` turns it on in
   theirs is kept).
 
 :func:`enable_compilation_cache` and :func:`disable_compilation_cache` do the same
-from code. Nothing private is stored: a compiled program holds no data, only the
-shapes and the public constants of the run (budget, config, bounds when they are
-compile-time constants of a caller's jit).
+from code. ``cluster`` passes the data to its compiled program as an argument, so its
+cached programs hold shapes and public constants only (budget, config, tables). A
+caller's own ``jax.jit`` that *closes over* private data makes that data a constant
+of the caller's program, which JAX's cache would write to disk like any other
+program: pass data as an argument of a jitted function, or opt out. The default
+directory is created readable by its owner only.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None) -> path
     """Keep compiled programs in ``directory`` (default :func:`default_cache_dir`); returns it."""
     path = pathlib.Path(directory) if directory is not None else default_cache_dir()
     path.mkdir(parents=True, exist_ok=True)
+    if directory is None:
+        path.chmod(0o700)  # the user's own: see the module docstring on constants
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", _MIN_COMPILE_SECONDS)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
