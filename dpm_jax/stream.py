@@ -18,8 +18,10 @@ all n points at a time (4 n bytes, as many columns per pass as fit in
 accumulated in blocks (a sum of exact counts, the same integers).
 
 Passes over the data (each reads every chunk): one to validate (before any noise is
-drawn), ceil(d' / columns per pass) for Algorithm 2, two per tree level (the level's
-histogram, then its children's sizes), one for the leaf sums.
+drawn), ceil(d' / columns per pass) for Algorithm 2, one for the root's histogram, one
+per tree level (its children's sizes and, counting every child as if its parent were
+split, the next level's histogram, of which the rows of children that are not nodes are
+then zeroed: the same counts), one for the leaf sums: tau_r + 4 when the columns fit.
 
 Privacy: the same as :func:`dpm_jax.cluster` (docs/privacy.md), as the same
 statistics enter the same mechanisms. The chunking is not released and does not
@@ -229,21 +231,25 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     routes = _Routes(*(jnp.zeros((config.tau_r, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)))
     releases = []
     node_count, node_active = root_node_counts(root_noisy_count, width), jnp.arange(width) == 0
+    counts = _accumulate(source, rows, "level 0 histogram", report, _root_histogram_of_chunk, lower, upper, beta,
+                         routes, width=width, config=config)
     for level in range(config.tau_r):
         level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
-        counts = _accumulate(source, rows, f"level {level} histogram", report, _level_histogram_of_chunk,
-                             lower, upper, beta, routes, jnp.int32(level), width=width, config=config)
         split_dim, split_index = _choose_splits(public, jnp.int32(level), counts, node_count, node_active, level_bits,
                                                 jnp.float32(allocation.split_epsilons[level]),
                                                 jnp.float32(allocation.count_offsets[level]), config=config)
-        child_true = _accumulate(source, rows, f"level {level} children", report, _child_sizes_of_chunk,
-                                 lower, upper, beta, routes, jnp.int32(level), split_dim, split_index, width=width,
-                                 config=config)
+        # One pass: this level's children sizes and, for every child as if its parent were
+        # split, the next level's histogram (rows of children not split into are zeroed below).
+        last = level == config.tau_r - 1
+        child_true, next_counts = _accumulate(
+            source, rows, f"level {level} children" + ("" if last else f", level {level + 1} histogram"), report,
+            _children_of_chunk, lower, upper, beta, routes, jnp.int32(level), split_dim, split_index, width=width,
+            config=config, next_histogram=not last)
         release, child_exact = _release_level(public, node_count, node_active, split_dim, split_index, child_true,
                                               level_noise, config=config)
         releases.append(release)
-        routes, node_count, node_active = _next_level(routes, jnp.int32(level), split_dim, split_index, release,
-                                                      child_exact, width=width)
+        routes, node_count, node_active, counts = _next_level(routes, jnp.int32(level), split_dim, split_index,
+                                                              release, child_exact, next_counts, width=width)
     tree, leaves = _assemble_tree(releases, tau_r=config.tau_r)
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
     sums = _accumulate(source, rows, "leaf sums", report, _leaf_sums_of_chunk, lower, upper, beta, routes,
@@ -284,12 +290,16 @@ _level_randomness = jax.jit(level_randomness, static_argnames="width")
 
 
 @functools.partial(jax.jit, static_argnames="width")
-def _next_level(routes: _Routes, level, split_dim, split_index, release: LevelRelease, child_exact: exact.Int, *,
-                width: int):
-    """The routes with this level's splits, and the next level's released counts and active slots."""
+def _next_level(routes: _Routes, level, split_dim, split_index, release: LevelRelease, child_exact: exact.Int,
+                next_counts, *, width: int):
+    """The routes with this level's splits; the next level's released counts, active slots and
+    histogram (only the points of split nodes: the in-memory path's active points)."""
     routes = _Routes(*(part.at[level].set(value)
                        for part, value in zip(routes, (split_dim, split_index, release.is_split))))
-    return routes, exact.Int(tuple(limb[:width] for limb in child_exact.limbs)), release.child_active[:width]
+    node_active = release.child_active[:width]
+    if next_counts is not None:
+        next_counts = jnp.where(node_active[:, None, None], next_counts, 0)
+    return routes, exact.Int(tuple(limb[:width] for limb in child_exact.limbs)), node_active, next_counts
 
 
 @functools.partial(jax.jit, static_argnames="tau_r")
@@ -321,22 +331,22 @@ def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
 
 
 def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, function, lower, upper, beta,
-                routes: _Routes, *args, width: int, config: DPMConfig):
+                routes: _Routes, *args, **static):
     """The exact sum over all pieces of ``function(piece, valid, ...)`` (int32 arrays or exact Ints)."""
     report(pass_name)
     total = None
     for _, piece, valid in source.pieces(pass_name, rows):
         part = function(jnp.asarray(piece), np.arange(source.chunk_rows) < valid, lower, upper, beta, routes,
-                        *args, width=width, config=config)
+                        *args, **static)
         total = part if total is None else _add(total, part)
     return total
 
 
 @jax.jit
 def _add(total, part):
-    if isinstance(total, exact.Int):
-        return exact.add(total, part)
-    return total + part  # counts below n <= 2**31 - 1: exact in int32
+    # Counts stay below n <= 2**31 - 1 (exact in int32); leaf sums are exact Ints.
+    return jax.tree.map(lambda a, b: exact.add(a, b) if isinstance(a, exact.Int) else a + b, total, part,
+                        is_leaf=lambda x: isinstance(x, exact.Int))
 
 
 def _route(half_bins, valid, routes: _Routes, num_levels):
@@ -355,18 +365,22 @@ def _half_bins(piece, lower, upper, beta, config: DPMConfig):
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
-def _level_histogram_of_chunk(piece, valid, lower, upper, beta, routes, level, *, width: int, config: DPMConfig):
+def _root_histogram_of_chunk(piece, valid, lower, upper, beta, routes, *, width: int, config: DPMConfig):
     half_bins = _half_bins(piece, lower, upper, beta, config)
-    node, active = _route(half_bins, valid, routes, level)
-    return level_histogram(half_bins, node, active, width, config.max_splits_per_dim)
+    return level_histogram(half_bins, jnp.zeros(piece.shape[0], jnp.int32), valid, width, config.max_splits_per_dim)
 
 
-@functools.partial(jax.jit, static_argnames=("width", "config"))
-def _child_sizes_of_chunk(piece, valid, lower, upper, beta, routes, level, split_dim, split_index, *, width: int,
-                          config: DPMConfig):
+@functools.partial(jax.jit, static_argnames=("width", "config", "next_histogram"))
+def _children_of_chunk(piece, valid, lower, upper, beta, routes, level, split_dim, split_index, *, width: int,
+                       config: DPMConfig, next_histogram: bool):
     half_bins = _half_bins(piece, lower, upper, beta, config)
     node, active = _route(half_bins, valid, routes, level)
-    return count_children(node, active, route_points(half_bins, node, split_dim, split_index), width)
+    go_right = route_points(half_bins, node, split_dim, split_index)
+    child_true = count_children(node, active, go_right, width)
+    if not next_histogram:
+        return child_true, None
+    child = 2 * node + go_right.astype(jnp.int32)  # the local index on the next level, if split
+    return child_true, level_histogram(half_bins, child, active, width, config.max_splits_per_dim)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
