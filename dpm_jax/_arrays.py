@@ -8,7 +8,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-__all__ = ["looped_under_vmap", "bin_dtype", "materialized", "to_unit_range"]
+__all__ = ["looped_under_vmap", "bin_dtype", "materialized", "to_unit_range", "reciprocal"]
 
 
 def looped_under_vmap(function: Callable, *static_args) -> Callable:
@@ -67,4 +67,17 @@ def to_unit_range(points: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.
     streamed path to each chunk.
     """
     points = jnp.clip(points, lower, upper)
-    return jnp.clip((points - lower) / (upper - lower), 0.0, 1.0)
+    return jnp.clip((points - lower) * reciprocal(upper - lower), 0.0, 1.0)
+
+
+def reciprocal(x: jax.Array) -> jax.Array:
+    """1 / x, computed once into its own buffer, for per-point quantities to *multiply* by.
+
+    XLA on CPU does not divide float32 exactly as IEEE prescribes, and how it divides
+    depends on the program around the division (fusion, the partitioning of sharded
+    rows): a per-point quotient could differ by an ulp between one device and four, or
+    between the whole array and a chunk of it, and land in another bin. A product is
+    correctly rounded everywhere, so with the divisor's reciprocal computed once, the
+    per-point results are the same in every program.
+    """
+    return materialized(1.0 / x)

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dpm_jax._arrays import bin_dtype, looped_under_vmap
+from dpm_jax._arrays import bin_dtype, looped_under_vmap, reciprocal
 
 __all__ = ["half_bin_indices", "CellGrid", "root_cell", "cell_grid", "cell_half_bin_indices",
            "level_histogram", "children_histogram"]
@@ -53,7 +53,7 @@ def half_bin_indices(unit_points: jnp.ndarray, beta, num_splits, max_splits: int
     Kept in the layout of the data (no transpose: a 100k x 100 int32 transpose
     costs more than a tree level) and in the smallest dtype for 2 max_splits bins.
     """
-    index = jnp.floor(unit_points / (0.5 * beta)).astype(jnp.int32)
+    index = jnp.floor(unit_points * reciprocal(0.5 * beta)).astype(jnp.int32)  # not a division: see reciprocal
     return jnp.clip(index, 0, 2 * num_splits - 1).astype(bin_dtype(2 * max_splits))
 
 

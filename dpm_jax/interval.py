@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact, keys
-from dpm_jax._arrays import looped_under_vmap
+from dpm_jax._arrays import looped_under_vmap, reciprocal
 from dpm_jax.config import DPMConfig
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, exponential_mechanism
@@ -155,14 +155,16 @@ def gap_histogram(num_thresholds: int, levels, real_gaps, threshold_step):
     """(d, G + 2) int32 counts of the gaps of every dimension by their first threshold above.
 
     One dimension at a time (the bucket indices of all n d gaps would cost twice the
-    data's size); gap < y_g = g y_1  <=>  g > gap / y_1  <=>  g >= floor(gap / y_1) + 1.
+    data's size); gap < y_g = g y_1  <=>  g > gap / y_1  <=>  g >= floor(gap / y_1) + 1, with
+    gap / y_1 computed as gap * (1 / y_1) (:func:`dpm_jax._arrays.reciprocal`): a fixed function of the gap.
     """
     d = levels.shape[0]
+    inverse_step = reciprocal(threshold_step * _QUANTISATION_LEVELS)  # not a division: see reciprocal
 
     def count_dimension(dim, histogram):
         row = jax.lax.dynamic_index_in_dim(levels, dim, axis=0, keepdims=False)
         gaps = (row[1:] - row[:-1]).astype(jnp.float32)
-        first_threshold_above = jnp.floor(gaps / (threshold_step * _QUANTISATION_LEVELS)) + 1.0
+        first_threshold_above = jnp.floor(gaps * inverse_step) + 1.0
         bucket = jnp.where(real_gaps, jnp.minimum(first_threshold_above, num_thresholds + 1),
                            num_thresholds + 1).astype(jnp.int32)
         counts = jnp.zeros(num_thresholds + 2, jnp.int32).at[bucket].add(1)
