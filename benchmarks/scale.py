@@ -10,10 +10,11 @@ reset (``/proc/self/clear_refs``) after the data is in memory where stated.
 * ``first_call``: Synth-10d (100,000 x 10): import + data + ``cluster`` in a fresh process
   with an empty persistent compilation cache, then again with it warm (dpm_jax.cache), and
   the sequential NumPy DPM (dpm_jax/eval/baselines/numpy_dpm.py) on the same data.
-* ``in_memory``: n x 10 float32 (default 10M) already in memory: median of warm calls,
-  and the peak resident memory during them above the process with its data loaded, as a
-  ratio to the input. With ``--reference DIR`` the same script also runs the checkout in DIR
-  (PYTHONPATH), interleaved, for a before/after in one run.
+* ``in_memory``: n x 10 float32 (default 10M) already in memory: median of warm calls, and
+  the peak resident memory of the calls (the program loaded from a warm compilation cache)
+  above the process with its data loaded; ``resident_over_input`` = (input + that) / input;
+  XLA's temporary buffer size at 1M x 10. With ``--reference DIR`` the checkout in DIR
+  (PYTHONPATH) is measured the same way in the same run, for a before/after.
 * ``stream``: ``cluster_stream`` on .npy files of n x 10 float32 (created in --data-dir
   if missing): wall time and peak resident memory, n from --stream-sizes.
 * ``devices``: 4 forced CPU devices (XLA_FLAGS) vs 1, rows sharded: identical release?
@@ -73,7 +74,7 @@ BASELINE = textwrap.dedent("""
 """)
 
 IN_MEMORY = _PEAK + textwrap.dedent("""
-    import os, time
+    import json, os, time
     import jax, numpy as np, dpm_jax
     n, d = {n}, 10
     rng = np.random.default_rng(0)
@@ -83,15 +84,23 @@ IN_MEMORY = _PEAK + textwrap.dedent("""
     X = jax.device_put(X)
     budget = dpm_jax.Budget(1.0, 1e-6)
     run = lambda key: jax.block_until_ready(dpm_jax.cluster(jax.random.key(key), X, budget, bounds=(-100.0, 100.0)))
-    run(0)
-    import gc; gc.collect()
     loaded = rss_gb()
     reset_peak()
+    start = time.perf_counter(); run(0); first = time.perf_counter() - start  # program from the warm cache
+    first_peak = peak_gb()
     times = []
     for key in range(1, {repeats} + 1):
         start = time.perf_counter(); run(key); times.append(time.perf_counter() - start)
-    print(json.dumps(dict(times=times, loaded_gb=loaded, peak_gb=peak_gb(), input_gb=n * d * 4 / 1e9)))
-""").replace("import os, time", "import json, os, time")
+    print(json.dumps(dict(times=times, first_s=first, loaded_gb=loaded, peak_gb=max(first_peak, peak_gb()),
+                          input_gb=n * d * 4 / 1e9)))
+""")
+
+TEMP_BYTES = textwrap.dedent("""
+    import json, jax, numpy as np, dpm_jax
+    run = jax.jit(lambda X: dpm_jax.cluster(jax.random.key(0), X, dpm_jax.Budget(1.0, 1e-6), bounds=(-100.0, 100.0)))
+    analysis = run.lower(jax.ShapeDtypeStruct(({n}, 10), np.float32)).compile().memory_analysis()
+    print(json.dumps(dict(temp_bytes=int(analysis.temp_size_in_bytes), input_bytes={n} * 40)))
+""")
 
 STREAM = _PEAK + textwrap.dedent("""
     import json, os, time
@@ -154,23 +163,29 @@ def first_call(repeats: int) -> dict:
 
 
 def in_memory(n: int, repeats: int, reference: str | None) -> dict:
+    """Both checkouts with a warm persistent cache of their own (JAX's, so the reference needs no
+    dpm_jax.cache): the measured process loads the program instead of compiling it, so its peak
+    resident memory above the loaded data is the run's, not the compiler's."""
     checkouts = {"this": None} if reference is None else {"reference": reference, "this": None}
-    rows = {name: [] for name in checkouts}
-    for _ in range(2 if reference else 1):  # interleaved: load drifts affect both alike
-        for name, path in checkouts.items():
-            env = {"DPM_JAX_NO_COMPILATION_CACHE": "1"}
+    result = dict(n=n, d=10, input_gb=n * 10 * 4 / 1e9)
+    for name, path in checkouts.items():
+        with tempfile.TemporaryDirectory() as cache:
+            env = {"DPM_JAX_NO_COMPILATION_CACHE": "1", "JAX_COMPILATION_CACHE_DIR": cache,
+                   "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
             if path:
                 env["PYTHONPATH"] = path
-            rows[name].append(json.loads(_python(IN_MEMORY.format(n=n, repeats=repeats), env)))
-    result = dict(n=n, d=10, input_gb=n * 10 * 4 / 1e9)
-    for name, runs in rows.items():
-        times = [t for run in runs for t in run["times"]]
-        peak_above = max(run["peak_gb"] for run in runs) - min(run["loaded_gb"] for run in runs)
-        result[name] = dict(warm_median_s=float(np.median(times)), warm_all_s=times,
-                            peak_resident_gb=max(run["peak_gb"] for run in runs),
-                            loaded_resident_gb=min(run["loaded_gb"] for run in runs),
-                            working_over_input=peak_above / result["input_gb"],
-                            peak_over_input=(peak_above + result["input_gb"]) / result["input_gb"])
+            _python(IN_MEMORY.format(n=n, repeats=1), env)  # fills the cache
+            run = json.loads(_python(IN_MEMORY.format(n=n, repeats=repeats), env))
+        temp = json.loads(_python(TEMP_BYTES.format(n=min(n, 1_000_000)), {"DPM_JAX_NO_COMPILATION_CACHE": "1",
+                                                                         **({"PYTHONPATH": path} if path else {})}))
+        working = run["peak_gb"] - run["loaded_gb"]
+        result[name] = dict(warm_median_s=float(np.median(run["times"])), warm_all_s=run["times"],
+                            first_call_from_cache_s=run["first_s"], loaded_resident_gb=run["loaded_gb"],
+                            peak_resident_gb=run["peak_gb"], working_gb=working,
+                            resident_over_input=(working + result["input_gb"]) / result["input_gb"],
+                            xla_temp_bytes_at_1m=temp["temp_bytes"],
+                            xla_temp_over_input_at_1m=temp["temp_bytes"] / temp["input_bytes"])
+        print(f"in_memory {name}: {result[name]}", file=sys.stderr)
     if reference:
         result["reference_over_this_time"] = result["reference"]["warm_median_s"] / result["this"]["warm_median_s"]
     return result

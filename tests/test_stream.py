@@ -122,3 +122,16 @@ def test_auto_depth_is_refused_with_the_alternative(budget):
     with pytest.raises(ValueError, match="recommended_tau_r"):
         cluster_stream(jax.random.key(0), [np.zeros((5, 3))], budget, bounds=(-1.0, 1.0),
                        config=dpm_jax.DPMConfig(tau_r="auto"))
+
+
+def test_more_dimensions_than_algorithm_2_sorts_give_the_in_memory_release(budget):
+    """d = 20 > interval_max_dims = 16: the same random subset of dimensions is sorted, 3 columns per pass."""
+    from dpm_jax.eval.datasets import synthetic_blobs
+
+    data = synthetic_blobs(n=500, d=20, num_blobs=4, std=1.0, seed=8)
+    config = dpm_jax.DPMConfig(tau_r=3, sigma_step=0.02, num_sigmas=10)
+    assert config.interval_max_dims < 20
+    in_memory = dpm_jax.cluster(jax.random.key(4), data.points, budget, bounds=data.bounds, config=config)
+    streamed = cluster_stream(jax.random.key(4), [data.points[:123], data.points[123:]], budget, bounds=data.bounds,
+                              config=config, chunk_rows=100, column_bytes=3 * 4 * 500)
+    assert_same_release(in_memory, streamed)
