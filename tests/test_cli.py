@@ -121,6 +121,42 @@ def test_parquet(tmp_path):
         read_points(str(path))
 
 
+def test_stream_reads_parquet_row_groups_and_npy_and_gives_the_in_memory_release(tmp_path, capsys):
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as parquet
+
+    table = pyarrow.table({"a": DATA.points[:, 0], "b": DATA.points[:, 1], "c": DATA.points[:, 2]})
+    parquet_path = tmp_path / "data.parquet"
+    parquet.write_table(table, parquet_path, row_group_size=100)  # 3 row groups
+    assert parquet.ParquetFile(parquet_path).num_row_groups == 3
+    npy_path = tmp_path / "data.npy"
+    np.save(npy_path, DATA.points)
+    releases = []
+    for argv in (["cluster", parquet_path, *ARGS], ["cluster", parquet_path, *ARGS, "--stream", "--chunk-rows", "64"],
+                 ["cluster", npy_path, *ARGS, "--stream"]):
+        status, stdout, stderr = run(capsys, argv)
+        assert status == 0, stderr
+        releases.append(json.loads(stdout))
+    assert releases[1]["columns"] == ["a", "b", "c"] and releases[2]["columns"] == ["x0", "x1", "x2"]
+    for streamed in releases[1:]:
+        streamed["columns"] = releases[0]["columns"]
+        assert streamed == releases[0]
+
+
+def test_stream_names_the_row_group_with_a_missing_value(tmp_path, capsys):
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as parquet
+
+    values = [float(v) for v in DATA.points[:, 0]]
+    values[250] = None  # in the third row group of 100 rows
+    path = tmp_path / "data.parquet"
+    parquet.write_table(pyarrow.table({"a": values, "b": DATA.points[:, 1]}), path, row_group_size=100)
+    status, _, stderr = run(capsys, ["cluster", path, *ARGS, "--stream"])
+    assert status == 1 and "chunk 2 contains NaN or inf (first at row 50 of the chunk, column 0)" in stderr[-1]
+    status, _, stderr = run(capsys, ["cluster", write_csv(tmp_path / "d.csv", DATA.points), *ARGS, "--stream"])
+    assert status == 1 and "--stream reads .npy and .parquet" in stderr[-1]
+
+
 def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)

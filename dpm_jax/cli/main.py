@@ -28,12 +28,13 @@ from typing import Sequence
 
 from dpm_jax.api import cluster
 from dpm_jax.budget import Budget
-from dpm_jax.cli.readers import read_points
+from dpm_jax.cli.readers import read_points, stream_points
 from dpm_jax.cli.release import release_to_dict, write_centers_csv
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.diagnostics import plan
 from dpm_jax.files import write_atomically
 from dpm_jax.keys import MAX_SEED, key_from_seed
+from dpm_jax.stream import DEFAULT_CHUNK_ROWS, cluster_stream
 
 __all__ = ["main", "build_parser", "CONFIG_OPTIONS", "CommandError", "config_from_args"]
 
@@ -116,15 +117,22 @@ def _run_cluster(args: argparse.Namespace) -> int:
     _check_writable(args.out)
     _check_writable(args.centers_csv)
 
-    points = read_points(args.input)
-    n, d = points.values.shape
-    _status(f"read {n} points x {d} columns from {args.input}; clustering under "
-            f"(epsilon={budget.epsilon:g}, delta={budget.delta:g})-DP"
-            + ("" if args.seed is not None else " with a fresh random seed"))
+    under = (f"(epsilon={budget.epsilon:g}, delta={budget.delta:g})-DP"
+             + ("" if args.seed is not None else " with a fresh random seed"))
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, like the status
         warnings.simplefilter("always")
-        result = cluster(key, points.values, budget, (lower, upper), config=config)
+        if args.stream:
+            points = stream_points(args.input)
+            _status(f"streaming {args.input} ({len(points.columns)} columns) in chunks of {args.chunk_rows} rows; "
+                    f"clustering under {under}")
+            result = cluster_stream(key, points.data, budget, (lower, upper), config=config,
+                                    chunk_rows=args.chunk_rows)
+        else:
+            points = read_points(args.input)
+            n, d = points.values.shape
+            _status(f"read {n} points x {d} columns from {args.input}; clustering under {under}")
+            result = cluster(key, points.values, budget, (lower, upper), config=config)
     for warning in caught:
         _status(f"warning: {warning.message}")
     release = release_to_dict(result, budget, (lower, upper), config, points.columns)
@@ -232,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write the JSON release here (default stdout)")
     run.add_argument("--centers-csv", metavar="FILE", default=None,
                      help="also write the k centres as CSV")
+    run.add_argument("--stream", action="store_true",
+                     help="read .npy or .parquet in chunks (row groups) instead of loading it: for data "
+                          "larger than memory; the same release (dpm_jax.cluster_stream)")
+    run.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS,
+                     help=f"rows per chunk sent to the device with --stream (default {DEFAULT_CHUNK_ROWS})")
     _add_config_options(run)
     run.set_defaults(handler=_run_cluster)
 

@@ -1,5 +1,9 @@
 """Reading the data a user clusters from the command line: ``.npy``, ``.csv`` and ``.parquet``.
 
+:func:`stream_points` opens ``.npy`` and ``.parquet`` files for ``dpm_jax.cluster_stream``
+instead (``dpm-jax cluster --stream``): a memmap, or the Parquet file's row groups one at
+a time, read again in every pass.
+
 Every reader returns the values as an (n, d) float64 table with column names and
 rejects what DPM cannot use (non-numeric columns, missing, NaN or infinite values,
 tables that are not 2-D) with a message naming the file, row and column.
@@ -9,11 +13,11 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Points", "read_points"]
+__all__ = ["Points", "read_points", "StreamedPoints", "stream_points"]
 
 
 class Points(NamedTuple):
@@ -91,12 +95,7 @@ def _read_csv(path: str) -> Points:
 
 
 def _read_parquet(path: str) -> Points:
-    try:
-        import pyarrow.parquet as parquet
-        import pyarrow.types as arrow_types
-    except ImportError:
-        raise ValueError("reading .parquet files needs pyarrow: pip install pyarrow "
-                         "(or convert the data to .npy or .csv)") from None
+    parquet, arrow_types = _pyarrow()
     table = parquet.read_table(path)
     for field in table.schema:
         if not (arrow_types.is_integer(field.type) or arrow_types.is_floating(field.type)):
@@ -108,3 +107,56 @@ def _read_parquet(path: str) -> Points:
     values = np.column_stack([table.column(name).to_numpy().astype(np.float64)
                               for name in table.column_names]) if table.num_columns else np.empty((0, 0))
     return Points(values, tuple(table.column_names))
+
+
+class StreamedPoints(NamedTuple):
+    """A file opened for :func:`dpm_jax.cluster_stream` and the names of its columns."""
+
+    data: Any  # a .npy path, or a function returning an iterator over the row groups
+    columns: tuple[str, ...]
+
+
+def stream_points(path: str) -> StreamedPoints:
+    """Open ``.npy`` (a memmap in every pass) or ``.parquet`` (row group by row group) for streaming.
+
+    The schema is checked here (numeric columns, a 2-D array); the values (NaN, missing)
+    are checked by ``cluster_stream``'s first pass, which names the chunk (the row group).
+    """
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in (".npy", ".parquet"):
+        raise ValueError(f"--stream reads .npy and .parquet files, not {extension or '(none)'!r} ({path}): "
+                         "convert the data, or cluster it in memory without --stream")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"input file not found: {path}")
+    if extension == ".npy":
+        values = np.load(path, mmap_mode="r", allow_pickle=False)
+        if values.ndim != 2 or not (np.issubdtype(values.dtype, np.floating)
+                                    or np.issubdtype(values.dtype, np.integer)):
+            raise ValueError(f"{path} must hold an (n, d) array of numbers, got shape {values.shape} "
+                             f"and dtype {values.dtype}")
+        return StreamedPoints(path, _default_columns(values.shape[1]))
+    parquet, arrow_types = _pyarrow()
+    schema = parquet.ParquetFile(path).schema_arrow
+    for field in schema:
+        if not (arrow_types.is_integer(field.type) or arrow_types.is_floating(field.type)):
+            raise ValueError(f"{path}: column {field.name!r} has type {field.type}; all columns must be numeric")
+
+    def row_groups():
+        file = parquet.ParquetFile(path)  # opened again in every pass: a removed file is an error
+        for index in range(file.num_row_groups):
+            table = file.read_row_group(index)
+            # Missing values become NaN, which cluster_stream reports with the row group's index.
+            yield np.column_stack([table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+                                   for name in table.column_names])
+
+    return StreamedPoints(row_groups, tuple(schema.names))
+
+
+def _pyarrow():
+    try:
+        import pyarrow.parquet as parquet
+        import pyarrow.types as arrow_types
+    except ImportError:
+        raise ValueError("reading .parquet files needs pyarrow: pip install pyarrow "
+                         "(or convert the data to .npy or .csv)") from None
+    return parquet, arrow_types
