@@ -92,7 +92,7 @@ IN_MEMORY = _PEAK + textwrap.dedent("""
     for key in range(1, {repeats} + 1):
         start = time.perf_counter(); run(key); times.append(time.perf_counter() - start)
     print(json.dumps(dict(times=times, first_s=first, loaded_gb=loaded, peak_gb=max(first_peak, peak_gb()),
-                          input_gb=n * d * 4 / 1e9)))
+                          input_gb=n * d * 4 / 1e9, module=dpm_jax.__file__)))
 """)
 
 TEMP_BYTES = textwrap.dedent("""
@@ -139,7 +139,10 @@ DEVICES = textwrap.dedent("""
 def _python(code: str, env_changes: dict | None = None, timeout: int = 3600) -> str:
     env = dict(os.environ)
     env.update(env_changes or {})
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    # Run outside the repository: with ``python -c`` the working directory comes first on
+    # sys.path and would shadow a --reference checkout given through PYTHONPATH.
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=tempfile.gettempdir())
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     return done.stdout.strip().splitlines()[-1]
@@ -183,7 +186,7 @@ def in_memory(n: int, repeats: int, reference: str | None) -> dict:
                             first_call_from_cache_s=run["first_s"], loaded_resident_gb=run["loaded_gb"],
                             peak_resident_gb=run["peak_gb"], working_gb=working,
                             resident_over_input=(working + result["input_gb"]) / result["input_gb"],
-                            xla_temp_bytes_at_1m=temp["temp_bytes"],
+                            module=run["module"], xla_temp_bytes_at_1m=temp["temp_bytes"],
                             xla_temp_over_input_at_1m=temp["temp_bytes"] / temp["input_bytes"])
         print(f"in_memory {name}: {result[name]}", file=sys.stderr)
     if reference:
