@@ -14,6 +14,7 @@ import textwrap
 
 import jax
 import numpy as np
+import pytest
 
 import dpm_jax
 from dpm_jax.eval.datasets import synthetic_blobs
@@ -131,3 +132,13 @@ def test_two_processes_give_the_release_of_one_process_on_the_concatenated_rows(
     released = [r.centers, r.counts, r.valid, r.k, r.split_interval_size, r.leaf_node, *r.tree]
     expected = hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in released)).hexdigest()
     assert digests == [expected, expected]
+
+
+def test_rows_of_one_process_are_the_rows_themselves(small_blobs):
+    from dpm_jax.sharding import rows_of_all_processes
+
+    rows = rows_of_all_processes(small_blobs.points)
+    assert rows.points.shape == small_blobs.points.shape and bool(np.all(rows.mask))
+    np.testing.assert_array_equal(np.asarray(rows.points), np.asarray(small_blobs.points, np.float32))
+    with pytest.raises(ValueError, match=r"process 0: local rows must have shape \(n, d\)"):
+        rows_of_all_processes(np.zeros(5))
