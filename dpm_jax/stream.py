@@ -80,7 +80,7 @@ class _Chunks:
         if isinstance(data, (str, os.PathLike)):
             path = os.fspath(data)
             self.describe = f"file {path!r}"
-            self._open = lambda: [self._load(path)]
+            self._open = lambda: _npy_chunks(path, chunk_rows)
         elif callable(data):
             self.describe = "the chunk factory"
             self._open = data
@@ -94,12 +94,6 @@ class _Chunks:
             raise TypeError(f"data must be a 2-D array, a .npy path, a sequence of 2-D arrays or a function "
                             f"returning an iterable of chunks, got {type(data).__name__}; a one-shot iterator "
                             "cannot be read once per pass: wrap it in a function that recreates it")
-
-    @staticmethod
-    def _load(path: str):
-        if not path.endswith(".npy"):
-            raise ChunkError(f"{path!r}: only .npy files are read directly; pass other formats as chunks")
-        return np.load(path, mmap_mode="r")
 
     def chunks(self, pass_name: str) -> Iterator[tuple[int, Any]]:
         """(index, chunk) of one pass; a failure of the source names the chunk and the pass."""
@@ -152,6 +146,31 @@ class _Chunks:
         if sum(rows) > MAX_POINTS:
             raise ChunkError(f"{self.describe} holds {sum(rows)} rows; at most {MAX_POINTS} are supported")
         return rows
+
+
+def _npy_chunks(path: str, rows_per_chunk: int) -> Iterator[np.ndarray]:
+    """The rows of a ``.npy`` file, ``rows_per_chunk`` at a time, read (not mapped) from an open file.
+
+    Reading keeps the resident memory at one chunk; a memory map would keep every page
+    it touched resident until the kernel needs it back (a pass over a 4 GB file would
+    count 4 GB). The file is opened again in every pass, so a removed file is an error.
+    """
+    if not path.endswith(".npy"):
+        raise ChunkError(f"{path!r}: only .npy files are read directly; pass other formats as chunks")
+    with open(path, "rb") as file:
+        version = np.lib.format.read_magic(file)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = header(file)
+        if len(shape) != 2 or fortran_order or dtype.hasobject:
+            raise ChunkError(f"{path!r} must hold a C-ordered (n, d) numeric array, got shape {shape}, "
+                             f"dtype {dtype}{', Fortran order' if fortran_order else ''}")
+        for start in range(0, shape[0], rows_per_chunk):
+            rows = min(rows_per_chunk, shape[0] - start)
+            chunk = np.fromfile(file, dtype=dtype, count=rows * shape[1])
+            if chunk.size != rows * shape[1]:
+                raise ChunkError(f"{path!r} ends after {start + chunk.size // max(shape[1], 1)} of its "
+                                 f"{shape[0]} rows: the file is truncated")
+            yield chunk.reshape(rows, shape[1])
 
 
 def _check_chunk(chunk, index: int, d: int, pass_name: str, finite_rows: int = 0) -> int:

@@ -135,3 +135,13 @@ def test_more_dimensions_than_algorithm_2_sorts_give_the_in_memory_release(budge
     streamed = cluster_stream(jax.random.key(4), [data.points[:123], data.points[123:]], budget, bounds=data.bounds,
                               config=config, chunk_rows=100, column_bytes=3 * 4 * 500)
     assert_same_release(in_memory, streamed)
+
+
+def test_a_truncated_npy_file_is_named_before_any_noise(no_noise_drawn, budget, tmp_path):
+    path = tmp_path / "points.npy"
+    np.save(path, np.zeros((100, 3), np.float32))
+    with open(path, "r+b") as file:
+        file.truncate(path.stat().st_size - 40)  # the last 3 rows and a third are gone
+    with pytest.raises(ChunkError, match=r"ends after 96 of its 100 rows: the file is truncated"):
+        cluster_stream(jax.random.key(0), str(path), budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG,
+                       chunk_rows=32)
