@@ -70,8 +70,8 @@ class ChunkError(ValueError):
 class _Chunks:
     """The data as passes over chunks of rows, each split into pieces of at most ``chunk_rows``.
 
-    Accepts a 2-D array (NumPy, memmap, anything array-like), a ``.npy`` path (opened
-    as a memmap in every pass, so a file removed mid-run is an error), a sequence of
+    Accepts a 2-D array (NumPy, memmap, anything array-like), a ``.npy`` path (read chunk
+    by chunk, opened again in every pass, so a file removed mid-run is an error), a sequence of
     2-D arrays, or a factory: a function returning a fresh iterable of chunks per pass.
     """
 
