@@ -15,8 +15,8 @@ reset (``/proc/self/clear_refs``) after the data is in memory where stated.
   above the process with its data loaded; ``resident_over_input`` = (input + that) / input;
   XLA's temporary buffer size at 1M x 10. With ``--reference DIR`` the checkout in DIR
   (PYTHONPATH) is measured the same way in the same run, for a before/after.
-* ``stream``: ``cluster_stream`` on .npy files of n x 10 float32 (created in --data-dir
-  if missing): wall time and peak resident memory, n from --stream-sizes.
+* ``stream``: ``cluster_stream`` (paper split grid, the one it supports) on .npy files of
+  n x 10 float32 (created in --data-dir if missing): wall time and peak resident memory.
 * ``devices``: 4 forced CPU devices (XLA_FLAGS) vs 1, rows sharded: identical release?
   median warm time of each.
 """
@@ -106,7 +106,8 @@ STREAM = _PEAK + textwrap.dedent("""
     import json, os, time
     import jax, numpy as np, dpm_jax
     start = time.perf_counter()
-    r = dpm_jax.cluster_stream(jax.random.key(0), {path!r}, dpm_jax.Budget(1.0, 1e-6), bounds=(-100.0, 100.0))
+    r = dpm_jax.cluster_stream(jax.random.key(0), {path!r}, dpm_jax.Budget(1.0, 1e-6), bounds=(-100.0, 100.0),
+                               config=dpm_jax.DPMConfig(split_grid="paper"))
     jax.block_until_ready(r.centers)
     print(json.dumps(dict(seconds=time.perf_counter() - start, peak_gb=peak_gb(), k=int(r.k))))
 """)

@@ -46,15 +46,15 @@ from dpm_jax.api import (MAX_POINTS, ClusterResult, _em_table, _gaussian_thresho
                          _validate_key, build_ledger)
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
 from dpm_jax.budget import Budget, allocate, heap_count_epsilons
-from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.config import AUTO_DEPTH, CELL_GRID, PAPER_GRID, DPMConfig
 from dpm_jax.histogram import half_bin_indices, level_histogram
 from dpm_jax.interval import (counts_from_gap_histogram, first_gap_threshold, gap_histogram, interval_dimensions,
                               select_interval_size)
 from dpm_jax.keys import derive_key
 from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise, count_noise
 from dpm_jax.tree import (LevelRelease, assemble_tree, candidate_count, choose_splits, count_children,
-                          level_randomness, next_point_nodes, padded_randomness, release_level, root_node_counts,
-                          route_points, tree_inputs)
+                          level_randomness, next_point_nodes, padded_randomness, paper_split_position, release_level,
+                          root_node_counts, route_points, tree_inputs)
 
 __all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
 
@@ -222,6 +222,9 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     if config.tau_r == AUTO_DEPTH:
         raise ValueError(f"cluster_stream does not support tau_r={AUTO_DEPTH!r}; choose tau_r with "
                          "dpm_jax.diagnostics.recommended_tau_r")
+    if config.split_grid == CELL_GRID:
+        raise ValueError(f"cluster_stream supports split_grid={PAPER_GRID!r} only (the cell grid's per-node "
+                         f"half-bins are not streamed yet): pass config=DPMConfig(split_grid={PAPER_GRID!r}, ...)")
     if int(chunk_rows) < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     source = _Chunks(data, int(chunk_rows))
@@ -294,14 +297,16 @@ class _Routes(NamedTuple):
 # arithmetic (the released split positions, the centres) then rounds the same way.
 @functools.partial(jax.jit, static_argnames="config")
 def _choose_splits(public, level, counts, node_count, node_active, level_bits, epsilon, offset, *, config):
-    return choose_splits(tree_inputs(None, *public, config), level, counts, node_count, node_active, level_bits,
+    inputs = tree_inputs(None, None, *public, config)
+    return choose_splits(inputs, level, counts, node_count, node_active, inputs.candidate_valid, level_bits,
                          epsilon, offset)
 
 
 @functools.partial(jax.jit, static_argnames="config")
 def _release_level(public, node_count, node_active, split_dim, split_index, child_true, level_noise, *, config):
-    return release_level(tree_inputs(None, *public, config), node_count, node_active, split_dim, split_index,
-                         child_true, level_noise)
+    inputs = tree_inputs(None, None, *public, config)
+    return release_level(inputs, node_count, node_active, split_dim,
+                         paper_split_position(inputs, split_dim, split_index), child_true, level_noise)
 
 
 _centers_from_sums = jax.jit(centers_from_sums, static_argnames="plan")
@@ -372,7 +377,7 @@ def _route(half_bins, valid, routes: _Routes, num_levels):
     """Every point's local node index and activity after the first ``num_levels`` levels (lines 26-27)."""
     def one_level(level, state):
         node, active = state
-        go_right = route_points(half_bins, node, routes.split_dim[level], routes.split_index[level])
+        go_right = route_points(half_bins, node, routes.split_dim[level], 2 * routes.split_index[level] + 1)
         return next_point_nodes(node, active, go_right, routes.is_split[level])
 
     return jax.lax.fori_loop(0, num_levels, one_level, (jnp.zeros(half_bins.shape[0], jnp.int32), valid))
@@ -394,7 +399,7 @@ def _children_of_chunk(piece, valid, lower, upper, beta, routes, level, split_di
                        config: DPMConfig, next_histogram: bool):
     half_bins = _half_bins(piece, lower, upper, beta, config)
     node, active = _route(half_bins, valid, routes, level)
-    go_right = route_points(half_bins, node, split_dim, split_index)
+    go_right = route_points(half_bins, node, split_dim, 2 * split_index + 1)  # x >= s*: half-bin >= 2 j* + 1
     child_true = count_children(node, active, go_right, width)
     if not next_histogram:
         return child_true, None

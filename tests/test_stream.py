@@ -86,7 +86,7 @@ def test_empty_or_shapeless_sources_are_refused(no_noise_drawn, budget, source, 
 
 def test_a_one_shot_iterator_is_refused_with_the_fix(budget):
     with pytest.raises(TypeError, match="function that recreates it"):
-        cluster_stream(jax.random.key(0), iter([np.zeros((5, 3))]), budget, bounds=(-1.0, 1.0))
+        cluster_stream(jax.random.key(0), iter([np.zeros((5, 3))]), budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG)
 
 
 def test_a_file_that_disappears_mid_run_is_an_error_naming_the_chunk_and_pass(small_blobs, budget, tmp_path):
@@ -129,7 +129,7 @@ def test_more_dimensions_than_algorithm_2_sorts_give_the_in_memory_release(budge
     from dpm_jax.eval.datasets import synthetic_blobs
 
     data = synthetic_blobs(n=500, d=20, num_blobs=4, std=1.0, seed=8)
-    config = dpm_jax.DPMConfig(tau_r=3, sigma_step=0.02, num_sigmas=10)
+    config = dpm_jax.DPMConfig(tau_r=3, sigma_step=0.02, num_sigmas=10, split_grid="paper")
     assert config.interval_max_dims < 20
     in_memory = dpm_jax.cluster(jax.random.key(4), data.points, budget, bounds=data.bounds, config=config)
     streamed = cluster_stream(jax.random.key(4), [data.points[:123], data.points[123:]], budget, bounds=data.bounds,
@@ -145,3 +145,9 @@ def test_a_truncated_npy_file_is_named_before_any_noise(no_noise_drawn, budget, 
     with pytest.raises(ChunkError, match=r"ends after 96 of its 100 rows: the file is truncated"):
         cluster_stream(jax.random.key(0), str(path), budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG,
                        chunk_rows=32)
+
+
+def test_the_cell_grid_is_refused_with_the_alternative(budget):
+    with pytest.raises(ValueError, match="split_grid='paper'"):
+        cluster_stream(jax.random.key(0), [np.zeros((5, 3))], budget, bounds=(-1.0, 1.0),
+                       config=dpm_jax.DPMConfig(split_grid="cell"))
