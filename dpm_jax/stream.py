@@ -358,11 +358,15 @@ def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, functi
                 routes: _Routes, *args, **static):
     """The exact sum over all pieces of ``function(piece, valid, ...)`` (int32 arrays or exact Ints)."""
     report(pass_name)
-    total = None
+    total = previous = None
     for _, piece, valid in source.pieces(pass_name, rows):
         part = function(jnp.asarray(piece), np.arange(source.chunk_rows) < valid, lower, upper, beta, routes,
                         *args, **static)
         total = part if total is None else _add(total, part)
+        # At most two pieces in flight: dispatch is asynchronous, and a reader faster than
+        # the device would otherwise hold every piece it has read.
+        jax.block_until_ready(previous)
+        previous = total
     return total
 
 
@@ -467,6 +471,7 @@ def _column_gap_histogram(column: np.ndarray, step, num_thresholds: int) -> jax.
         block[:stop - start] = column[start:stop]
         block[stop - start:] = column[stop - 1]  # padding gaps are not real: bucketed past the end
         real = np.arange(size) < stop - start - 1
-        total = total + _gap_histogram_of_block(jnp.asarray(block), jnp.asarray(real), step,
-                                                num_thresholds=num_thresholds)
+        previous, total = total, total + _gap_histogram_of_block(jnp.asarray(block), jnp.asarray(real), step,
+                                                                 num_thresholds=num_thresholds)
+        jax.block_until_ready(previous)  # at most two blocks in flight (see _accumulate)
     return total
