@@ -43,7 +43,7 @@ import numpy as np
 from dpm_jax import exact, keys
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (MAX_POINTS, ClusterResult, _em_table, _gaussian_thresholds, _validate_bounds,
-                         _validate_key, build_ledger)
+                         _validate_key, _warn_if_starved, build_ledger)
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
 from dpm_jax.budget import Budget, allocate, heap_count_epsilons
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, PAPER_GRID, DPMConfig
@@ -279,10 +279,12 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     centers = _centers_from_sums(derive_key(key, keys.AVERAGE), sums, leaves.noisy_count, leaves.valid, lower,
                                 upper, _gaussian_thresholds(averaging.sigma), averaging)
     report(None)
-    return ClusterResult(centers=centers, counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
-                         valid=leaves.valid, k=jnp.sum(leaves.valid).astype(jnp.int32), tree=tree,
-                         split_interval_size=beta * (upper - lower), leaf_node=leaves.node,
-                         labels_nonprivate=None, ledger=ledger)
+    result = ClusterResult(centers=centers, counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
+                           valid=leaves.valid, k=jnp.sum(leaves.valid).astype(jnp.int32), tree=tree,
+                           split_interval_size=beta * (upper - lower), leaf_node=leaves.node,
+                           labels_nonprivate=None, ledger=ledger)
+    _warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
+    return result
 
 
 class _Routes(NamedTuple):
