@@ -17,7 +17,8 @@ Protocol (the DPM paper, Sections 6.1 and 6.2):
     are compiled by a warm-up run first, reported as ``first_run_seconds``.
 
 Algorithms (``--algorithms``, default all available):
-  dpm             dpm_jax.cluster
+  dpm             dpm_jax.cluster with the default config; every other DPM variant of
+                  dpm_jax.eval.zoo.DPM_VARIANTS (e.g. dpm-auto-depth) by its name
   dp-lloyd        dpm_jax.eval.baselines.dp_lloyd (Su et al.'s DP k-means, JAX)
   kmeans          dpm_jax.eval.baselines.kmeans (k-means++ and Lloyd, JAX, n_init=1)
   kmeans-sklearn  scikit-learn's KMeans (n_init=1), the authors' non-private baseline
@@ -28,7 +29,10 @@ Algorithms (``--algorithms``, default all available):
                   speed baseline
 
 Outputs: ``--out`` (JSON rows), the same path with ``.md`` (Markdown tables) and
-``.png`` (a figure comparing the algorithms).
+``.png`` (a figure comparing the algorithms). For the data sets of the paper's
+Tables 2 and 3 (Synth-10d, Synth-100d, UCI Letters) every cell the paper reports is
+printed beside ours, "ours (paper mean ± std)", from ``PAPER``; the adjusted Rand
+index (not in the paper) is reported for labelled data.
 """
 
 from __future__ import annotations
@@ -53,11 +57,42 @@ from dpm_jax.eval import baselines, metrics
 from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.datasets import Dataset, load_dataset
+from dpm_jax.eval.zoo import DPM_VARIANTS, batchable
 
-ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", "dpm", "dpm-numpy")
-METRICS = ("silhouette", "accuracy", "inertia", "kmeans_distance", "k", "seconds")
-METRIC_TITLES = {"silhouette": "Silh. score (up)", "accuracy": "Accuracy (up)", "inertia": "Inertia (down)",
-                 "kmeans_distance": "Norm. KMeans dist. (down)", "k": "k", "seconds": "Seconds per run"}
+ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", *DPM_VARIANTS, "dpm-numpy")
+METRICS = ("silhouette", "accuracy", "ari", "inertia", "kmeans_distance", "k", "seconds")
+METRIC_TITLES = {"silhouette": "Silh. score (up)", "accuracy": "Accuracy (up)", "ari": "Adjusted Rand index (up)",
+                 "inertia": "Inertia (down)", "kmeans_distance": "Norm. KMeans dist. (down)", "k": "k",
+                 "seconds": "Seconds per run"}
+# The paper's Tables 2 and 3 (epsilon = 1, 20 runs): (mean, std) per data set, paper column and metric.
+PAPER = {
+    "synth-10d": {
+        "KMeans": {"silhouette": (0.97, 0.00), "accuracy": (1.00, 0.00), "inertia": (1.0e6, 2.0e-10),
+                   "kmeans_distance": (0.00, 0.00)},
+        "DP-Lloyd": {"silhouette": (0.61, 0.05), "accuracy": (0.66, 0.05), "inertia": (6.0e8, 1.0e8),
+                     "kmeans_distance": (0.12, 0.01)},
+        "DPM": {"silhouette": (0.96, 0.02), "accuracy": (0.99, 0.01), "inertia": (1.8e7, 2.7e7),
+                "kmeans_distance": (0.01, 0.00)},
+    },
+    "synth-100d": {
+        "KMeans": {"silhouette": (0.98, 0.00), "accuracy": (1.00, 0.00), "inertia": (1.0e7, 2.6e-9),
+                   "kmeans_distance": (0.00, 0.00)},
+        "DP-Lloyd": {"silhouette": (0.58, 0.04), "accuracy": (0.63, 0.04), "inertia": (1.5e10, 9.7e8),
+                     "kmeans_distance": (0.21, 0.01)},
+        "DPM": {"silhouette": (0.98, 0.01), "accuracy": (1.00, 0.01), "inertia": (5.4e8, 3.4e8),
+                "kmeans_distance": (0.03, 0.00)},
+    },
+    "letters": {  # Table 3, UCI Letters (the paper uses 18,720 of the 20,000 points)
+        "KMeans": {"silhouette": (0.15, 0.00), "accuracy": (0.28, 0.01), "inertia": (5.8e5, 2.8e3),
+                   "kmeans_distance": (0.00, 0.00)},
+        "DP-Lloyd": {"silhouette": (0.09, 0.02), "accuracy": (0.13, 0.02), "inertia": (1.1e6, 6.4e4),
+                     "kmeans_distance": (0.20, 0.01)},
+        "DPM": {"silhouette": (0.05, 0.01), "accuracy": (0.20, 0.02), "inertia": (9.5e5, 3.3e4),
+                "kmeans_distance": (0.10, 0.01)},
+    },
+}
+PAPER_COLUMN = {"kmeans": "KMeans", "kmeans-sklearn": "KMeans", "dp-lloyd": "DP-Lloyd", "diffprivlib": "DP-Lloyd",
+                "dpm-numpy": "DPM", **{name: "DPM" for name in DPM_VARIANTS}}
 # Candidate k of the reference search for data sets without labels (Section 6.1, UCI Gas).
 UNLABELLED_K_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16)
 
@@ -106,13 +141,13 @@ class ProgressBar:
 
 # ------------------------------------------------------------------- algorithms
 # A runner maps (key, task) to (centres (slots, d), valid (slots,)) of one run.
-def _run_dpm_arrays(key, points, task: Task):
-    result = dpm_jax.cluster(key, points, task.budget, bounds=task.dataset.bounds)
+def _run_dpm_arrays(key, points, task: Task, config: dpm_jax.DPMConfig):
+    result = dpm_jax.cluster(key, points, task.budget, bounds=task.dataset.bounds, config=config)
     return result.centers, result.valid
 
 
-def _run_dpm(key, task: Task):
-    return _run_dpm_arrays(key, task.dataset.points, task)
+def _dpm_runner(config: dpm_jax.DPMConfig) -> Callable:
+    return lambda key, task: _run_dpm_arrays(key, task.dataset.points, task, config)
 
 
 def _all_valid(centers, task: Task):
@@ -178,13 +213,14 @@ def run_algorithm(algorithm: str, keys: list, warm_up_key, task: Task,
     run is charged the call's time divided by ``dpm_batch``; the warm-up is then one
     batch.
     """
-    if algorithm != "dpm" or dpm_batch == 1:
+    if algorithm not in DPM_VARIANTS or dpm_batch == 1 or not batchable(DPM_VARIANTS[algorithm]):
         runner = RUNNERS[algorithm]
         first = run_timed(runner, warm_up_key, task).seconds if algorithm in COMPILED else None
         return first, [run_timed(runner, key, task) for key in keys]
 
     data = task.dataset
-    batched = jax.jit(jax.vmap(lambda key, points: _run_dpm_arrays(key, points, task), in_axes=(0, None)))
+    config = DPM_VARIANTS[algorithm]
+    batched = jax.jit(jax.vmap(lambda key, points: _run_dpm_arrays(key, points, task, config), in_axes=(0, None)))
 
     def run_batch(batch_keys):
         padded = jnp.stack(batch_keys + [batch_keys[-1]] * (dpm_batch - len(batch_keys)))
@@ -202,10 +238,11 @@ def run_algorithm(algorithm: str, keys: list, warm_up_key, task: Task,
 
 
 RUNNERS: dict[str, Callable] = {
-    "dpm": _run_dpm, "dp-lloyd": _run_dp_lloyd, "kmeans": _run_kmeans,
+    **{name: _dpm_runner(config) for name, config in DPM_VARIANTS.items()},
+    "dp-lloyd": _run_dp_lloyd, "kmeans": _run_kmeans,
     "kmeans-sklearn": _run_kmeans_sklearn, "diffprivlib": _run_diffprivlib, "dpm-numpy": _run_dpm_numpy,
 }
-COMPILED = {"dpm", "dp-lloyd", "kmeans"}  # JAX programs: a warm-up run compiles them
+COMPILED = {*DPM_VARIANTS, "dp-lloyd", "kmeans"}  # JAX programs: a warm-up run compiles them
 
 
 def unavailable_reason(algorithm: str) -> str | None:
@@ -244,8 +281,10 @@ def evaluate(key, task: Task, clustering: Clustering, silhouette_sample: int) ->
             "seconds": clustering.seconds,
         }
         if task.num_classes is not None:
-            values["accuracy"] = float(metrics.clustering_accuracy(
-                assignment.labels, jnp.asarray(data.labels), num_slots, task.num_classes))
+            truth = jnp.asarray(data.labels)
+            values["accuracy"] = float(metrics.clustering_accuracy(assignment.labels, truth, num_slots,
+                                                                   task.num_classes))
+            values["ari"] = float(metrics.adjusted_rand_index(assignment.labels, truth, num_slots, task.num_classes))
     return values
 
 
@@ -315,15 +354,25 @@ def run_benchmark(datasets: list[str], algorithms: list[str], runs: int, epsilon
 
 
 # ----------------------------------------------------------------------- output
-def _cell(summary: dict | None, name: str) -> str:
+def _cell(summary: dict | None, name: str, paper: tuple[float, float] | None = None) -> str:
+    """'mean ± std' of our runs, then the paper's '(paper mean ± std)' where it reports the cell."""
     if summary is None:
         return "N/A"
     mean, std = summary["mean"], summary["std"]
     if name == "inertia":
-        return f"{mean:.1e} ± {std:.1e}"
-    if name == "k":
-        return f"{mean:.1f} ± {std:.1f}"
-    return f"{mean:.3f} ± {std:.3f}"
+        ours = f"{mean:.1e} ± {std:.1e}"
+    elif name == "k":
+        ours = f"{mean:.1f} ± {std:.1f}"
+    else:
+        ours = f"{mean:.3f} ± {std:.3f}"
+    if paper is None:
+        return ours
+    return ours + (f" (paper {paper[0]:.1e} ± {paper[1]:.1e})" if name == "inertia" else
+                   f" (paper {paper[0]:.2f} ± {paper[1]:.2f})")
+
+
+def _paper_value(dataset: str, algorithm: str, metric: str) -> tuple[float, float] | None:
+    return PAPER.get(dataset, {}).get(PAPER_COLUMN.get(algorithm), {}).get(metric)
 
 
 def markdown(document: dict) -> str:
@@ -333,7 +382,7 @@ def markdown(document: dict) -> str:
     lines.append(f"Measured on {machine['processor']}, {machine['cpu_count']} CPU cores, "
                  f"{', '.join(machine['devices'])}; jax {machine['jax']}. "
                  f"{document['config']['runs']} runs, epsilon = {document['config']['epsilon']}, "
-                 "delta = 1/(n sqrt(n)); mean ± std.\n")
+                 "delta = 1/(n sqrt(n)); mean ± std; the paper's value in parentheses where it reports one.\n")
     for name, info in document["datasets"].items():
         rows = [r for r in document["rows"] if r["dataset"] == name]
         given = "unlabelled, k from the reference search" if info["num_classes"] is None else "classes"
@@ -342,7 +391,8 @@ def markdown(document: dict) -> str:
         lines.append("| metric | " + " | ".join(r["algorithm"] for r in rows) + " |")
         lines.append("|---|" + "---|" * len(rows))
         for metric in METRICS:
-            lines.append(f"| {METRIC_TITLES[metric]} | " + " | ".join(_cell(r[metric], metric) for r in rows) + " |")
+            cells = (_cell(r.get(metric), metric, _paper_value(name, r["algorithm"], metric)) for r in rows)
+            lines.append(f"| {METRIC_TITLES[metric]} | " + " | ".join(cells) + " |")
         first_cells = ["-" if r["first_run_seconds"] is None else f"{r['first_run_seconds']:.1f}" for r in rows]
         lines.append("| First run, compile included (s) | " + " | ".join(first_cells) + " |\n")
     return "\n".join(lines)

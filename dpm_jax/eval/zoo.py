@@ -30,7 +30,7 @@ import dpm_jax
 from dpm_jax.config import AUTO_DEPTH
 from dpm_jax.eval import metrics
 
-__all__ = ["DPM_VARIANTS", "Centers", "paper_delta", "run_dpm", "labelled_scores"]
+__all__ = ["DPM_VARIANTS", "Centers", "paper_delta", "batchable", "run_dpm", "labelled_scores"]
 
 DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
     "dpm": dpm_jax.DPMConfig(),  # the default config (the cell split grid)
@@ -51,7 +51,8 @@ def paper_delta(n: int) -> float:
     return 1.0 / (n * math.sqrt(n))
 
 
-def _batchable(config: dpm_jax.DPMConfig) -> bool:
+def batchable(config: dpm_jax.DPMConfig) -> bool:
+    """Whether ``cluster`` with ``config`` runs under ``jax.vmap`` (``tau_r="auto"`` does not)."""
     return config.tau_r != AUTO_DEPTH
 
 
@@ -64,7 +65,7 @@ def run_dpm(keys: jax.Array, points: np.ndarray, budget: dpm_jax.Budget, bounds:
     runs key by key and pads the slots to the largest depth chosen (a run with a
     shallower tree has fewer slots, all of them kept).
     """
-    if _batchable(config):
+    if batchable(config):
         result = _vmapped(budget, config)(keys, jnp.asarray(points), jnp.float32(bounds[0]), jnp.float32(bounds[1]))
         return Centers(np.asarray(result[0]), np.asarray(result[1]))
     runs = [dpm_jax.cluster(key, points, budget, bounds=bounds, config=config) for key in keys]

@@ -1,0 +1,69 @@
+"""dpm_jax.eval.zoo: DPM variants, runs over keys, labelled scores."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+import dpm_jax
+from dpm_jax.config import AUTO_DEPTH
+from dpm_jax.eval import datasets, zoo
+
+SMALL = dpm_jax.DPMConfig(tau_r=3)  # a shallow tree compiles quickly
+
+
+@pytest.fixture(scope="module")
+def unbalanced():
+    return datasets.unbalanced_clusters(2_000, seed=1)
+
+
+def test_variants_are_valid_named_configs_with_the_default_first():
+    assert list(zoo.DPM_VARIANTS)[0] == "dpm" and zoo.DPM_VARIANTS["dpm"] == dpm_jax.DPMConfig()
+    assert all(isinstance(config, dpm_jax.DPMConfig) for config in zoo.DPM_VARIANTS.values())
+    assert len(set(zoo.DPM_VARIANTS.values())) == len(zoo.DPM_VARIANTS)  # no two names for one mode
+    assert zoo.batchable(SMALL) and not zoo.batchable(dataclasses.replace(SMALL, tau_r=AUTO_DEPTH))
+
+
+def test_paper_delta_is_n_to_the_minus_one_and_a_half():
+    assert zoo.paper_delta(10_000) == pytest.approx(1e-6)
+
+
+def test_vmapped_runs_equal_one_cluster_call_per_key(unbalanced):
+    budget = dpm_jax.Budget(epsilon=1.0, delta=zoo.paper_delta(2_000))
+    keys = jax.random.split(jax.random.key(3), 3)
+    runs = zoo.run_dpm(keys, unbalanced.points, budget, unbalanced.bounds, SMALL)
+    assert runs.centers.shape == (3, 8, 2) and runs.valid.shape == (3, 8)
+    for index, key in enumerate(keys):
+        alone = dpm_jax.cluster(key, unbalanced.points, budget, bounds=unbalanced.bounds, config=SMALL)
+        np.testing.assert_array_equal(runs.valid[index], np.asarray(alone.valid))
+        np.testing.assert_array_equal(runs.centers[index][runs.valid[index]],
+                                      np.asarray(alone.centers)[np.asarray(alone.valid)])
+    assert not np.array_equal(runs.valid[0], runs.valid[1]) or not np.allclose(runs.centers[0], runs.centers[1])
+
+
+def test_auto_depth_runs_key_by_key_padded_to_the_deepest_tree(unbalanced):
+    budget = dpm_jax.Budget(epsilon=1.0, delta=zoo.paper_delta(2_000))
+    config = dataclasses.replace(SMALL, tau_r=AUTO_DEPTH)
+    keys = jax.random.split(jax.random.key(4), 2)
+    runs = zoo.run_dpm(keys, unbalanced.points, budget, unbalanced.bounds, config)
+    for index, key in enumerate(keys):
+        alone = dpm_jax.cluster(key, unbalanced.points, budget, bounds=unbalanced.bounds, config=config)
+        slots = alone.valid.shape[0]
+        np.testing.assert_array_equal(runs.valid[index, :slots], np.asarray(alone.valid))
+        assert not np.any(runs.valid[index, slots:])  # padding is never a centre
+        np.testing.assert_array_equal(runs.centers[index, :slots][runs.valid[index, :slots]],
+                                      np.asarray(alone.centers)[np.asarray(alone.valid)])
+    assert np.all(np.isfinite(runs.centers))
+
+
+def test_labelled_scores_of_the_true_centres_and_of_a_merge(unbalanced):
+    centers = np.vstack([unbalanced.centers, np.full((3, 2), np.nan)])  # padded slots, invalid
+    valid = np.arange(11) < 8
+    perfect = zoo.labelled_scores(unbalanced.points, unbalanced.labels, centers, valid, 8)
+    assert perfect == {"ari": pytest.approx(1.0), "accuracy": pytest.approx(1.0), "k": 8}
+    # One centre dropped: its points join other clusters, where at least the smaller class of a merge (>= 45
+    # points of 2,000) loses the majority vote; ARI falls below 1; k is 7.
+    merged = zoo.labelled_scores(unbalanced.points, unbalanced.labels, centers, valid & (np.arange(11) != 0), 8)
+    smallest = np.bincount(unbalanced.labels).min()
+    assert merged["k"] == 7 and merged["ari"] < 0.99 and merged["accuracy"] <= 1 - smallest / 2_000
