@@ -14,7 +14,8 @@ and Lloyd) and DP-Lloyd (Su et al., (epsilon, 0)-DP) are given the true k. k-mea
 does not depend on epsilon, so it runs once per (data set, n). Scores per run
 (dpm_jax.eval.zoo.labelled_scores): adjusted Rand index, accuracy, k; the JSON keeps
 every run and the medians. DPM rows also carry dpm_jax.diagnostics.plan at the depth
-the run used (what the budget allows per level; public arithmetic, no data).
+the run used (what the budget allows per level; public arithmetic, no data) and the
+number of split candidates per dimension at the root, range / beta (beta as released).
 
 Resumable: results are written after every cell; a cell already in ``--out`` is
 skipped when its algorithm's config and, for DPM, the engine commit (the last git
@@ -98,9 +99,12 @@ def run_cell(seed: int, runs: int, dataset: str, n: int, epsilon: float | None, 
     if algorithm in DPM_VARIANTS:
         config = DPM_VARIANTS[algorithm]
         budget = dpm_jax.Budget(epsilon=epsilon, delta=paper_delta(n))
-        centers, valid = run_dpm(keys, data.points, budget, data.bounds, config)
+        centers, valid, interval = run_dpm(keys, data.points, budget, data.bounds, config)
         tau_r = int(round(math.log2(centers.shape[1])))
-        row.update(config=repr(config), engine=engine_commit(), plan=_plan_of(n, d, budget, config, tau_r))
+        candidates = (data.bounds[1] - data.bounds[0]) / np.mean(interval, axis=1)
+        row.update(config=repr(config), engine=engine_commit(), plan=_plan_of(n, d, budget, config, tau_r),
+                   root_candidates_per_dim=candidates.tolist(),
+                   median_root_candidates_per_dim=float(np.median(candidates)))
     else:
         centers, valid = _centers_of_baseline(algorithm, keys, data, num_classes, epsilon)
         row.update(config=algorithm)

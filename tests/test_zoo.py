@@ -9,8 +9,7 @@ import pytest
 import dpm_jax
 from dpm_jax.config import AUTO_DEPTH
 from dpm_jax.eval import datasets, zoo
-
-SMALL = dpm_jax.DPMConfig(tau_r=3)  # a shallow tree compiles quickly
+from conftest import SMALL_CONFIG as SMALL  # the suite's shared config: its eager programs compile once
 
 
 @pytest.fixture(scope="module")
@@ -29,29 +28,31 @@ def test_paper_delta_is_n_to_the_minus_one_and_a_half():
     assert zoo.paper_delta(10_000) == pytest.approx(1e-6)
 
 
-def test_vmapped_runs_equal_one_cluster_call_per_key(unbalanced):
-    budget = dpm_jax.Budget(epsilon=1.0, delta=zoo.paper_delta(2_000))
+def test_vmapped_runs_equal_one_cluster_call_per_key(small_blobs, budget):
+    """Long (a compile of the key-vmapped program with traced bounds): the benchmark's only DPM path for
+    batchable configs, so it must give exactly what ``cluster`` gives key by key."""
     keys = jax.random.split(jax.random.key(3), 3)
-    runs = zoo.run_dpm(keys, unbalanced.points, budget, unbalanced.bounds, SMALL)
-    assert runs.centers.shape == (3, 8, 2) and runs.valid.shape == (3, 8)
+    runs = zoo.run_dpm(keys, small_blobs.points, budget, small_blobs.bounds, SMALL)
+    assert runs.centers.shape == (3, 16, 3) and runs.valid.shape == (3, 16)
     for index, key in enumerate(keys):
-        alone = dpm_jax.cluster(key, unbalanced.points, budget, bounds=unbalanced.bounds, config=SMALL)
+        alone = dpm_jax.cluster(key, small_blobs.points, budget, bounds=small_blobs.bounds, config=SMALL)
+        np.testing.assert_array_equal(runs.split_interval_size[index], np.asarray(alone.split_interval_size))
         np.testing.assert_array_equal(runs.valid[index], np.asarray(alone.valid))
         np.testing.assert_array_equal(runs.centers[index][runs.valid[index]],
                                       np.asarray(alone.centers)[np.asarray(alone.valid)])
     assert not np.array_equal(runs.valid[0], runs.valid[1]) or not np.allclose(runs.centers[0], runs.centers[1])
 
 
-def test_auto_depth_runs_key_by_key_padded_to_the_deepest_tree(unbalanced):
-    budget = dpm_jax.Budget(epsilon=1.0, delta=zoo.paper_delta(2_000))
+def test_auto_depth_runs_key_by_key_padded_to_the_deepest_tree(small_blobs, budget):
     config = dataclasses.replace(SMALL, tau_r=AUTO_DEPTH)
     keys = jax.random.split(jax.random.key(4), 2)
-    runs = zoo.run_dpm(keys, unbalanced.points, budget, unbalanced.bounds, config)
+    runs = zoo.run_dpm(keys, small_blobs.points, budget, small_blobs.bounds, config)
     for index, key in enumerate(keys):
-        alone = dpm_jax.cluster(key, unbalanced.points, budget, bounds=unbalanced.bounds, config=config)
+        alone = dpm_jax.cluster(key, small_blobs.points, budget, bounds=small_blobs.bounds, config=config)
         slots = alone.valid.shape[0]
         np.testing.assert_array_equal(runs.valid[index, :slots], np.asarray(alone.valid))
         assert not np.any(runs.valid[index, slots:])  # padding is never a centre
+        np.testing.assert_array_equal(runs.split_interval_size[index], np.asarray(alone.split_interval_size))
         np.testing.assert_array_equal(runs.centers[index, :slots][runs.valid[index, :slots]],
                                       np.asarray(alone.centers)[np.asarray(alone.valid)])
     assert np.all(np.isfinite(runs.centers))

@@ -40,10 +40,16 @@ DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
 
 
 class Centers(NamedTuple):
-    """Released centres of several runs: ``centers`` (runs, slots, d) with ``valid`` (runs, slots)."""
+    """Released centres of several runs: ``centers`` (runs, slots, d) with ``valid`` (runs, slots).
+
+    ``split_interval_size`` (runs, d) is each run's released beta in data units
+    (:attr:`dpm_jax.ClusterResult.split_interval_size`): the range over beta is the
+    number of split candidates per dimension at the root.
+    """
 
     centers: np.ndarray
     valid: np.ndarray
+    split_interval_size: np.ndarray
 
 
 def paper_delta(n: int) -> float:
@@ -67,7 +73,7 @@ def run_dpm(keys: jax.Array, points: np.ndarray, budget: dpm_jax.Budget, bounds:
     """
     if batchable(config):
         result = _vmapped(budget, config)(keys, jnp.asarray(points), jnp.float32(bounds[0]), jnp.float32(bounds[1]))
-        return Centers(np.asarray(result[0]), np.asarray(result[1]))
+        return Centers(*(np.asarray(array) for array in result))
     runs = [dpm_jax.cluster(key, points, budget, bounds=bounds, config=config) for key in keys]
     slots = max(run.centers.shape[0] for run in runs)
     d = points.shape[1]
@@ -76,7 +82,7 @@ def run_dpm(keys: jax.Array, points: np.ndarray, budget: dpm_jax.Budget, bounds:
     for index, run in enumerate(runs):
         centers[index, : run.centers.shape[0]] = np.nan_to_num(np.asarray(run.centers))
         valid[index, : run.valid.shape[0]] = np.asarray(run.valid)
-    return Centers(centers, valid)
+    return Centers(centers, valid, np.stack([np.asarray(run.split_interval_size) for run in runs]))
 
 
 _COMPILED: dict = {}
@@ -87,7 +93,7 @@ def _vmapped(budget: dpm_jax.Budget, config: dpm_jax.DPMConfig):
     if (budget, config) not in _COMPILED:
         def one(key, points, lower, upper):
             result = dpm_jax.cluster(key, points, budget, bounds=(lower, upper), config=config)
-            return result.centers, result.valid
+            return result.centers, result.valid, result.split_interval_size
 
         _COMPILED[budget, config] = jax.jit(jax.vmap(one, in_axes=(0, None, None, None)))
     return _COMPILED[budget, config]
