@@ -210,6 +210,7 @@ def figure(document: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     datasets = list(dict.fromkeys(row["dataset"] for row in document["rows"]))
     algorithms = _algorithms(document)
@@ -229,6 +230,8 @@ def figure(document: dict, path: Path) -> None:
         axes[0, column].set_ylim(-0.05, 1.05)
         axes[1, column].axhline(rows[0]["true_k"], color="black", linewidth=0.8)
         axes[1, column].set_yscale("log")
+        axes[1, column].yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        axes[1, column].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         for axis in axes[:, column]:
             axis.set_xscale("log", base=2)
             axis.set_xlabel("epsilon", fontsize=8)
