@@ -18,9 +18,9 @@ the run used (what the budget allows per level; public arithmetic, no data) and 
 number of split candidates per dimension at the root, range / beta (beta as released).
 
 Resumable: results are written after every cell; a cell already in ``--out`` is
-skipped when its algorithm's config and, for DPM, the engine commit (the last git
-commit touching dpm_jax/ outside dpm_jax/eval/) are unchanged; ``--fresh`` re-runs
-the selected cells anyway.
+skipped when its algorithm's config and code commit are unchanged (the last git
+commit touching its code: dpm_jax/ outside dpm_jax/eval/ for DPM, the baselines'
+package for k-means and DP-Lloyd); ``--fresh`` re-runs the selected cells anyway.
 """
 
 from __future__ import annotations
@@ -52,9 +52,13 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPOSITORY / "benchmarks" / "results" / "zoo.json"
 
 
-def engine_commit() -> str:
-    """The last commit that changed the engine (dpm_jax/ outside dpm_jax/eval/), or 'unknown'."""
-    command = ["git", "-C", str(REPOSITORY), "log", "-1", "--format=%h", "--", "dpm_jax", ":!dpm_jax/eval"]
+CODE_PATHS = {"dpm": ("dpm_jax", ":!dpm_jax/eval"), "baselines": ("dpm_jax/eval/baselines",)}
+
+
+def code_commit(algorithm: str) -> str:
+    """The last commit that changed ``algorithm``'s code (``CODE_PATHS``), or 'unknown'."""
+    paths = CODE_PATHS["dpm" if algorithm in DPM_VARIANTS else "baselines"]
+    command = ["git", "-C", str(REPOSITORY), "log", "-1", "--format=%h", "--", *paths]
     try:
         return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip() or "unknown"
     except (OSError, subprocess.CalledProcessError):
@@ -102,12 +106,13 @@ def run_cell(seed: int, runs: int, dataset: str, n: int, epsilon: float | None, 
         centers, valid, interval = run_dpm(keys, data.points, budget, data.bounds, config)
         tau_r = int(round(math.log2(centers.shape[1])))
         candidates = (data.bounds[1] - data.bounds[0]) / np.mean(interval, axis=1)
-        row.update(config=repr(config), engine=engine_commit(), plan=_plan_of(n, d, budget, config, tau_r),
+        row.update(config=repr(config), plan=_plan_of(n, d, budget, config, tau_r),
                    root_candidates_per_dim=candidates.tolist(),
                    median_root_candidates_per_dim=float(np.median(candidates)))
     else:
         centers, valid = _centers_of_baseline(algorithm, keys, data, num_classes, epsilon)
         row.update(config=algorithm)
+    row["code"] = code_commit(algorithm)
     row["seconds"] = time.perf_counter() - start  # compile included
     scores = [labelled_scores(data.points, data.labels, centers[i], valid[i], num_classes) for i in range(runs)]
     for name in SCORES:
@@ -132,25 +137,21 @@ def _cell_id(row: dict) -> tuple:
     return row["dataset"], row["n"], row["epsilon"], row["algorithm"]
 
 
-def is_current(row: dict | None, algorithm: str, engine: str) -> bool:
-    """Whether a stored row still stands for ``algorithm`` as configured now."""
-    if row is None:
-        return False
-    if algorithm in DPM_VARIANTS:
-        return row.get("config") == repr(DPM_VARIANTS[algorithm]) and row.get("engine") == engine
-    return True
+def is_current(row: dict | None, algorithm: str) -> bool:
+    """Whether a stored row still stands for ``algorithm`` as configured and coded now."""
+    config = repr(DPM_VARIANTS[algorithm]) if algorithm in DPM_VARIANTS else algorithm
+    return row is not None and row.get("config") == config and row.get("code") == code_commit(algorithm)
 
 
 def run(args: argparse.Namespace) -> dict:
     """Run the missing or stale cells of the selection, saving ``args.out`` after each."""
     document = json.loads(args.out.read_text()) if args.out.exists() else {"rows": []}
     rows = {_cell_id(row): row for row in document["rows"]}
-    engine = engine_commit()
     cells = list(selected_cells(args.datasets, args.sizes, args.epsilons, args.algorithms))
     start = time.perf_counter()
     for index, (dataset, n, epsilon, algorithm) in enumerate(cells):
         cell = (dataset, n, epsilon, algorithm)
-        if not args.fresh and is_current(rows.get(cell), algorithm, engine):
+        if not args.fresh and is_current(rows.get(cell), algorithm):
             continue
         rows[cell] = run_cell(args.seed, args.keys, *cell)
         document.update(rows=list(rows.values()), machine=machine_description(), seed=args.seed)

@@ -29,7 +29,7 @@ def test_synth_data_sets_match_table_1(name, d):
 
 def test_digits_bounds_hold_by_construction():
     data = datasets.load_dataset("digits")
-    assert data.points.shape == (1797, 64) and data.bounds == (0.0, 16.0)
+    assert data.points.shape == (1797, 64) and data.bounds == (0.0, 16.0) and data.lattice == 1.0
     assert np.all((data.points >= 0) & (data.points <= 16)) and np.all(data.points == np.round(data.points))
     assert np.array_equal(np.unique(data.labels), np.arange(10))
 
@@ -37,7 +37,8 @@ def test_digits_bounds_hold_by_construction():
 def test_china_pixels_are_unlabelled_8_bit_colours():
     data = datasets.load_dataset("china-pixels")
     assert data.points.shape == (427 * 640, 3) and data.labels is None and data.bounds == (0.0, 255.0)
-    assert np.all((data.points >= 0) & (data.points <= 255))
+    assert np.all((data.points >= 0) & (data.points <= 255)) and np.all(data.points == np.round(data.points))
+    assert data.lattice == 1.0
     assert len(data.points) >= 10_000  # the "larger real data set" of the evaluation
 
 
@@ -51,6 +52,7 @@ def test_letters_is_the_uci_file_with_public_integer_bounds(tmp_path):
     data = datasets.letters()
     assert data.points.shape == (20_000, 16) and data.bounds == (0.0, 15.0)
     assert data.points.min() == 0 and data.points.max() == 15
+    assert data.lattice == 1.0 and np.all(data.points == np.round(data.points))
     assert np.array_equal(np.unique(data.labels), np.arange(26))
     with pytest.raises(FileNotFoundError, match="UCI Letters not found"):
         datasets.letters(tmp_path / "missing.csv")
@@ -77,6 +79,7 @@ def test_zoo_shapes_labels_and_points_inside_the_public_bounds(name):
     d, k = ZOO_SHAPES[name]
     data = _zoo(name, n=3_001)
     assert data.name == name and data.points.shape == (3_001, d) and data.points.dtype == np.float32
+    assert data.lattice is None  # continuous values
     assert np.array_equal(np.unique(data.labels), np.arange(k))
     lower, upper = data.bounds
     assert np.all((data.points >= lower) & (data.points <= upper))

@@ -60,13 +60,18 @@ __all__ = ["Dataset", "DATASETS", "ZOO", "synthetic_blobs", "paper_blobs", "digi
 
 
 class Dataset(NamedTuple):
-    """Points, ground-truth labels (None if unlabelled), the public bounds and the true centres (if known)."""
+    """Points, ground-truth labels (None if unlabelled), the public bounds and the true centres (if known).
+
+    ``lattice``: the public step of a lattice the domain's values lie on (1 for integer
+    features, known from how the data are recorded, like the bounds), or None.
+    """
 
     points: np.ndarray
     labels: np.ndarray | None
     bounds: tuple[float, float]
     centers: np.ndarray | None
     name: str
+    lattice: float | None = None
 
 
 def synthetic_blobs(n: int = 100_000, d: int = 10, num_blobs: int = 64, std: float = 1.0,
@@ -112,7 +117,7 @@ def digits() -> Dataset:
     from sklearn.datasets import load_digits
 
     data = load_digits()
-    return Dataset(data.data.astype(np.float32), data.target, (0.0, 16.0), None, "digits")
+    return Dataset(data.data.astype(np.float32), data.target, (0.0, 16.0), None, "digits", lattice=1.0)
 
 
 def china_pixels() -> Dataset:
@@ -125,7 +130,7 @@ def china_pixels() -> Dataset:
     from sklearn.datasets import load_sample_image
 
     image = load_sample_image("china.jpg")
-    return Dataset(image.reshape(-1, 3).astype(np.float32), None, (0.0, 255.0), None, "china-pixels")
+    return Dataset(image.reshape(-1, 3).astype(np.float32), None, (0.0, 255.0), None, "china-pixels", lattice=1.0)
 
 
 LETTERS_CSV = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "uci_letters.csv"
@@ -145,7 +150,7 @@ def letters(path: str | os.PathLike | None = None) -> Dataset:
                                 "use a repository checkout (benchmarks/data/uci_letters.csv)")
     table = np.genfromtxt(path, delimiter=",", skip_header=1, dtype=str)
     labels = np.array([ord(letter) - ord("A") for letter in table[:, 0]])
-    return Dataset(table[:, 1:].astype(np.float32), labels, (0.0, 15.0), None, "letters")
+    return Dataset(table[:, 1:].astype(np.float32), labels, (0.0, 15.0), None, "letters", lattice=1.0)
 
 
 # ------------------------------------------------------------------ structure zoo
