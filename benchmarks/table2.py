@@ -18,7 +18,9 @@ Protocol (the DPM paper, Sections 6.1 and 6.2):
 
 Algorithms (``--algorithms``, default all available):
   dpm             dpm_jax.cluster with the default config; every other DPM variant of
-                  dpm_jax.eval.zoo.DPM_VARIANTS (e.g. dpm-auto-depth) by its name
+                  dpm_jax.eval.zoo.DPM_VARIANTS (e.g. dpm-paper, dpm-auto-depth) by its
+                  name; dpm-lattice: the default config told the data set's public
+                  lattice step (UCI Letters, digits, china-pixels: 1), dpm_jax.eval.zoo.variant_config
   dp-lloyd        dpm_jax.eval.baselines.dp_lloyd (Su et al.'s DP k-means, JAX)
   kmeans          dpm_jax.eval.baselines.kmeans (k-means++ and Lloyd, JAX, n_init=1)
   kmeans-sklearn  scikit-learn's KMeans (n_init=1), the authors' non-private baseline
@@ -57,9 +59,10 @@ from dpm_jax.eval import baselines, metrics
 from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.datasets import Dataset, load_dataset
-from dpm_jax.eval.zoo import DPM_VARIANTS, batchable
+from dpm_jax.eval.zoo import DPM_VARIANTS, LATTICE_VARIANTS, batchable, variant_config
 
-ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", *DPM_VARIANTS, "dpm-numpy")
+DPM_NAMES = (*DPM_VARIANTS, *LATTICE_VARIANTS)
+ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", *DPM_NAMES, "dpm-numpy")
 METRICS = ("silhouette", "accuracy", "ari", "inertia", "kmeans_distance", "k", "seconds")
 METRIC_TITLES = {"silhouette": "Silh. score (up)", "accuracy": "Accuracy (up)", "ari": "Adjusted Rand index (up)",
                  "inertia": "Inertia (down)", "kmeans_distance": "Norm. KMeans dist. (down)", "k": "k",
@@ -92,7 +95,7 @@ PAPER = {
     },
 }
 PAPER_COLUMN = {"kmeans": "KMeans", "kmeans-sklearn": "KMeans", "dp-lloyd": "DP-Lloyd", "diffprivlib": "DP-Lloyd",
-                "dpm-numpy": "DPM", **{name: "DPM" for name in DPM_VARIANTS}}
+                "dpm-numpy": "DPM", **{name: "DPM" for name in DPM_NAMES}}
 # Candidate k of the reference search for data sets without labels (Section 6.1, UCI Gas).
 UNLABELLED_K_GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16)
 
@@ -146,8 +149,8 @@ def _run_dpm_arrays(key, points, task: Task, config: dpm_jax.DPMConfig):
     return result.centers, result.valid
 
 
-def _dpm_runner(config: dpm_jax.DPMConfig) -> Callable:
-    return lambda key, task: _run_dpm_arrays(key, task.dataset.points, task, config)
+def _dpm_runner(name: str) -> Callable:
+    return lambda key, task: _run_dpm_arrays(key, task.dataset.points, task, variant_config(name, task.dataset))
 
 
 def _all_valid(centers, task: Task):
@@ -213,13 +216,13 @@ def run_algorithm(algorithm: str, keys: list, warm_up_key, task: Task,
     run is charged the call's time divided by ``dpm_batch``; the warm-up is then one
     batch.
     """
-    if algorithm not in DPM_VARIANTS or dpm_batch == 1 or not batchable(DPM_VARIANTS[algorithm]):
+    if algorithm not in DPM_NAMES or dpm_batch == 1 or not batchable(variant_config(algorithm, task.dataset)):
         runner = RUNNERS[algorithm]
         first = run_timed(runner, warm_up_key, task).seconds if algorithm in COMPILED else None
         return first, [run_timed(runner, key, task) for key in keys]
 
     data = task.dataset
-    config = DPM_VARIANTS[algorithm]
+    config = variant_config(algorithm, data)
     batched = jax.jit(jax.vmap(lambda key, points: _run_dpm_arrays(key, points, task, config), in_axes=(0, None)))
 
     def run_batch(batch_keys):
@@ -238,11 +241,11 @@ def run_algorithm(algorithm: str, keys: list, warm_up_key, task: Task,
 
 
 RUNNERS: dict[str, Callable] = {
-    **{name: _dpm_runner(config) for name, config in DPM_VARIANTS.items()},
+    **{name: _dpm_runner(name) for name in DPM_NAMES},
     "dp-lloyd": _run_dp_lloyd, "kmeans": _run_kmeans,
     "kmeans-sklearn": _run_kmeans_sklearn, "diffprivlib": _run_diffprivlib, "dpm-numpy": _run_dpm_numpy,
 }
-COMPILED = {*DPM_VARIANTS, "dp-lloyd", "kmeans"}  # JAX programs: a warm-up run compiles them
+COMPILED = {*DPM_NAMES, "dp-lloyd", "kmeans"}  # JAX programs: a warm-up run compiles them
 
 
 def unavailable_reason(algorithm: str) -> str | None:

@@ -68,3 +68,16 @@ def test_labelled_scores_of_the_true_centres_and_of_a_merge(unbalanced):
     merged = zoo.labelled_scores(unbalanced.points, unbalanced.labels, centers, valid & (np.arange(11) != 0), 8)
     smallest = np.bincount(unbalanced.labels).min()
     assert merged["k"] == 7 and merged["ari"] < 0.99 and merged["accuracy"] <= 1 - smallest / 2_000
+
+
+def test_lattice_variant_tells_the_cell_grid_the_data_sets_public_step():
+    on_lattice = datasets.Dataset(np.zeros((4, 2), np.float32), None, (0.0, 15.0), None, "integers", lattice=1.0)
+    continuous = on_lattice._replace(lattice=None)
+    default = zoo.DPM_VARIANTS["dpm"]
+    assert zoo.variant_config("dpm-lattice", on_lattice) == dataclasses.replace(default, lattice_step=1.0)
+    assert zoo.variant_config("dpm-lattice", continuous) == default
+    assert zoo.variant_config("dpm", on_lattice) == default  # only the lattice variants are told
+    paper = dpm_jax.DPMConfig(split_grid="paper")
+    assert zoo.with_public_lattice(paper, on_lattice) == paper  # the paper's one global grid takes no lattice
+    own = dpm_jax.DPMConfig(lattice_step=0.5)
+    assert zoo.with_public_lattice(own, on_lattice) == own  # a step the config sets itself wins

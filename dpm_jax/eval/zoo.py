@@ -7,6 +7,9 @@ tests share:
 
 * :data:`DPM_VARIANTS`: the DPM modes compared, each a name and a
   :class:`~dpm_jax.DPMConfig` (a new mode is one line);
+* :data:`LATTICE_VARIANTS` and :func:`variant_config`: variants that are also told the
+  data set's public lattice step (:attr:`dpm_jax.eval.datasets.Dataset.lattice`, e.g. 1
+  for UCI Letters' integer features) where the cell grid can use it;
 * :func:`run_dpm`: one run per key, under ``jax.vmap`` over the keys when the
   config allows it (``tau_r="auto"`` releases a count on the host first, so it runs
   key by key);
@@ -19,6 +22,7 @@ These are evaluations, not DP releases: the scores read the data and its labels.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -27,16 +31,21 @@ import jax.numpy as jnp
 import numpy as np
 
 import dpm_jax
-from dpm_jax.config import AUTO_DEPTH
+from dpm_jax.config import AUTO_DEPTH, CELL_GRID
 from dpm_jax.eval import metrics
+from dpm_jax.eval.datasets import Dataset
 
-__all__ = ["DPM_VARIANTS", "Centers", "paper_delta", "batchable", "run_dpm", "labelled_scores"]
+__all__ = ["DPM_VARIANTS", "LATTICE_VARIANTS", "Centers", "paper_delta", "batchable", "with_public_lattice",
+           "variant_config", "run_dpm", "labelled_scores"]
 
 DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
     "dpm": dpm_jax.DPMConfig(),  # the default config (the cell split grid)
     "dpm-paper": dpm_jax.DPMConfig(split_grid="paper"),  # the published global grid (Algorithm 2's beta)
     "dpm-auto-depth": dpm_jax.DPMConfig(tau_r=AUTO_DEPTH),  # depth from a noisy count (dpm_jax.depth)
 }
+
+# name -> the variant of DPM_VARIANTS that is run with the data set's public lattice step.
+LATTICE_VARIANTS: dict[str, str] = {"dpm-lattice": "dpm"}
 
 
 class Centers(NamedTuple):
@@ -55,6 +64,22 @@ class Centers(NamedTuple):
 def paper_delta(n: int) -> float:
     """delta = n^-1.5, the paper's choice (Section 6.1), for a public size n."""
     return 1.0 / (n * math.sqrt(n))
+
+
+def with_public_lattice(config: dpm_jax.DPMConfig, data: Dataset) -> dpm_jax.DPMConfig:
+    """``config`` told the public lattice step of ``data`` (e.g. 1 for integer features) when it uses the
+    cell grid and sets no step itself; otherwise ``config`` unchanged. The step is public knowledge about
+    the domain, like the bounds, so using it costs no privacy."""
+    if data.lattice is None or config.split_grid != CELL_GRID or config.lattice_step is not None:
+        return config
+    return dataclasses.replace(config, lattice_step=data.lattice)
+
+
+def variant_config(name: str, data: Dataset) -> dpm_jax.DPMConfig:
+    """The config of the DPM variant ``name`` (a key of DPM_VARIANTS or LATTICE_VARIANTS) for ``data``."""
+    if name in LATTICE_VARIANTS:
+        return with_public_lattice(DPM_VARIANTS[LATTICE_VARIANTS[name]], data)
+    return DPM_VARIANTS[name]
 
 
 def batchable(config: dpm_jax.DPMConfig) -> bool:
