@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dpm_jax
+from dpm_jax.config import PAPER_GRID
 from dpm_jax.eval import baselines, metrics
 from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
 from dpm_jax.eval.benchmark import machine_description
@@ -194,7 +195,7 @@ def _run_dpm_numpy(key, task: Task):
     """dpm_jax.eval.baselines.numpy_dpm's ``reference_dpm(rng, X, epsilon, delta, bounds, config)["centers"]``."""
     data = task.dataset
     result = reference_dpm(np.random.default_rng(_seed(key)), data.points, task.budget.epsilon,
-                           task.budget.delta, data.bounds, dpm_jax.DPMConfig())
+                           task.budget.delta, data.bounds, dpm_jax.DPMConfig(split_grid=PAPER_GRID))
     centers = np.asarray(result["centers"], float)
     return centers, np.ones(len(centers), bool)
 
