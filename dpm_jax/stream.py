@@ -3,25 +3,25 @@
 The DPM paper ("DPM: Clustering Sensitive Data through Separation", Algorithm 1) reads
 the data only through reductions: the root count, the gap counts of Algorithm 2 (the
 paper grid only), per level the half-bin counts of every node and the sizes of its
-children, and the leaf sums. All of them are exact integers (:mod:`dpm_jax.exact`), so they can be
-accumulated chunk by chunk, and the totals, hence every mechanism's input and output,
-are those of :func:`dpm_jax.cluster` on the whole array: with the same key the
-release is bit-identical (tests/test_stream.py). The mechanisms, their key streams and
-the ledger are the in-memory path's own functions, called with the same arguments.
+children, and the leaf sums. All of them are exact integers (:mod:`dpm_jax.exact`), so
+they can be accumulated chunk by chunk, and the totals, hence every mechanism's input
+and output, are those of :func:`dpm_jax.cluster` on the whole array: with the same key
+the release is bit-identical (tests/test_stream.py). The mechanisms, their key streams
+and the ledger are the in-memory path's own functions, called with the same arguments.
 
-No per-point state is kept between passes: each pass routes every chunk from the
-root through the splits released so far (lines 26-27), so memory is bounded by the
-chunk size and the tree. Both split grids (``DPMConfig.split_grid``) bin and route a
-chunk with the in-memory tree's own functions (:func:`dpm_jax.tree.level_grid`,
+No per-point state is kept between passes: each pass routes every chunk from the root
+through the splits released so far (lines 26-27), so memory is bounded by the chunk size
+and the tree. Both split grids (``DPMConfig.split_grid``) bin and route a chunk with the
+in-memory tree's own functions (:func:`dpm_jax.tree.level_grid`,
 :func:`dpm_jax.tree.level_half_bins`): on the cell grid every level bins the chunk
-relative to its nodes' cells, which are public (the bounds cut by the released
-splits) and carried from level to level, and a point is routed at each level by its
-half-bin on that level's grid, the one its node's histogram counted it in. The
-exception to the bounded memory is Algorithm 2 (the paper grid only), the one step that is not a
+relative to its nodes' cells, which are public (the bounds cut by the released splits)
+and carried from level to level, and a point is routed at each level by its half-bin on
+that level's grid, the one its node's histogram counted it in. The exception to the
+bounded memory is Algorithm 2 (the paper grid only), the one step that is not a
 reduction (Section 3.5): it sorts each dimension, so it holds one quantised column of
-all n points at a time (4 n bytes, as many columns per pass as fit in
-``column_bytes``), sorted on the host; the gap histogram of the sorted column is
-accumulated in blocks (a sum of exact counts, the same integers).
+all n points at a time (4 n bytes, as many columns per pass as fit in ``column_bytes``),
+sorted on the host; the gap histogram of the sorted column is accumulated in blocks (a
+sum of exact counts, the same integers).
 
 Passes over the data (each reads every chunk): one to validate (before any noise is
 drawn), ceil(d' / columns per pass) for Algorithm 2 (none on the cell grid), one for the
@@ -62,7 +62,7 @@ from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise, count_noise
 from dpm_jax.tree import (DrawnSplit, LevelRelease, assemble_tree, choose_splits, count_children, drawn_split,
                           level_grid, level_half_bins, level_randomness, next_point_nodes, padded_randomness,
                           point_inputs, release_level, root_cells, root_interval_size, root_node_counts, route_points,
-                          tree_inputs)
+                          split_dimension_half_bins, tree_inputs)
 
 __all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
 
@@ -412,11 +412,16 @@ def _route(inputs, valid, routes: _Routes, num_levels):
     def one_level(level, state):
         node, active = state
         grid, _ = level_grid(inputs, routes.cell_lower[level], routes.cell_upper[level])
-        go_right = route_points(level_half_bins(inputs, grid, node), node, routes.split_dim[level],
-                                routes.first_right[level])
+        go_right = _go_right(inputs, grid, node, routes.split_dim[level], routes.first_right[level])
         return next_point_nodes(node, active, go_right, routes.is_split[level])
 
     return jax.lax.fori_loop(0, num_levels, one_level, (jnp.zeros(valid.shape[0], jnp.int32), valid))
+
+
+def _go_right(inputs, grid, node, split_dim, first_right):
+    """Lines 26-27 on the half-bins of the split dimensions alone (a tenth of the binning at d = 10)."""
+    bins = split_dimension_half_bins(inputs, grid, node, split_dim)
+    return route_points(bins, node, jnp.zeros_like(split_dim), first_right)
 
 
 def _histogram(inputs, cells, point_node, point_active, width: int):
@@ -437,7 +442,7 @@ def _children_of_chunk(piece, valid, public, routes, level, cells, split_dim, sp
     inputs = _piece_inputs(piece, public, config)
     node, active = _route(inputs, valid, routes, level)
     grid, _ = level_grid(inputs, *cells)
-    go_right = route_points(level_half_bins(inputs, grid, node), node, split_dim, split.first_right)
+    go_right = _go_right(inputs, grid, node, split_dim, split.first_right)
     child_true = count_children(node, active, go_right, width)
     if not next_histogram:
         return child_true, None

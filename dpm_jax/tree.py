@@ -68,7 +68,7 @@ __all__ = ["SplitTree", "Leaves", "LevelState", "LevelRelease", "build_tree", "s
            "select_splits", "route_points", "count_children", "stopping_rule", "root_interval_size",
            "ledger_entries", "paper_split_position", "release_level", "next_point_nodes", "candidate_count",
            "tree_inputs", "root_node_counts", "padded_randomness", "level_randomness", "assemble_tree", "root_cells",
-           "level_grid", "level_half_bins", "DrawnSplit", "drawn_split", "point_inputs"]
+           "level_grid", "level_half_bins", "split_dimension_half_bins", "DrawnSplit", "drawn_split", "point_inputs"]
 
 
 class SplitTree(NamedTuple):
@@ -316,6 +316,19 @@ def level_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.
     if grid is None:
         return inputs.half_bins
     return cell_half_bin_indices(inputs.unit_points, point_node, grid, inputs.max_splits)
+
+
+def split_dimension_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array,
+                              split_dim: jax.Array) -> jax.Array:
+    """(n, 1) every point's half-bin in its node's split dimension: column ``split_dim[node]`` of
+    :func:`level_half_bins`, binned alone (the same arithmetic per coordinate, so the same bins);
+    all that routing reads (:func:`route_points` with dimension 0)."""
+    rows, point_dim = jnp.arange(point_node.shape[0]), split_dim[point_node]
+    if grid is None:
+        return inputs.half_bins[rows, point_dim][:, None]
+    pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
+    return cell_half_bin_indices(inputs.unit_points[rows, point_dim][:, None], point_node,
+                                 CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used)), inputs.max_splits)
 
 
 class DrawnSplit(NamedTuple):
