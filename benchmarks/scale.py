@@ -15,8 +15,10 @@ reset (``/proc/self/clear_refs``) after the data is in memory where stated.
   above the process with its data loaded; ``resident_over_input`` = (input + that) / input;
   XLA's temporary buffer size at 1M x 10. With ``--reference DIR`` the checkout in DIR
   (PYTHONPATH) is measured the same way in the same run, for a before/after.
-* ``stream``: ``cluster_stream`` (paper split grid, the one it supports) on .npy files of
-  n x 10 float32 (created in --data-dir if missing): wall time and peak resident memory.
+* ``stream``: ``cluster_stream`` on .npy files of n x 10 float32 (created in --data-dir if
+  missing), for each split grid of --stream-grids (default: the cell grid, the default, and
+  the paper's), alternating in the same run: median wall time and peak resident memory
+  (each run a fresh process, the first call with a warm compilation cache) over --repeats runs.
 * ``devices``: 4 forced CPU devices (XLA_FLAGS) vs 1, rows sharded: identical release?
   median warm time of each.
 """
@@ -107,7 +109,7 @@ STREAM = _PEAK + textwrap.dedent("""
     import jax, numpy as np, dpm_jax
     start = time.perf_counter()
     r = dpm_jax.cluster_stream(jax.random.key(0), {path!r}, dpm_jax.Budget(1.0, 1e-6), bounds=(-100.0, 100.0),
-                               config=dpm_jax.DPMConfig(split_grid="paper"))
+                               config=dpm_jax.DPMConfig(split_grid={split_grid!r}))
     jax.block_until_ready(r.centers)
     print(json.dumps(dict(seconds=time.perf_counter() - start, peak_gb=peak_gb(), k=int(r.k))))
 """)
@@ -208,15 +210,26 @@ def _npy(path: str, n: int) -> str:
     return path
 
 
-def stream(sizes: list[int], data_dir: str) -> list[dict]:
+def stream(sizes: list[int], data_dir: str, grids: list[str], repeats: int) -> list[dict]:
+    """Per size and grid, the median over ``repeats`` fresh processes, the grids alternating."""
     rows = []
     for n in sizes:
         path = _npy(os.path.join(data_dir, f"scale_{n}.npy"), n)
-        row = json.loads(_python(STREAM.format(path=path)))
-        row.update(n=n, file_gb=os.path.getsize(path) / 1e9)
-        rows.append(row)
-        print(f"stream n={n}: {row}", file=sys.stderr)
+        runs = {grid: [] for grid in grids}
+        for _ in range(repeats):
+            for grid in grids:
+                runs[grid].append(json.loads(_python(STREAM.format(path=path, split_grid=grid))))
+                print(f"stream n={n}, {grid} grid: {runs[grid][-1]}", file=sys.stderr)
+        for grid, results in runs.items():
+            rows.append(dict(n=n, split_grid=grid, file_gb=os.path.getsize(path) / 1e9, k=results[0]["k"],
+                             seconds=float(np.median([r["seconds"] for r in results])),
+                             peak_gb=float(np.median([r["peak_gb"] for r in results])),
+                             runs=[{key: r[key] for key in ("seconds", "peak_gb")} for r in results]))
     return rows
+
+
+def _stream_row_key(row: dict) -> tuple[int, str]:
+    return row["n"], row.get("split_grid", "paper")  # rows recorded before the cell grid streamed: paper
 
 
 def devices(n: int, repeats: int) -> dict:
@@ -234,11 +247,15 @@ def plot(report: dict, path: str) -> None:
     if not rows:
         return
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    n = [row["n"] for row in rows]
-    axes[0].loglog(n, [row["seconds"] for row in rows], "o-")
+    for grid in sorted({_stream_row_key(row)[1] for row in rows}):
+        mine = [row for row in rows if _stream_row_key(row)[1] == grid]
+        n = [row["n"] for row in mine]
+        axes[0].loglog(n, [row["seconds"] for row in mine], "o-", label=f"{grid} grid")
+        axes[1].semilogx(n, [row["peak_gb"] for row in mine], "o-", label=f"peak resident, {grid} grid")
+    sizes = sorted({row["n"]: row["file_gb"] for row in rows}.items())
+    axes[1].semilogx([n for n, _ in sizes], [gb for _, gb in sizes], "k--", label="file size")
+    axes[0].legend()
     axes[0].set(xlabel="n (x 10 float32, from .npy)", ylabel="seconds", title="cluster_stream: time")
-    axes[1].semilogx(n, [row["peak_gb"] for row in rows], "o-", label="peak resident")
-    axes[1].semilogx(n, [row["file_gb"] for row in rows], "k--", label="file size")
     axes[1].set(xlabel="n", ylabel="GB", title="cluster_stream: memory")
     axes[1].legend()
     fig.tight_layout()
@@ -251,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--in-memory-n", type=int, default=10_000_000)
     parser.add_argument("--stream-sizes", default="1000000,10000000")
+    parser.add_argument("--stream-grids", default="cell,paper", help="split grids streamed at every size")
     parser.add_argument("--devices-n", type=int, default=1_000_000)
     parser.add_argument("--data-dir", default=tempfile.gettempdir())
     parser.add_argument("--reference", default=None, help="a checkout to compare in_memory with (PYTHONPATH)")
@@ -268,9 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "in_memory":
             report[name] = in_memory(args.in_memory_n, args.repeats, args.reference)
         elif name == "stream":  # rows of sizes not rerun are kept: large sizes can run on their own
-            fresh = stream([int(float(n)) for n in args.stream_sizes.split(",")], args.data_dir)
-            kept = [row for row in report.get(name, []) if row["n"] not in {row["n"] for row in fresh}]
-            report[name] = sorted(kept + fresh, key=lambda row: row["n"])
+            fresh = stream([int(float(n)) for n in args.stream_sizes.split(",")], args.data_dir,
+                           [grid.strip() for grid in args.stream_grids.split(",") if grid.strip()], args.repeats)
+            kept = [row for row in report.get(name, [])
+                    if _stream_row_key(row) not in {_stream_row_key(row) for row in fresh}]
+            report[name] = sorted(kept + fresh, key=_stream_row_key)
         elif name == "devices":
             report[name] = devices(args.devices_n, args.repeats)
         else:

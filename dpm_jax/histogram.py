@@ -94,9 +94,13 @@ def cell_half_bin_indices(unit_points: jnp.ndarray, point_node: jax.Array, grid:
     """(n, d) half-bin index of every coordinate in its node's cell, in [0, used).
 
     A coordinate outside its cell (float rounding at a released split position) goes to
-    the nearest end half-bin; a degenerate cell (no width) puts every point in half-bin 0.
+    the nearest end half-bin; in a degenerate cell (no width) a point at its lower end goes to
+    half-bin 0. A product with the half-width's reciprocal, not a quotient (see
+    :func:`dpm_jax._arrays.reciprocal`): the bins are the same in every program that calls
+    this function (the whole array in memory, a streamed chunk).
     """
-    index = jnp.floor((unit_points - grid.lower[point_node]) / grid.half_width[point_node])
+    scale = reciprocal(grid.half_width)  # per (node, dimension), once
+    index = jnp.floor((unit_points - grid.lower[point_node]) * scale[point_node])
     index = jnp.minimum(index, (grid.used[point_node] - 1).astype(jnp.float32))
     index = jnp.where(index >= 0, index, 0.0)  # also NaN (0 / 0) -> 0
     return index.astype(bin_dtype(2 * num_splits))

@@ -1,27 +1,34 @@
 """Out-of-core DPM: :func:`cluster_stream` streams chunks of rows through the device, level by level.
 
 The DPM paper ("DPM: Clustering Sensitive Data through Separation", Algorithm 1) reads
-the data only through reductions: the root count, the gap counts of Algorithm 2, per
-level the half-bin counts of every node and the sizes of its children, and the leaf
-sums. All of them are exact integers (:mod:`dpm_jax.exact`), so they can be
-accumulated chunk by chunk, and the totals, hence every mechanism's input and output,
-are those of :func:`dpm_jax.cluster` on the whole array: with the same key the
-release is bit-identical (tests/test_stream.py). The mechanisms, their key streams and
-the ledger are the in-memory path's own functions, called with the same arguments.
+the data only through reductions: the root count, the gap counts of Algorithm 2 (the
+paper grid only), per level the half-bin counts of every node and the sizes of its
+children, and the leaf sums. All of them are exact integers (:mod:`dpm_jax.exact`), so
+they can be accumulated chunk by chunk, and the totals, hence every mechanism's input
+and output, are those of :func:`dpm_jax.cluster` on the whole array: with the same key
+the release is bit-identical (tests/test_stream.py). The mechanisms, their key streams
+and the ledger are the in-memory path's own functions, called with the same arguments.
 
-No per-point state is kept between passes: each pass routes every chunk from the
-root through the splits released so far (lines 26-27), so memory is bounded by the
-chunk size and the tree, except for Algorithm 2, the one step that is not a
+No per-point state is kept between passes: each pass routes every chunk from the root
+through the splits released so far (lines 26-27), so memory is bounded by the chunk size
+and the tree. Both split grids (``DPMConfig.split_grid``) bin and route a chunk with the
+in-memory tree's own functions (:func:`dpm_jax.tree.level_grid`,
+:func:`dpm_jax.tree.level_half_bins`): on the cell grid every level bins the chunk
+relative to its nodes' cells, which are public (the bounds cut by the released splits)
+and carried from level to level, and a point is routed at each level by its half-bin on
+that level's grid, the one its node's histogram counted it in. The exception to the
+bounded memory is Algorithm 2 (the paper grid only), the one step that is not a
 reduction (Section 3.5): it sorts each dimension, so it holds one quantised column of
-all n points at a time (4 n bytes, as many columns per pass as fit in
-``column_bytes``), sorted on the host; the gap histogram of the sorted column is
-accumulated in blocks (a sum of exact counts, the same integers).
+all n points at a time (4 n bytes, as many columns per pass as fit in ``column_bytes``),
+sorted on the host; the gap histogram of the sorted column is accumulated in blocks (a
+sum of exact counts, the same integers).
 
 Passes over the data (each reads every chunk): one to validate (before any noise is
-drawn), ceil(d' / columns per pass) for Algorithm 2, one for the root's histogram, one
-per tree level (its children's sizes and, counting every child as if its parent were
-split, the next level's histogram, of which the rows of children that are not nodes are
-then zeroed: the same counts), one for the leaf sums: tau_r + 4 when the columns fit.
+drawn), ceil(d' / columns per pass) for Algorithm 2 (none on the cell grid), one for the
+root's histogram, one per tree level (its children's sizes and, counting every child as
+if its parent were split, the next level's histogram on the children's cells, of which
+the rows of children that are not nodes are then zeroed: the same counts), one for the
+leaf sums: tau_r + 3 on the cell grid, tau_r + 4 on the paper grid when the columns fit.
 
 Privacy: the same as :func:`dpm_jax.cluster` (docs/privacy.md), as the same
 statistics enter the same mechanisms. The chunking is not released and does not
@@ -46,15 +53,16 @@ from dpm_jax.api import (MAX_POINTS, ClusterResult, _em_table, _gaussian_thresho
                          _validate_key, _warn_if_starved, build_ledger)
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
 from dpm_jax.budget import Budget, allocate, heap_count_epsilons
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, PAPER_GRID, DPMConfig
-from dpm_jax.histogram import half_bin_indices, level_histogram
+from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.histogram import level_histogram
 from dpm_jax.interval import (counts_from_gap_histogram, first_gap_threshold, gap_histogram, interval_dimensions,
                               select_interval_size)
 from dpm_jax.keys import derive_key
 from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise, count_noise
-from dpm_jax.tree import (LevelRelease, assemble_tree, candidate_count, choose_splits, count_children,
-                          level_randomness, next_point_nodes, padded_randomness, paper_split_position, release_level,
-                          root_node_counts, route_points, tree_inputs)
+from dpm_jax.tree import (DrawnSplit, LevelRelease, assemble_tree, choose_splits, count_children, drawn_split,
+                          level_grid, level_half_bins, level_randomness, next_point_nodes, padded_randomness,
+                          point_inputs, release_level, root_cells, root_interval_size, root_node_counts, route_points,
+                          split_dimension_half_bins, tree_inputs)
 
 __all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
 
@@ -222,9 +230,6 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     if config.tau_r == AUTO_DEPTH:
         raise ValueError(f"cluster_stream does not support tau_r={AUTO_DEPTH!r}; choose tau_r with "
                          "dpm_jax.diagnostics.recommended_tau_r")
-    if config.split_grid == CELL_GRID:
-        raise ValueError(f"cluster_stream supports split_grid={PAPER_GRID!r} only (the cell grid's per-node "
-                         f"half-bins are not streamed yet): pass config=DPMConfig(split_grid={PAPER_GRID!r}, ...)")
     if int(chunk_rows) < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     source = _Chunks(data, int(chunk_rows))
@@ -240,41 +245,47 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     em_table = _em_table()
     noise, root_noisy_count = _root_count(key, jnp.int32(n), allocation=allocation)
     root_size = exact.to_float32(root_noisy_count)
-    # Line 8: Algorithm 2 from sorted columns.
-    beta = _interval_size(key, source, rows, lower, upper, root_size, em_table, allocation.interval_epsilon,
-                          config, column_bytes, report)
+    # Line 8: Algorithm 2 from sorted columns (the cell grid runs none: it reports its root's interval size).
+    if config.split_grid == CELL_GRID:
+        beta = _root_interval_size(lower, upper, config=config)
+    else:
+        beta = _interval_size(key, source, rows, lower, upper, root_size, em_table, allocation.interval_epsilon,
+                              config, column_bytes, report)
     # Lines 10, 13-28, level by level.
     split_bits = jax.random.bits(derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS),
                                  dtype=jnp.uint32)
     public = (em_table, lower, upper, root_noisy_count, beta)
     width = 2 ** (config.tau_r - 1)
     randomness = padded_randomness(split_bits, noise, width)
+    cells = _root_cells(public, config=config)
     # The released splits of the levels so far, padded to tau_r levels (one compiled program per pass kind).
-    routes = _Routes(*(jnp.zeros((config.tau_r, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)))
+    routes = _Routes(*(jnp.zeros((config.tau_r, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
+                     *(jnp.zeros((config.tau_r,) + end.shape, end.dtype) for end in cells))
     releases = []
     node_count, node_active = root_node_counts(root_noisy_count, width), jnp.arange(width) == 0
-    counts = _accumulate(source, rows, "level 0 histogram", report, _root_histogram_of_chunk, lower, upper, beta,
-                         routes, width=width, config=config)
+    counts = _accumulate(source, rows, "level 0 histogram", report, _root_histogram_of_chunk, public, routes, cells,
+                         width=width, config=config)
     for level in range(config.tau_r):
         level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
-        split_dim, split_index = _choose_splits(public, jnp.int32(level), counts, node_count, node_active, level_bits,
-                                                jnp.float32(allocation.split_epsilons[level]),
-                                                jnp.float32(allocation.count_offsets[level]), config=config)
+        split_dim, split = _choose_splits(public, jnp.int32(level), counts, node_count, node_active, cells,
+                                          level_bits, jnp.float32(allocation.split_epsilons[level]),
+                                          jnp.float32(allocation.count_offsets[level]), config=config)
         # One pass: this level's children sizes and, for every child as if its parent were
         # split, the next level's histogram (rows of children not split into are zeroed below).
         last = level == config.tau_r - 1
         child_true, next_counts = _accumulate(
             source, rows, f"level {level} children" + ("" if last else f", level {level + 1} histogram"), report,
-            _children_of_chunk, lower, upper, beta, routes, jnp.int32(level), split_dim, split_index, width=width,
+            _children_of_chunk, public, routes, jnp.int32(level), cells, split_dim, split, width=width,
             config=config, next_histogram=not last)
-        release, child_exact = _release_level(public, node_count, node_active, split_dim, split_index, child_true,
-                                              level_noise, config=config)
+        release, child_exact = _release_level(public, node_count, node_active, split_dim, split.position,
+                                              child_true, level_noise, config=config)
         releases.append(release)
-        routes, node_count, node_active, counts = _next_level(routes, jnp.int32(level), split_dim, split_index,
+        routes, node_count, node_active, counts = _next_level(routes, jnp.int32(level), cells, split_dim, split,
                                                               release, child_exact, next_counts, width=width)
+        cells = (split.cell_lower, split.cell_upper)
     tree, leaves = _assemble_tree(releases, tau_r=config.tau_r)
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
-    sums = _accumulate(source, rows, "leaf sums", report, _leaf_sums_of_chunk, lower, upper, beta, routes,
+    sums = _accumulate(source, rows, "leaf sums", report, _leaf_sums_of_chunk, public, routes,
                        jnp.int32(config.tau_r), width=width, config=config)
     centers = _centers_from_sums(derive_key(key, keys.AVERAGE), sums, leaves.noisy_count, leaves.valid, lower,
                                 upper, _gaussian_thresholds(averaging.sigma), averaging)
@@ -291,37 +302,48 @@ class _Routes(NamedTuple):
     """The released splits per level, (tau_r, width) each: what routes a point from the root."""
 
     split_dim: jax.Array
-    split_index: jax.Array
+    first_right: jax.Array  # x >= s* iff the point's half-bin on its level's grid is >= this
     is_split: jax.Array
+    cell_lower: jax.Array  # (tau_r, width, d) every level's cells (cell grid), else (tau_r, 0)
+    cell_upper: jax.Array
 
 
 # The node-level steps are compiled, as in the in-memory program: XLA's fused float32
 # arithmetic (the released split positions, the centres) then rounds the same way.
 @functools.partial(jax.jit, static_argnames="config")
-def _choose_splits(public, level, counts, node_count, node_active, level_bits, epsilon, offset, *, config):
+def _choose_splits(public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *,
+                   config) -> tuple[jax.Array, DrawnSplit]:
+    """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
     inputs = tree_inputs(None, None, *public, config)
-    return choose_splits(inputs, level, counts, node_count, node_active, inputs.candidate_valid, level_bits,
-                         epsilon, offset)
+    grid, candidate_valid = level_grid(inputs, *cells)
+    split_dim, split_index = choose_splits(inputs, level, counts, node_count, node_active, candidate_valid,
+                                           level_bits, epsilon, offset)
+    return split_dim, drawn_split(inputs, grid, *cells, split_dim, split_index)
 
 
 @functools.partial(jax.jit, static_argnames="config")
-def _release_level(public, node_count, node_active, split_dim, split_index, child_true, level_noise, *, config):
-    inputs = tree_inputs(None, None, *public, config)
-    return release_level(inputs, node_count, node_active, split_dim,
-                         paper_split_position(inputs, split_dim, split_index), child_true, level_noise)
+def _release_level(public, node_count, node_active, split_dim, position, child_true, level_noise, *, config):
+    return release_level(tree_inputs(None, None, *public, config), node_count, node_active, split_dim, position,
+                         child_true, level_noise)
 
 
+@functools.partial(jax.jit, static_argnames="config")
+def _root_cells(public, *, config):
+    return root_cells(tree_inputs(None, None, *public, config))
+
+
+_root_interval_size = jax.jit(root_interval_size, static_argnames="config")
 _centers_from_sums = jax.jit(centers_from_sums, static_argnames="plan")
 _level_randomness = jax.jit(level_randomness, static_argnames="width")
 
 
 @functools.partial(jax.jit, static_argnames="width")
-def _next_level(routes: _Routes, level, split_dim, split_index, release: LevelRelease, child_exact: exact.Int,
-                next_counts, *, width: int):
+def _next_level(routes: _Routes, level, cells, split_dim, split: DrawnSplit, release: LevelRelease,
+                child_exact: exact.Int, next_counts, *, width: int):
     """The routes with this level's splits; the next level's released counts, active slots and
     histogram (only the points of split nodes: the in-memory path's active points)."""
     routes = _Routes(*(part.at[level].set(value)
-                       for part, value in zip(routes, (split_dim, split_index, release.is_split))))
+                       for part, value in zip(routes, (split_dim, split.first_right, release.is_split, *cells))))
     node_active = release.child_active[:width]
     if next_counts is not None:
         next_counts = jnp.where(node_active[:, None, None], next_counts, 0)
@@ -356,14 +378,13 @@ def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
     return report
 
 
-def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, function, lower, upper, beta,
-                routes: _Routes, *args, **static):
+def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, function, public, routes: _Routes,
+                *args, **static):
     """The exact sum over all pieces of ``function(piece, valid, ...)`` (int32 arrays or exact Ints)."""
     report(pass_name)
     total = previous = None
     for _, piece, valid in source.pieces(pass_name, rows):
-        part = function(jnp.asarray(piece), np.arange(source.chunk_rows) < valid, lower, upper, beta, routes,
-                        *args, **static)
+        part = function(jnp.asarray(piece), np.arange(source.chunk_rows) < valid, public, routes, *args, **static)
         total = part if total is None else _add(total, part)
         # At most two pieces in flight: dispatch is asynchronous, and a reader faster than
         # the device would otherwise hold every piece it has read.
@@ -379,44 +400,61 @@ def _add(total, part):
                         is_leaf=lambda x: isinstance(x, exact.Int))
 
 
-def _route(half_bins, valid, routes: _Routes, num_levels):
-    """Every point's local node index and activity after the first ``num_levels`` levels (lines 26-27)."""
+def _piece_inputs(piece, public, config: DPMConfig):
+    """The tree's inputs for a piece: its points scaled to the bounds, binned as in :func:`dpm_jax.tree.build_tree`."""
+    em_table, lower, upper, root_noisy_count, beta = public
+    return point_inputs(to_unit_range(piece, lower, upper), em_table, lower, upper, root_noisy_count, beta, config)
+
+
+def _route(inputs, valid, routes: _Routes, num_levels):
+    """Every point's local index and activity after the first ``num_levels`` levels (lines 26-27), each
+    level's split applied to the half-bins of that level's grid, as in the in-memory tree."""
     def one_level(level, state):
         node, active = state
-        go_right = route_points(half_bins, node, routes.split_dim[level], 2 * routes.split_index[level] + 1)
+        grid, _ = level_grid(inputs, routes.cell_lower[level], routes.cell_upper[level])
+        go_right = _go_right(inputs, grid, node, routes.split_dim[level], routes.first_right[level])
         return next_point_nodes(node, active, go_right, routes.is_split[level])
 
-    return jax.lax.fori_loop(0, num_levels, one_level, (jnp.zeros(half_bins.shape[0], jnp.int32), valid))
+    return jax.lax.fori_loop(0, num_levels, one_level, (jnp.zeros(valid.shape[0], jnp.int32), valid))
 
 
-def _half_bins(piece, lower, upper, beta, config: DPMConfig):
-    return half_bin_indices(to_unit_range(piece, lower, upper), beta, candidate_count(beta, config),
-                            config.max_splits_per_dim)
+def _go_right(inputs, grid, node, split_dim, first_right):
+    """Lines 26-27 on the half-bins of the split dimensions alone (a tenth of the binning at d = 10)."""
+    bins = split_dimension_half_bins(inputs, grid, node, split_dim)
+    return route_points(bins, node, jnp.zeros_like(split_dim), first_right)
+
+
+def _histogram(inputs, cells, point_node, point_active, width: int):
+    """(width, d, 2B) half-bin counts of the active points on the grid of ``cells``."""
+    grid, _ = level_grid(inputs, *cells)
+    return level_histogram(level_half_bins(inputs, grid, point_node), point_node, point_active, width,
+                           inputs.max_splits)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
-def _root_histogram_of_chunk(piece, valid, lower, upper, beta, routes, *, width: int, config: DPMConfig):
-    half_bins = _half_bins(piece, lower, upper, beta, config)
-    return level_histogram(half_bins, jnp.zeros(piece.shape[0], jnp.int32), valid, width, config.max_splits_per_dim)
+def _root_histogram_of_chunk(piece, valid, public, routes, cells, *, width: int, config: DPMConfig):
+    return _histogram(_piece_inputs(piece, public, config), cells, jnp.zeros(piece.shape[0], jnp.int32), valid, width)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config", "next_histogram"))
-def _children_of_chunk(piece, valid, lower, upper, beta, routes, level, split_dim, split_index, *, width: int,
+def _children_of_chunk(piece, valid, public, routes, level, cells, split_dim, split: DrawnSplit, *, width: int,
                        config: DPMConfig, next_histogram: bool):
-    half_bins = _half_bins(piece, lower, upper, beta, config)
-    node, active = _route(half_bins, valid, routes, level)
-    go_right = route_points(half_bins, node, split_dim, 2 * split_index + 1)  # x >= s*: half-bin >= 2 j* + 1
+    inputs = _piece_inputs(piece, public, config)
+    node, active = _route(inputs, valid, routes, level)
+    grid, _ = level_grid(inputs, *cells)
+    go_right = _go_right(inputs, grid, node, split_dim, split.first_right)
     child_true = count_children(node, active, go_right, width)
     if not next_histogram:
         return child_true, None
     child = 2 * node + go_right.astype(jnp.int32)  # the local index on the next level, if split
-    return child_true, level_histogram(half_bins, child, active, width, config.max_splits_per_dim)
+    return child_true, _histogram(inputs, (split.cell_lower, split.cell_upper), child, active, width)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
-def _leaf_sums_of_chunk(piece, valid, lower, upper, beta, routes, levels, *, width: int, config: DPMConfig):
+def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig):
     # At depth tau_r a point's local index is its leaf's slot (dpm_jax.tree).
-    slot, _ = _route(_half_bins(piece, lower, upper, beta, config), valid, routes, levels)
+    slot, _ = _route(_piece_inputs(piece, public, config), valid, routes, levels)
+    _, lower, upper, _, _ = public
     return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters)
 
 

@@ -67,7 +67,8 @@ _SELECT_CHUNK = 8  # nodes scored per loop step (a power of two)
 __all__ = ["SplitTree", "Leaves", "LevelState", "LevelRelease", "build_tree", "split_level", "choose_splits",
            "select_splits", "route_points", "count_children", "stopping_rule", "root_interval_size",
            "ledger_entries", "paper_split_position", "release_level", "next_point_nodes", "candidate_count",
-           "tree_inputs", "root_node_counts", "padded_randomness", "level_randomness", "assemble_tree"]
+           "tree_inputs", "root_node_counts", "padded_randomness", "level_randomness", "assemble_tree", "root_cells",
+           "level_grid", "level_half_bins", "split_dimension_half_bins", "DrawnSplit", "drawn_split", "point_inputs"]
 
 
 class SplitTree(NamedTuple):
@@ -255,29 +256,19 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
     # 1. half-bin counts per (node, dim): carried from the previous level (and the
     # root's built before the scan) with sibling subtraction, else one histogram here;
     # on the cell grid, of every point's half-bin in its own node's cell.
-    if inputs.cell:
-        grid = cell_grid(state.cell_lower, state.cell_upper, inputs.max_splits, inputs.lattice_unit)
-        half_bins = cell_half_bin_indices(inputs.unit_points, state.point_node, grid, inputs.max_splits)
-        # candidate i - 1 sits at boundary i, inside the cell for i < used
-        candidate_valid = jnp.arange(2 * inputs.max_splits) + 1 < grid.used[..., None]
-    else:
-        half_bins, candidate_valid = inputs.half_bins, inputs.candidate_valid
+    grid, candidate_valid = level_grid(inputs, state.cell_lower, state.cell_upper)
+    half_bins = level_half_bins(inputs, grid, state.point_node)
     counts = (state.counts if inputs.use_siblings
               else level_histogram(half_bins, state.point_node, state.point_active, width, inputs.max_splits))
     # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
     split_dim, split_index = choose_splits(inputs, level, counts, state.noisy_count, state.node_active,
                                            candidate_valid, level_bits, epsilon, offset)
     # 4. route the points (lines 26-27).
-    first_right = split_index + 1 if inputs.cell else 2 * split_index + 1
-    go_right = route_points(half_bins, state.point_node, split_dim, first_right)
+    split = drawn_split(inputs, grid, state.cell_lower, state.cell_upper, split_dim, split_index)
+    go_right = route_points(half_bins, state.point_node, split_dim, split.first_right)
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
-    if inputs.cell:
-        cut = _cell_cut(grid, split_dim, first_right)
-        position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
-    else:
-        position = paper_split_position(inputs, split_dim, split_index)
-    release, child_exact = release_level(inputs, state.noisy_count, state.node_active, split_dim, position,
+    release, child_exact = release_level(inputs, state.noisy_count, state.node_active, split_dim, split.position,
                                          child_true, level_noise)
     applied = release.is_split
     next_node, next_active = next_point_nodes(state.point_node, state.point_active, go_right, applied)
@@ -290,12 +281,75 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
             lambda: children_histogram(counts, child_true, inputs.half_bins, next_node, next_active,
                                        go_right, inputs.max_splits),
             lambda: counts)
-    next_cells = ((state.cell_lower, state.cell_upper) if not inputs.cell
-                  else _children_cells(state.cell_lower, state.cell_upper, split_dim, cut))
     next_state = LevelState(next_node, next_active,
                             exact.Int(tuple(limb[:width] for limb in child_exact.limbs)),
-                            release.child_active[:width], next_counts, *next_cells)
+                            release.child_active[:width], next_counts, split.cell_lower, split.cell_upper)
     return next_state, release
+
+
+def root_cells(inputs: _TreeInputs) -> tuple[jax.Array, jax.Array]:
+    """The root level's cells, (width, d) each (every slot the root's cell); (0,) on the paper grid."""
+    if not inputs.cell:
+        return jnp.zeros(0, jnp.float32), jnp.zeros(0, jnp.float32)
+    d = inputs.lower.shape[0]
+    lower, upper = root_cell(d, inputs.lattice_unit)
+    return jnp.broadcast_to(lower, (inputs.width, d)), jnp.broadcast_to(upper, (inputs.width, d))
+
+
+def level_grid(inputs: _TreeInputs, cell_lower: jax.Array, cell_upper: jax.Array) -> tuple[CellGrid | None, jax.Array]:
+    """A level's half-bins and which candidates lie inside the bounds or cells (public).
+
+    The paper grid: (None, (B,) bool), the same for every level. The cell grid: the
+    :class:`dpm_jax.histogram.CellGrid` of the level's cells and (width, d, 2B) bool:
+    candidate i - 1 sits at boundary i, inside the cell for i < used.
+    """
+    if not inputs.cell:
+        return None, inputs.candidate_valid
+    grid = cell_grid(cell_lower, cell_upper, inputs.max_splits, inputs.lattice_unit)
+    return grid, jnp.arange(2 * inputs.max_splits) + 1 < grid.used[..., None]
+
+
+def level_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array) -> jax.Array:
+    """(n, d) half-bin of every coordinate on its node's grid: the run's global one (paper grid) or
+    its node's cell's (cell grid). The one binning of a level's points: the in-memory tree and the
+    streamed passes both call it, so their histograms and routes agree bit for bit."""
+    if grid is None:
+        return inputs.half_bins
+    return cell_half_bin_indices(inputs.unit_points, point_node, grid, inputs.max_splits)
+
+
+def split_dimension_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array,
+                              split_dim: jax.Array) -> jax.Array:
+    """(n, 1) every point's half-bin in its node's split dimension: column ``split_dim[node]`` of
+    :func:`level_half_bins`, binned alone (the same arithmetic per coordinate, so the same bins);
+    all that routing reads (:func:`route_points` with dimension 0)."""
+    rows, point_dim = jnp.arange(point_node.shape[0]), split_dim[point_node]
+    if grid is None:
+        return inputs.half_bins[rows, point_dim][:, None]
+    pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
+    return cell_half_bin_indices(inputs.unit_points[rows, point_dim][:, None], point_node,
+                                 CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used)), inputs.max_splits)
+
+
+class DrawnSplit(NamedTuple):
+    """What a level's drawn splits (dim, j) determine, per slot (public)."""
+
+    first_right: jax.Array  # (width,) int32 the first half-bin right of the split: x >= s* iff half-bin >= it
+    position: jax.Array  # (width,) float32 the split's position in data units (released)
+    cell_lower: jax.Array  # (width, d) the children's cells if split (local 2p, 2p + 1; cell grid), else (0,)
+    cell_upper: jax.Array
+
+
+def drawn_split(inputs: _TreeInputs, grid: CellGrid | None, cell_lower: jax.Array, cell_upper: jax.Array,
+                split_dim: jax.Array, split_index: jax.Array) -> DrawnSplit:
+    """Line 24-25 (with the erratum fixed, module docstring): the split at (dim, j) of every slot."""
+    if grid is None:
+        return DrawnSplit(2 * split_index + 1, paper_split_position(inputs, split_dim, split_index),
+                          cell_lower, cell_upper)
+    first_right = split_index + 1  # candidate j sits at boundary j + 1
+    cut = _cell_cut(grid, split_dim, first_right)
+    position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
+    return DrawnSplit(first_right, position, *_children_cells(cell_lower, cell_upper, split_dim, cut))
 
 
 def paper_split_position(inputs: _TreeInputs, split_dim: jax.Array, split_index: jax.Array) -> jax.Array:
@@ -405,13 +459,9 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
       allocation: the per-level budgets and offsets.
       config: hyper-parameters.
     """
-    n, d = unit_points.shape
+    n = unit_points.shape[0]
     tau_r = config.tau_r
-    cell = config.split_grid == CELL_GRID
-    half_bins = (None if cell else
-                 half_bin_indices(unit_points, beta, candidate_count(beta, config), config.max_splits_per_dim))
-    inputs = tree_inputs(half_bins, unit_points if cell else None, em_table, lower, upper, root_noisy_count, beta,
-                         config)
+    inputs = point_inputs(unit_points, em_table, lower, upper, root_noisy_count, beta, config)
     width, max_splits = inputs.width, inputs.max_splits
     randomness = padded_randomness(split_bits, count_noise, width)
 
@@ -419,12 +469,10 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
         level, epsilon, offset = level_inputs
         return split_level(inputs, state, level, epsilon, offset, *level_randomness(randomness, level, width))
 
-    root_histogram = (level_histogram(half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
+    root_histogram = (level_histogram(inputs.half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
                       if inputs.use_siblings else jnp.zeros(0, jnp.int32))
-    cells = ([jnp.broadcast_to(end, (width, d)) for end in root_cell(d, inputs.lattice_unit)] if cell
-             else [jnp.zeros(0, jnp.float32)] * 2)
     initial = LevelState(jnp.zeros(n, jnp.int32), point_mask, root_node_counts(root_noisy_count, width),
-                         jnp.arange(width) == 0, root_histogram, *cells)
+                         jnp.arange(width) == 0, root_histogram, *root_cells(inputs))
     level_inputs = (jnp.arange(tau_r), jnp.asarray(allocation.split_epsilons, jnp.float32),
                     jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32))
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
@@ -435,6 +483,16 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
 def candidate_count(beta, config: DPMConfig) -> jax.Array:
     """numSplits on the paper grid: candidates per dimension for the split interval size beta."""
     return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), config.max_splits_per_dim)
+
+
+def point_inputs(unit_points: jax.Array, em_table, lower: jax.Array, upper: jax.Array, root_noisy_count: exact.Int,
+                 beta, config: DPMConfig) -> _TreeInputs:
+    """:func:`tree_inputs` for these points (unit coordinates): every point's half-bins on the paper
+    grid (once per run), the points themselves on the cell grid (binned per level)."""
+    if config.split_grid == CELL_GRID:
+        return tree_inputs(None, unit_points, em_table, lower, upper, root_noisy_count, beta, config)
+    half_bins = half_bin_indices(unit_points, beta, candidate_count(beta, config), config.max_splits_per_dim)
+    return tree_inputs(half_bins, None, em_table, lower, upper, root_noisy_count, beta, config)
 
 
 def tree_inputs(half_bins, unit_points, em_table, lower: jax.Array, upper: jax.Array, root_noisy_count: exact.Int,

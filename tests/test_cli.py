@@ -132,9 +132,8 @@ def test_stream_reads_parquet_row_groups_and_npy_and_gives_the_in_memory_release
     npy_path = tmp_path / "data.npy"
     np.save(npy_path, DATA.points)
     releases = []
-    paper = [*ARGS, "--split-grid", "paper"]  # the grid cluster_stream supports
-    for argv in (["cluster", parquet_path, *paper], ["cluster", parquet_path, *paper, "--stream", "--chunk-rows", "64"],
-                 ["cluster", npy_path, *paper, "--stream"]):
+    for argv in (["cluster", parquet_path, *ARGS], ["cluster", parquet_path, *ARGS, "--stream", "--chunk-rows", "64"],
+                 ["cluster", npy_path, *ARGS, "--stream"]):
         status, stdout, stderr = run(capsys, argv)
         assert status == 0, stderr
         releases.append(json.loads(stdout))
@@ -152,7 +151,7 @@ def test_stream_names_the_row_group_with_a_missing_value(tmp_path, capsys):
     values[250] = None  # in the third row group of 100 rows
     path = tmp_path / "data.parquet"
     parquet.write_table(pyarrow.table({"a": values, "b": DATA.points[:, 1]}), path, row_group_size=100)
-    status, _, stderr = run(capsys, ["cluster", path, *ARGS, "--split-grid", "paper", "--stream"])
+    status, _, stderr = run(capsys, ["cluster", path, *ARGS, "--stream"])
     assert status == 1 and "chunk 2 contains NaN or inf (first at row 50 of the chunk, column 0)" in stderr[-1]
     status, _, stderr = run(capsys, ["cluster", write_csv(tmp_path / "d.csv", DATA.points), *ARGS, "--stream"])
     assert status == 1 and "--stream reads .npy and .parquet" in stderr[-1]

@@ -150,7 +150,39 @@ def test_a_truncated_npy_file_is_named_before_any_noise(no_noise_drawn, budget, 
                        chunk_rows=32)
 
 
-def test_the_cell_grid_is_refused_with_the_alternative(budget):
-    with pytest.raises(ValueError, match="split_grid='paper'"):
-        cluster_stream(jax.random.key(0), [np.zeros((5, 3))], budget, bounds=(-1.0, 1.0),
-                       config=dpm_jax.DPMConfig(split_grid="cell"))
+# The default split grid (the cell grid) at a small depth, and on a public lattice: keys with k >= 4.
+CELL_CONFIG = dpm_jax.DPMConfig(tau_r=4)
+LATTICE_CONFIG = dpm_jax.DPMConfig(tau_r=4, lattice_step=0.5)
+
+
+@pytest.mark.parametrize("config, seed", [(CELL_CONFIG, 2), (CELL_CONFIG, 7), (LATTICE_CONFIG, 6)])
+def test_the_default_cell_grid_gives_the_in_memory_release(small_blobs, budget, config, seed):
+    """Every level bins each piece relative to its node's cell and routes it on the cells of the levels above."""
+    points = small_blobs.points
+    assert config.split_grid == dpm_jax.DPMConfig().split_grid == "cell"
+    with pytest.warns(InsufficientBudgetWarning):  # as cluster warns: 600 points at epsilon = 1
+        in_memory = dpm_jax.cluster(jax.random.key(seed), points, budget, bounds=small_blobs.bounds, config=config)
+    assert int(in_memory.k) >= 4  # a tree several levels deep, so routing through the cells is exercised
+    chunkings = {"one chunk": dict(data=points), "uneven": dict(data=[points[:170], points[170:201], points[201:]],
+                                                                chunk_rows=128)}
+    for name, chunking in chunkings.items():
+        with pytest.warns(InsufficientBudgetWarning):
+            streamed = cluster_stream(jax.random.key(seed), config=config, budget=budget, bounds=small_blobs.bounds,
+                                      **chunking)
+        assert_same_release(in_memory, streamed)
+
+
+@pytest.mark.filterwarnings("ignore::dpm_jax.diagnostics.plan.InsufficientBudgetWarning")
+def test_the_cell_grid_reads_the_data_tau_r_plus_3_times(small_blobs, budget):
+    """No Algorithm 2 pass (the cell grid has no interval size): validation, root histogram, tau_r levels, leaves."""
+    reads = {}
+
+    def chunks(split_grid):
+        reads[split_grid] = reads.get(split_grid, 0) + 1
+        return iter([small_blobs.points[:300], small_blobs.points[300:]])
+
+    for split_grid in ("cell", "paper"):
+        config = dpm_jax.DPMConfig(tau_r=4, split_grid=split_grid)
+        cluster_stream(jax.random.key(7), lambda: chunks(split_grid), budget, bounds=small_blobs.bounds,
+                       config=config, column_bytes=3 * 4 * 600)  # the paper grid: one pass for all 3 columns
+    assert reads == {"cell": 4 + 3, "paper": 4 + 4}

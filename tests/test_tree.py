@@ -171,3 +171,27 @@ def test_cell_grid_splits_lie_inside_their_nodes_cells(small_blobs, budget):
         left_upper[dim] = right_lower[dim] = cut
         cells[2 * node], cells[2 * node + 1] = (lower, left_upper), (right_lower, upper)
     assert checked >= 3
+
+
+def test_split_dimension_half_bins_are_the_split_columns_of_the_level_half_bins():
+    # Routing (the streamed passes) bins only each point's split dimension; it must give the
+    # bins of the full binning that the level's histogram counted, or a point would be
+    # routed to a child other than the one its node's counts assumed.
+    rng = np.random.default_rng(5)
+    n, d, width = 4000, 5, 4
+    unit = jnp.asarray(rng.uniform(-0.05, 1.05, (n, d)), jnp.float32)  # some outside their cells: end bins
+    lower = jnp.asarray(rng.uniform(0, 0.5, (width, d)), jnp.float32)
+    cells = (lower, lower + jnp.asarray(rng.uniform(0.01, 0.5, (width, d)), jnp.float32))
+    node = jnp.asarray(rng.integers(0, width, n), jnp.int32)
+    split_dim = jnp.asarray(rng.integers(0, d, width), jnp.int32)
+    bounds = (jnp.full(d, -3.0, jnp.float32), jnp.full(d, 5.0, jnp.float32))
+    configs = [dpm_jax.DPMConfig(tau_r=3, max_splits_per_dim=100), dpm_jax.DPMConfig(tau_r=3, lattice_step=0.25),
+               dpm_jax.DPMConfig(tau_r=3, split_grid="paper")]
+    for config in configs:
+        inputs = tree.point_inputs(unit, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07),
+                                   config)
+        grid, _ = tree.level_grid(inputs, *cells)
+        full = np.asarray(tree.level_half_bins(inputs, grid, node))
+        column = np.asarray(tree.split_dimension_half_bins(inputs, grid, node, split_dim))
+        assert column.shape == (n, 1) and len(np.unique(column)) > 10, config  # many distinct bins compared
+        np.testing.assert_array_equal(column[:, 0], full[np.arange(n), np.asarray(split_dim)[np.asarray(node)]])
