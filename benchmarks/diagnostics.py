@@ -61,23 +61,37 @@ CASES = {  # name: loader of a labelled data set with public bounds
 
 def run_case(data, epsilon, depths, keys):
     (n, d), blobs = data.points.shape, len(np.unique(data.labels))
-    budget = dpm_jax.Budget(epsilon, n ** -1.5)
+    budget = dpm_jax.Budget(epsilon, n**-1.5)
     plan = diagnostics.plan(n, d, budget)
     rows = []
     for tau_r in [*depths, "auto"]:
         config = dpm_jax.DPMConfig(tau_r=tau_r)
         aris, ks = [], []
         for k in range(keys):
-            result = dpm_jax.cluster(jax.random.key(k), data.points, budget, bounds=data.bounds,
-                                     config=config)
+            result = dpm_jax.cluster(jax.random.key(k), data.points, budget, bounds=data.bounds, config=config)
             labels = np.asarray(assign_to_centers(data.points, result.centers, result.valid).labels)
             aris.append(adjusted_rand_score(data.labels, labels))
             ks.append(int(result.k))
         useful = None if tau_r == "auto" else diagnostics.plan(n, d, budget, config).useful_depth
-        rows.append(dict(tau_r=tau_r, ari_median=float(np.median(aris)), k_median=float(np.median(ks)),
-                         ari=aris, k=ks, plan_useful_depth=useful))
-    return dict(n=n, d=d, blobs=blobs, epsilon=epsilon, default_plan_useful_depth=plan.useful_depth,
-                recommended_tau_r=diagnostics.recommended_tau_r(n, d, budget), depths=rows)
+        rows.append(
+            dict(
+                tau_r=tau_r,
+                ari_median=float(np.median(aris)),
+                k_median=float(np.median(ks)),
+                ari=aris,
+                k=ks,
+                plan_useful_depth=useful,
+            )
+        )
+    return dict(
+        n=n,
+        d=d,
+        blobs=blobs,
+        epsilon=epsilon,
+        default_plan_useful_depth=plan.useful_depth,
+        recommended_tau_r=diagnostics.recommended_tau_r(n, d, budget),
+        depths=rows,
+    )
 
 
 def depth_section(args) -> dict:
@@ -87,12 +101,17 @@ def depth_section(args) -> dict:
         case = run_case(load(), args.epsilon, depths, args.keys)
         cases[name] = case
         best = max((row for row in case["depths"] if row["tau_r"] != "auto"), key=lambda row: row["ari_median"])
-        print(f"{name}: plan's useful depth (tau_r = 7 budget) {case['default_plan_useful_depth']}, "
-              f"recommended tau_r {case['recommended_tau_r']}; best tau_r by median ARI {best['tau_r']}",
-              flush=True)
+        print(
+            f"{name}: plan's useful depth (tau_r = 7 budget) {case['default_plan_useful_depth']}, "
+            f"recommended tau_r {case['recommended_tau_r']}; best tau_r by median ARI {best['tau_r']}",
+            flush=True,
+        )
         for row in case["depths"]:
-            print(f"   tau_r={row['tau_r']}: median ARI {row['ari_median']:.3f}, median k {row['k_median']:.0f}, "
-                  f"plan's useful depth at this tau_r {row['plan_useful_depth']}", flush=True)
+            print(
+                f"   tau_r={row['tau_r']}: median ARI {row['ari_median']:.3f}, median k {row['k_median']:.0f}, "
+                f"plan's useful depth at this tau_r {row['plan_useful_depth']}",
+                flush=True,
+            )
     return dict(keys=args.keys, cases=cases)
 
 
@@ -105,8 +124,9 @@ def vmapped_runs(points, budget, bounds, config, keys):
 def theory_section(args) -> dict:
     table = theory.central_emptiness_table(7)
     edge = (1 - 2 / 128) / (1 - table[0])
-    print("e_c(i), i = 0..6: " + " ".join(f"{e:.3f}" for e in table)
-          + f"; halting at the root needs alpha > {edge:.3f}")
+    print(
+        "e_c(i), i = 0..6: " + " ".join(f"{e:.3f}" for e in table) + f"; halting at the root needs alpha > {edge:.3f}"
+    )
     return dict(central_emptiness=table, alpha_edge_at_root=edge)
 
 
@@ -120,11 +140,22 @@ def gaussian_section(args) -> dict:
         ks = np.asarray(vmapped_runs(points, budget, (-100.0, 100.0), config, args.keys).k).tolist()
         halting = diagnostics.plan(n, d, budget, config).single_cluster_halting()
         measured = float(np.log2(np.median(ks)))
-        rows.append(dict(alpha=alpha, k=ks, k_median=float(np.median(ks)), log2_k_median=measured,
-                         predicted_depth=halting.depth, predicted_depth_one_dimension=halting.depth_one_dimension,
-                         within_one=abs(halting.depth - measured) <= 1))
-        print(f"one Gaussian, alpha {alpha:g}: k {min(ks)}-{max(ks)} (median {np.median(ks):g}, log2 {measured:.2f}); "
-              f"predicted depth {halting.depth} (one-dimension model {halting.depth_one_dimension})", flush=True)
+        rows.append(
+            dict(
+                alpha=alpha,
+                k=ks,
+                k_median=float(np.median(ks)),
+                log2_k_median=measured,
+                predicted_depth=halting.depth,
+                predicted_depth_one_dimension=halting.depth_one_dimension,
+                within_one=abs(halting.depth - measured) <= 1,
+            )
+        )
+        print(
+            f"one Gaussian, alpha {alpha:g}: k {min(ks)}-{max(ks)} (median {np.median(ks):g}, log2 {measured:.2f}); "
+            f"predicted depth {halting.depth} (one-dimension model {halting.depth_one_dimension})",
+            flush=True,
+        )
     return dict(n=n, d=d, keys=args.keys, rows=rows)
 
 
@@ -134,10 +165,20 @@ def uniform_section(args) -> dict:
     budget, config = dpm_jax.Budget(1.0, n**-1.5), dpm_jax.DPMConfig(split_grid=args.split_grid)
     ks = np.asarray(vmapped_runs(points, budget, (-100.0, 100.0), config, args.keys).k).tolist()
     flag = diagnostics.plan(n, d, budget, config).uniform_halting()
-    print(f"uniform data: {min(ks)}-{max(ks)} leaves of {config.max_clusters} (median {np.median(ks):g}); "
-          f"plan flags it: {flag.flagged} (on the boundary: {flag.on_boundary})", flush=True)
-    return dict(n=n, d=d, keys=args.keys, k=ks, k_median=float(np.median(ks)), flagged=flag.flagged,
-                on_boundary=flag.on_boundary)
+    print(
+        f"uniform data: {min(ks)}-{max(ks)} leaves of {config.max_clusters} (median {np.median(ks):g}); "
+        f"plan flags it: {flag.flagged} (on the boundary: {flag.on_boundary})",
+        flush=True,
+    )
+    return dict(
+        n=n,
+        d=d,
+        keys=args.keys,
+        k=ks,
+        k_median=float(np.median(ks)),
+        flagged=flag.flagged,
+        on_boundary=flag.on_boundary,
+    )
 
 
 SWEEP = (10_000, 20_000, 40_000, 50_000, 60_000, 100_000)
@@ -153,18 +194,39 @@ def sweep_section(args) -> dict:
             config = dpm_jax.DPMConfig(split_grid=args.split_grid)
             ks = np.asarray(vmapped_runs(data.points, budget, data.bounds, config, args.keys).k).tolist()
             plan = diagnostics.plan(n, 10, budget, config)
-            rows.append(dict(n=n, n_epsilon=n_epsilon, k=ks, k_median=float(np.median(ks)),
-                             predicted_k=plan.expected_clusters(64), max_reliable_k=plan.max_reliable_k()))
-            print(f"64 blobs, n {n:,}, n*epsilon {n_epsilon:,}: median k {np.median(ks):g} "
-                  f"[{min(ks)}, {max(ks)}], model E(64) {rows[-1]['predicted_k']:.1f}", flush=True)
+            rows.append(
+                dict(
+                    n=n,
+                    n_epsilon=n_epsilon,
+                    k=ks,
+                    k_median=float(np.median(ks)),
+                    predicted_k=plan.expected_clusters(64),
+                    max_reliable_k=plan.max_reliable_k(),
+                )
+            )
+            print(
+                f"64 blobs, n {n:,}, n*epsilon {n_epsilon:,}: median k {np.median(ks):g} "
+                f"[{min(ks)}, {max(ks)}], model E(64) {rows[-1]['predicted_k']:.1f}",
+                flush=True,
+            )
     config = dpm_jax.DPMConfig(split_grid=args.split_grid)
-    curve = {n: [(ne, diagnostics.plan(n, 10, dpm_jax.Budget(ne / n, n**-1.5), config).expected_clusters(64))
-                 for ne in np.geomspace(5_000, 200_000, 25)] for n in (20_000, 100_000)}
-    needed = {n: diagnostics.plan(n, 10, dpm_jax.Budget(1.0, n**-1.5), config).min_n_epsilon(64)
-              for n in (20_000, 100_000)}
+    curve = {
+        n: [
+            (ne, diagnostics.plan(n, 10, dpm_jax.Budget(ne / n, n**-1.5), config).expected_clusters(64))
+            for ne in np.geomspace(5_000, 200_000, 25)
+        ]
+        for n in (20_000, 100_000)
+    }
+    needed = {
+        n: diagnostics.plan(n, 10, dpm_jax.Budget(1.0, n**-1.5), config).min_n_epsilon(64) for n in (20_000, 100_000)
+    }
     print("min_n_epsilon(64): " + ", ".join(f"n {n:,}: {v:,.0f}" for n, v in needed.items()), flush=True)
-    return dict(keys=args.keys, rows=rows, model_curve={str(n): c for n, c in curve.items()},
-                min_n_epsilon_64={str(n): v for n, v in needed.items()})
+    return dict(
+        keys=args.keys,
+        rows=rows,
+        model_curve={str(n): c for n, c in curve.items()},
+        min_n_epsilon_64={str(n): v for n, v in needed.items()},
+    )
 
 
 def sweep_figure(sweep: dict, path: str, grid: str) -> None:
@@ -177,8 +239,13 @@ def sweep_figure(sweep: dict, path: str, grid: str) -> None:
     for (n, curve), colour in zip(sweep["model_curve"].items(), ("tab:blue", "tab:orange")):
         axes.plot(*zip(*curve), color=colour, label=f"model E(64), n = {int(n):,}")
         rows = [row for row in sweep["rows"] if row["n"] == int(n)]
-        axes.plot([r["n_epsilon"] for r in rows], [r["k_median"] for r in rows], "o", color=colour,
-                  label=f"measured median k, n = {int(n):,}")
+        axes.plot(
+            [r["n_epsilon"] for r in rows],
+            [r["k_median"] for r in rows],
+            "o",
+            color=colour,
+            label=f"measured median k, n = {int(n):,}",
+        )
         axes.axvline(sweep["min_n_epsilon_64"][n], color=colour, linestyle=":", linewidth=1)
     axes.set_xscale("log")
     axes.set_xlabel("n * epsilon")
@@ -206,8 +273,14 @@ def node_summary(points, count, tau_e, beta, lower, upper, max_splits, config):
     c, e = np.array(centres), np.array(emptiness)
     threshold = theory.centreness(tau_e / count, config.t, config.q)
     halting, inner = c <= threshold, (c >= config.t) & (c > threshold)
-    summary = theory.NodeSummary(int(halting.sum()), int((~halting & ~inner).sum()), int(inner.sum()), threshold,
-                                 float(e.min()), float(e[inner].max()) if inner.any() else 0.0)
+    summary = theory.NodeSummary(
+        int(halting.sum()),
+        int((~halting & ~inner).sum()),
+        int(inner.sum()),
+        threshold,
+        float(e.min()),
+        float(e[inner].max()) if inner.any() else 0.0,
+    )
     return summary, c, e
 
 
@@ -231,10 +304,12 @@ def theorem_section(args) -> dict:
                 if not tree.reached[run, node]:
                     continue
                 count = float(tree.noisy_count[run, node])
-                scale = separation.exponent_scale(allocation.split_epsilons[level], count,
-                                                  allocation.count_offsets[level], config)
-                summary, c, e = node_summary(points[node_of == node], count, tau_e, betas[run], lower, upper,
-                                             config.max_splits_per_dim, config)
+                scale = separation.exponent_scale(
+                    allocation.split_epsilons[level], count, allocation.count_offsets[level], config
+                )
+                summary, c, e = node_summary(
+                    points[node_of == node], count, tau_e, betas[run], lower, upper, config.max_splits_per_dim, config
+                )
                 halt[level].append(theory.halt_lower_bound(summary, scale, alpha, config.t))
                 carry_on[level].append(theory.continue_lower_bound(summary, scale, alpha, config.t))
                 f = c + alpha * e
@@ -255,16 +330,38 @@ def theorem_section(args) -> dict:
         rate = float(np.mean(depth_of_run <= depth))
         bound = theory.halting_bound(worst_halt, worst_carry, depth)
         with_exact = theory.halting_bound(exact_halt, exact_carry, depth)
-        rows.append(dict(depth=depth, monte_carlo_rate=rate, bound=bound, holds=bound <= rate,
-                         sum_with_exact_node_probabilities=with_exact))
-        print(f"Theorem 2.9 (corrected), every node halted by depth {depth}: bound {bound:.3g} <= Monte-Carlo "
-              f"rate {rate:.3f} over {args.mc_keys} runs: {bound <= rate} (the sum with exact node "
-              f"probabilities: {with_exact:.3f})", flush=True)
-    print(f"   root: exact exponential-mechanism halting mass (mean over runs) {np.mean(exact[0]):.3f}, "
-          f"Lemma 2.4 bound {worst_halt[0]:.3g}, 1 - Lemma 2.7 {1 - worst_carry[0]:.3g}", flush=True)
-    return dict(n=n, d=d, alpha=alpha, runs=args.mc_keys, halt_lower=worst_halt, continue_lower=worst_carry,
-                exact_halt_min=exact_halt, exact_continue_min=exact_carry,
-                exact_root_halting_mean=float(np.mean(exact[0])), rows=rows)
+        rows.append(
+            dict(
+                depth=depth,
+                monte_carlo_rate=rate,
+                bound=bound,
+                holds=bound <= rate,
+                sum_with_exact_node_probabilities=with_exact,
+            )
+        )
+        print(
+            f"Theorem 2.9 (corrected), every node halted by depth {depth}: bound {bound:.3g} <= Monte-Carlo "
+            f"rate {rate:.3f} over {args.mc_keys} runs: {bound <= rate} (the sum with exact node "
+            f"probabilities: {with_exact:.3f})",
+            flush=True,
+        )
+    print(
+        f"   root: exact exponential-mechanism halting mass (mean over runs) {np.mean(exact[0]):.3f}, "
+        f"Lemma 2.4 bound {worst_halt[0]:.3g}, 1 - Lemma 2.7 {1 - worst_carry[0]:.3g}",
+        flush=True,
+    )
+    return dict(
+        n=n,
+        d=d,
+        alpha=alpha,
+        runs=args.mc_keys,
+        halt_lower=worst_halt,
+        continue_lower=worst_carry,
+        exact_halt_min=exact_halt,
+        exact_continue_min=exact_carry,
+        exact_root_halting_mean=float(np.mean(exact[0])),
+        rows=rows,
+    )
 
 
 def warning_cost_section(args) -> dict:
@@ -287,11 +384,20 @@ def warning_cost_section(args) -> dict:
             times[name].append(time.perf_counter() - start)
     api._warn_if_starved = checked
     medians = {name: float(np.median(values)) for name, values in times.items()}
-    print(f"warm cluster call, Synth-10d 100k x 10: median {medians['with the check'] * 1e3:.1f} ms with the budget "
-          f"check, {medians['without'] * 1e3:.1f} ms without (ratio "
-          f"{medians['with the check'] / medians['without']:.3f}, {args.timing_calls} calls each)", flush=True)
-    return dict(n=100_000, d=10, calls=args.timing_calls, seconds=times, medians=medians,
-                ratio=medians["with the check"] / medians["without"])
+    print(
+        f"warm cluster call, Synth-10d 100k x 10: median {medians['with the check'] * 1e3:.1f} ms with the budget "
+        f"check, {medians['without'] * 1e3:.1f} ms without (ratio "
+        f"{medians['with the check'] / medians['without']:.3f}, {args.timing_calls} calls each)",
+        flush=True,
+    )
+    return dict(
+        n=100_000,
+        d=10,
+        calls=args.timing_calls,
+        seconds=times,
+        medians=medians,
+        ratio=medians["with the check"] / medians["without"],
+    )
 
 
 def main(argv=None) -> int:
@@ -299,8 +405,12 @@ def main(argv=None) -> int:
     parser.add_argument("--keys", type=int, default=16)
     parser.add_argument("--mc-keys", type=int, default=200)
     parser.add_argument("--timing-calls", type=int, default=21)
-    parser.add_argument("--split-grid", choices=("paper", "cell"), default="paper",
-                        help="the grid of the measured runs (results of 'cell' under '<section>_cell')")
+    parser.add_argument(
+        "--split-grid",
+        choices=("paper", "cell"),
+        default="paper",
+        help="the grid of the measured runs (results of 'cell' under '<section>_cell')",
+    )
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--depths", default="3,4,5,6,7")
     parser.add_argument("--sections", default=",".join(SECTIONS))
@@ -327,9 +437,15 @@ def main(argv=None) -> int:
     return 0
 
 
-SECTIONS = dict(depth=depth_section, theory=theory_section, single_gaussian=gaussian_section,
-                uniform=uniform_section, sweep=sweep_section, theorem=theorem_section,
-                warning_cost=warning_cost_section)
+SECTIONS = dict(
+    depth=depth_section,
+    theory=theory_section,
+    single_gaussian=gaussian_section,
+    uniform=uniform_section,
+    sweep=sweep_section,
+    theorem=theorem_section,
+    warning_cost=warning_cost_section,
+)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -62,15 +62,18 @@ def _draw_scenario(rng: np.random.Generator) -> fuzz.Scenario:
         tau_r=int(rng.choice([1, 2, 3, 4, 5, 7], p=[0.2, 0.25, 0.2, 0.15, 0.1, 0.1])),
         tau_e=None if rng.random() < 0.6 else float(rng.uniform(-10, 0.2 * n + 1)),
         alpha=float(np.exp(rng.uniform(math.log(0.01), math.log(50)))),
-        q=q, t=float(rng.uniform(2 * q, 1.0)),
+        q=q,
+        t=float(rng.uniform(2 * q, 1.0)),
         epsilon_shares=tuple(float(s) for s in shares),
         delta_shares=(delta_share, 1.0 - delta_share),
         sigma_step=float(np.exp(rng.uniform(math.log(0.004), math.log(0.3)))),
         num_sigmas=int(rng.integers(1, 61)),
         interval_max_dims=None if rng.random() < 0.3 else int(rng.integers(1, 33)),
     )
-    budget = dpm_jax.Budget(float(np.exp(rng.uniform(math.log(1e-4), math.log(1e3)))),
-                            float(np.exp(rng.uniform(math.log(1e-12), math.log(0.9)))))
+    budget = dpm_jax.Budget(
+        float(np.exp(rng.uniform(math.log(1e-4), math.log(1e3)))),
+        float(np.exp(rng.uniform(math.log(1e-12), math.log(0.9)))),
+    )
     return fuzz.Scenario(n, d, budget, config)
 
 
@@ -78,13 +81,13 @@ def fuzz_scenario(scenario: fuzz.Scenario, examples: int, seed: int) -> int:
     """Hypothesis over the values of one scenario; returns the number of cases run."""
     ran = []
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
+    )
     @given(data=st.data())
     def run(data):
         bounds = data.draw(fuzz.public_bounds(scenario.d), label="bounds")
-        points = data.draw(fuzz.points_for(scenario.n, scenario.d, bounds, scenario.config),
-                           label="points")
+        points = data.draw(fuzz.points_for(scenario.n, scenario.d, bounds, scenario.config), label="points")
         key = jax.random.key(data.draw(st.integers(0, 2**31 - 1), label="seed"))
         fuzz.check_cluster_properties(key, points, scenario.budget, bounds, scenario.config)
         ran.append(1)
@@ -94,14 +97,13 @@ def fuzz_scenario(scenario: fuzz.Scenario, examples: int, seed: int) -> int:
     return len(ran)
 
 
-
-
 def _fuzz_invalid(strategies: dict, check, examples: int) -> dict:
     """Run one invalid-input check of dpm_jax.testing.fuzz on ``examples`` random draws."""
     checked = []
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck)
+    )
     @given(**strategies)
     def run(**kwargs):
         check(**kwargs)
@@ -126,8 +128,10 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(args.seed)
     started = time.time()
     scenarios, cases, failures = [], 0, []
-    machine = (f"{platform.machine()} {os.cpu_count()} cores, {platform.system()}, "
-               f"jax {jax.__version__} on {jax.default_backend()}")
+    machine = (
+        f"{platform.machine()} {os.cpu_count()} cores, {platform.system()}, "
+        f"jax {jax.__version__} on {jax.default_backend()}"
+    )
 
     def write(report):
         if args.out:
@@ -137,24 +141,40 @@ def main(argv=None) -> int:
 
     while time.time() - started < 60 * args.minutes:
         scenario = random_scenario(rng)
-        description = dict(n=scenario.n, d=scenario.d, epsilon=scenario.budget.epsilon,
-                           delta=scenario.budget.delta, config=repr(scenario.config))
-        print(f"[{time.time() - started:7.1f}s] scenario {len(scenarios) + 1:3d}: n={scenario.n:5d} "
-              f"d={scenario.d:3d} tau_r={scenario.config.tau_r} eps={scenario.budget.epsilon:.3g}",
-              end=" ", flush=True)
+        description = dict(
+            n=scenario.n,
+            d=scenario.d,
+            epsilon=scenario.budget.epsilon,
+            delta=scenario.budget.delta,
+            config=repr(scenario.config),
+        )
+        print(
+            f"[{time.time() - started:7.1f}s] scenario {len(scenarios) + 1:3d}: n={scenario.n:5d} "
+            f"d={scenario.d:3d} tau_r={scenario.config.tau_r} eps={scenario.budget.epsilon:.3g}",
+            end=" ",
+            flush=True,
+        )
         tick = time.time()
         try:
             ran = fuzz_scenario(scenario, args.examples_per_scenario, seed=len(scenarios))
         except Exception as error:  # a property failed: record it and go on
             ran = 0
-            failures.append(dict(scenario=description, error=repr(error),
-                                 traceback=traceback.format_exc(limit=3)))
+            failures.append(dict(scenario=description, error=repr(error), traceback=traceback.format_exc(limit=3)))
         jax.clear_caches()  # every scenario compiles anew; keep the process small
         cases += ran
         scenarios.append(dict(description, cases=ran, seconds=round(time.time() - tick, 2)))
         print(f"-> {ran} cases ({len(failures)} failures so far)", flush=True)
-        write(dict(machine=machine, seed=args.seed, finished=False, scenarios=len(scenarios),
-                   valid_cases=cases, failures=failures, scenario_log=scenarios))
+        write(
+            dict(
+                machine=machine,
+                seed=args.seed,
+                finished=False,
+                scenarios=len(scenarios),
+                valid_cases=cases,
+                failures=failures,
+                scenario_log=scenarios,
+            )
+        )
     valid_seconds = time.time() - started
 
     invalid = {}
@@ -162,13 +182,23 @@ def main(argv=None) -> int:
         invalid[name] = _fuzz_invalid(strategies, check, args.invalid_examples)
 
     report = dict(
-        machine=machine, finished=True,
-        seed=args.seed, minutes=args.minutes, scenarios=len(scenarios), valid_cases=cases,
-        valid_seconds=round(valid_seconds, 1), failures=failures, invalid=invalid,
-        invalid_cases=sum(v["cases"] for v in invalid.values()), scenario_log=scenarios)
-    print(f"\n{len(scenarios)} scenarios, {cases} valid-input cases in {valid_seconds:.0f}s, "
-          f"{len(failures)} failing scenarios; invalid-input cases: "
-          + ", ".join(f"{k}: {v['cases']}{' FAILED' if v['failure'] else ''}" for k, v in invalid.items()))
+        machine=machine,
+        finished=True,
+        seed=args.seed,
+        minutes=args.minutes,
+        scenarios=len(scenarios),
+        valid_cases=cases,
+        valid_seconds=round(valid_seconds, 1),
+        failures=failures,
+        invalid=invalid,
+        invalid_cases=sum(v["cases"] for v in invalid.values()),
+        scenario_log=scenarios,
+    )
+    print(
+        f"\n{len(scenarios)} scenarios, {cases} valid-input cases in {valid_seconds:.0f}s, "
+        f"{len(failures)} failing scenarios; invalid-input cases: "
+        + ", ".join(f"{k}: {v['cases']}{' FAILED' if v['failure'] else ''}" for k, v in invalid.items())
+    )
     for failure in failures:
         print("\nFAILURE", failure["scenario"], "\n", failure["traceback"])
     write(report)

@@ -42,20 +42,30 @@ def evaluate(n: int, d: int, epsilon: float, num_keys: int, batch: int) -> dict:
     k, accuracy, silhouette = [], [], []
     start = time.perf_counter()
     for first in range(0, num_keys, batch):
-        results = run(keys[first:first + batch])
+        results = run(keys[first : first + batch])
         for r in range(results.k.shape[0]):
             labels = assign_to_centers(data.points, results.centers[r], results.valid[r]).labels
             num_slots = results.centers.shape[1]
             k.append(int(results.k[r]))
             accuracy.append(float(clustering_accuracy(labels, data.labels, num_slots, 64)))
-            silhouette.append(float(sampled_silhouette_score(jax.random.key(r), data.points, labels,
-                                                             num_slots, 10_000)))
+            silhouette.append(
+                float(sampled_silhouette_score(jax.random.key(r), data.points, labels, num_slots, 10_000))
+            )
         print(f"  n={n} d={d} eps={epsilon}: {len(k)}/{num_keys} keys", file=sys.stderr)
-    summary = lambda values: dict(median=float(np.median(values)), min=float(np.min(values)),
-                                  max=float(np.max(values)), values=values)
-    return dict(n=n, d=d, epsilon=epsilon, delta=budget.delta, keys=num_keys, k=summary(k),
-                accuracy=summary(accuracy), silhouette=summary(silhouette),
-                seconds=time.perf_counter() - start)
+    summary = lambda values: dict(
+        median=float(np.median(values)), min=float(np.min(values)), max=float(np.max(values)), values=values
+    )
+    return dict(
+        n=n,
+        d=d,
+        epsilon=epsilon,
+        delta=budget.delta,
+        keys=num_keys,
+        k=summary(k),
+        accuracy=summary(accuracy),
+        silhouette=summary(silhouette),
+        seconds=time.perf_counter() - start,
+    )
 
 
 def main(argv=None) -> int:
@@ -67,10 +77,12 @@ def main(argv=None) -> int:
     rows = [evaluate(n, d, eps, args.keys, args.batch) for n, d, eps in SETTINGS]
     report = dict(machine=machine_description(), results=rows)
     for row in rows:
-        print(f"n={row['n']:>6} d={row['d']:>3} eps={row['epsilon']:<4} k={row['k']['median']:>5.1f} "
-              f"accuracy={row['accuracy']['median']:.3f} [{row['accuracy']['min']:.3f}, {row['accuracy']['max']:.3f}] "
-              f"silhouette={row['silhouette']['median']:.3f} "
-              f"[{row['silhouette']['min']:.3f}, {row['silhouette']['max']:.3f}]")
+        print(
+            f"n={row['n']:>6} d={row['d']:>3} eps={row['epsilon']:<4} k={row['k']['median']:>5.1f} "
+            f"accuracy={row['accuracy']['median']:.3f} [{row['accuracy']['min']:.3f}, {row['accuracy']['max']:.3f}] "
+            f"silhouette={row['silhouette']['median']:.3f} "
+            f"[{row['silhouette']['min']:.3f}, {row['silhouette']['max']:.3f}]"
+        )
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         write_json(args.out, report)

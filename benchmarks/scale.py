@@ -144,8 +144,14 @@ def _python(code: str, env_changes: dict | None = None, timeout: int = 3600) -> 
     env.update(env_changes or {})
     # Run outside the repository: with ``python -c`` the working directory comes first on
     # sys.path and would shadow a --reference checkout given through PYTHONPATH.
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout,
-                          cwd=tempfile.gettempdir())
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=tempfile.gettempdir(),
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     return done.stdout.strip().splitlines()[-1]
@@ -159,9 +165,17 @@ def first_call(repeats: int) -> dict:
             cold = [float(x) for x in _python(FIRST_CALL.format(delta=delta), {"DPM_JAX_CACHE_DIR": cache}).split()]
             warm = [float(x) for x in _python(FIRST_CALL.format(delta=delta), {"DPM_JAX_CACHE_DIR": cache}).split()]
         baseline = float(_python(BASELINE.format(delta=delta)))
-        rows.append(dict(cold_total_s=cold[0], cold_import_s=cold[1], cold_first_call_s=cold[2],
-                         warm_total_s=warm[0], warm_import_s=warm[1], warm_first_call_s=warm[2],
-                         numpy_baseline_s=baseline))
+        rows.append(
+            dict(
+                cold_total_s=cold[0],
+                cold_import_s=cold[1],
+                cold_first_call_s=cold[2],
+                warm_total_s=warm[0],
+                warm_import_s=warm[1],
+                warm_first_call_s=warm[2],
+                numpy_baseline_s=baseline,
+            )
+        )
     summary = {key: float(np.median([row[key] for row in rows])) for key in rows[0]}
     summary["baseline_over_warm_total"] = summary["numpy_baseline_s"] / summary["warm_total_s"]
     summary["baseline_over_cold_total"] = summary["numpy_baseline_s"] / summary["cold_total_s"]
@@ -176,21 +190,34 @@ def in_memory(n: int, repeats: int, reference: str | None) -> dict:
     result = dict(n=n, d=10, input_gb=n * 10 * 4 / 1e9)
     for name, path in checkouts.items():
         with tempfile.TemporaryDirectory() as cache:
-            env = {"DPM_JAX_NO_COMPILATION_CACHE": "1", "JAX_COMPILATION_CACHE_DIR": cache,
-                   "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+            env = {
+                "DPM_JAX_NO_COMPILATION_CACHE": "1",
+                "JAX_COMPILATION_CACHE_DIR": cache,
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            }
             if path:
                 env["PYTHONPATH"] = path
             _python(IN_MEMORY.format(n=n, repeats=1), env)  # fills the cache
             run = json.loads(_python(IN_MEMORY.format(n=n, repeats=repeats), env))
-        temp = json.loads(_python(TEMP_BYTES.format(n=min(n, 1_000_000)), {"DPM_JAX_NO_COMPILATION_CACHE": "1",
-                                                                         **({"PYTHONPATH": path} if path else {})}))
+        temp = json.loads(
+            _python(
+                TEMP_BYTES.format(n=min(n, 1_000_000)),
+                {"DPM_JAX_NO_COMPILATION_CACHE": "1", **({"PYTHONPATH": path} if path else {})},
+            )
+        )
         working = run["peak_gb"] - run["loaded_gb"]
-        result[name] = dict(warm_median_s=float(np.median(run["times"])), warm_all_s=run["times"],
-                            first_call_from_cache_s=run["first_s"], loaded_resident_gb=run["loaded_gb"],
-                            peak_resident_gb=run["peak_gb"], working_gb=working,
-                            resident_over_input=(working + result["input_gb"]) / result["input_gb"],
-                            module=run["module"], xla_temp_bytes_at_1m=temp["temp_bytes"],
-                            xla_temp_over_input_at_1m=temp["temp_bytes"] / temp["input_bytes"])
+        result[name] = dict(
+            warm_median_s=float(np.median(run["times"])),
+            warm_all_s=run["times"],
+            first_call_from_cache_s=run["first_s"],
+            loaded_resident_gb=run["loaded_gb"],
+            peak_resident_gb=run["peak_gb"],
+            working_gb=working,
+            resident_over_input=(working + result["input_gb"]) / result["input_gb"],
+            module=run["module"],
+            xla_temp_bytes_at_1m=temp["temp_bytes"],
+            xla_temp_over_input_at_1m=temp["temp_bytes"] / temp["input_bytes"],
+        )
         print(f"in_memory {name}: {result[name]}", file=sys.stderr)
     if reference:
         result["reference_over_this_time"] = result["reference"]["warm_median_s"] / result["this"]["warm_median_s"]
@@ -204,8 +231,9 @@ def _npy(path: str, n: int) -> str:
         array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, 10))
         for start in range(0, n, 2**22):
             rows = min(n, start + 2**22) - start
-            array[start:start + rows] = centres[rng.integers(0, 64, rows)] + rng.standard_normal((rows, 10),
-                                                                                             dtype=np.float32)
+            array[start : start + rows] = centres[rng.integers(0, 64, rows)] + rng.standard_normal(
+                (rows, 10), dtype=np.float32
+            )
         array.flush()
     return path
 
@@ -221,10 +249,17 @@ def stream(sizes: list[int], data_dir: str, grids: list[str], repeats: int) -> l
                 runs[grid].append(json.loads(_python(STREAM.format(path=path, split_grid=grid))))
                 print(f"stream n={n}, {grid} grid: {runs[grid][-1]}", file=sys.stderr)
         for grid, results in runs.items():
-            rows.append(dict(n=n, split_grid=grid, file_gb=os.path.getsize(path) / 1e9, k=results[0]["k"],
-                             seconds=float(np.median([r["seconds"] for r in results])),
-                             peak_gb=float(np.median([r["peak_gb"] for r in results])),
-                             runs=[{key: r[key] for key in ("seconds", "peak_gb")} for r in results]))
+            rows.append(
+                dict(
+                    n=n,
+                    split_grid=grid,
+                    file_gb=os.path.getsize(path) / 1e9,
+                    k=results[0]["k"],
+                    seconds=float(np.median([r["seconds"] for r in results])),
+                    peak_gb=float(np.median([r["peak_gb"] for r in results])),
+                    runs=[{key: r[key] for key in ("seconds", "peak_gb")} for r in results],
+                )
+            )
     return rows
 
 
@@ -240,6 +275,7 @@ def devices(n: int, repeats: int) -> dict:
 
 def plot(report: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -286,10 +322,17 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "in_memory":
             report[name] = in_memory(args.in_memory_n, args.repeats, args.reference)
         elif name == "stream":  # rows of sizes not rerun are kept: large sizes can run on their own
-            fresh = stream([int(float(n)) for n in args.stream_sizes.split(",")], args.data_dir,
-                           [grid.strip() for grid in args.stream_grids.split(",") if grid.strip()], args.repeats)
-            kept = [row for row in report.get(name, [])
-                    if _stream_row_key(row) not in {_stream_row_key(row) for row in fresh}]
+            fresh = stream(
+                [int(float(n)) for n in args.stream_sizes.split(",")],
+                args.data_dir,
+                [grid.strip() for grid in args.stream_grids.split(",") if grid.strip()],
+                args.repeats,
+            )
+            kept = [
+                row
+                for row in report.get(name, [])
+                if _stream_row_key(row) not in {_stream_row_key(row) for row in fresh}
+            ]
             report[name] = sorted(kept + fresh, key=_stream_row_key)
         elif name == "devices":
             report[name] = devices(args.devices_n, args.repeats)

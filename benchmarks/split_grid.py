@@ -62,9 +62,13 @@ def _table2_columns(key, data, centers: np.ndarray, valid: np.ndarray) -> dict:
     points = jnp.asarray(data.points)
     labels = metrics.assign_to_centers(points, jnp.asarray(centers), jnp.asarray(valid)).labels
     silhouette = metrics.sampled_silhouette_score(key, points, labels, centers.shape[0])
-    distance = metrics.normalised_kmeans_distance(jnp.asarray(centers), jnp.asarray(valid),
-                                                  jnp.asarray(data.centers, jnp.float32)[None],
-                                                  jnp.ones((1, len(data.centers)), bool), data.bounds)
+    distance = metrics.normalised_kmeans_distance(
+        jnp.asarray(centers),
+        jnp.asarray(valid),
+        jnp.asarray(data.centers, jnp.float32)[None],
+        jnp.ones((1, len(data.centers)), bool),
+        data.bounds,
+    )
     return {"silhouette": float(silhouette), "kmeans_distance": float(distance)}
 
 
@@ -91,28 +95,62 @@ def run_case(name: str, variants: list[str], keys: jax.Array) -> list[dict]:
         released = run_dpm(keys, data.points, budget, data.bounds, config)
         runs = []
         for index in range(len(keys)):
-            run = labelled_scores(data.points, data.labels, released.centers[index], released.valid[index],
-                                  num_classes)
+            run = labelled_scores(data.points, data.labels, released.centers[index], released.valid[index], num_classes)
             if name in TABLE2_CASES:
                 run |= _table2_columns(keys[index], data, released.centers[index], released.valid[index])
             runs.append(run)
-        depth = (diagnostics.recommended_tau_r(n, d, budget, dataclasses.replace(config, tau_r=7))
-                 if config.tau_r == "auto" else config.tau_r)  # auto: the depth of the public n, for the plan
+        depth = (
+            diagnostics.recommended_tau_r(n, d, budget, dataclasses.replace(config, tau_r=7))
+            if config.tau_r == "auto"
+            else config.tau_r
+        )  # auto: the depth of the public n, for the plan
         plan = diagnostics.plan(float(n), d, budget, dataclasses.replace(config, tau_r=depth))
-        rows.append({"case": name, "n": n, "d": d, "true_k": num_classes, "variant": variant,
-                     "config": {k: v for k, v in dataclasses.asdict(config).items()}, "keys": len(keys),
-                     "seconds": time.perf_counter() - start, "runs": runs, **_summary(runs),
-                     "plan": {"tau_r": depth, "useful_depth": plan.useful_depth,
-                              "exponent_scale": [level.exponent_scale for level in plan.levels],
-                              "near_random": [level.near_random for level in plan.levels]}})
+        rows.append(
+            {
+                "case": name,
+                "n": n,
+                "d": d,
+                "true_k": num_classes,
+                "variant": variant,
+                "config": {k: v for k, v in dataclasses.asdict(config).items()},
+                "keys": len(keys),
+                "seconds": time.perf_counter() - start,
+                "runs": runs,
+                **_summary(runs),
+                "plan": {
+                    "tau_r": depth,
+                    "useful_depth": plan.useful_depth,
+                    "exponent_scale": [level.exponent_scale for level in plan.levels],
+                    "near_random": [level.near_random for level in plan.levels],
+                },
+            }
+        )
         print(_line(rows[-1]), flush=True)
     if name in LATTICE_CASES:  # the ARI target: DP-Lloyd given the true k
-        runs = [labelled_scores(data.points, data.labels,
-                                np.asarray(baselines.dp_lloyd(key, data.points, num_classes, 1.0, data.bounds,
-                                                              num_points_public=n).centers),
-                                np.ones(num_classes, bool), num_classes) for key in keys]
-        rows.append({"case": name, "n": n, "d": d, "true_k": num_classes, "variant": "dp-lloyd (given k)",
-                     "keys": len(keys), "runs": runs, **_summary(runs)})
+        runs = [
+            labelled_scores(
+                data.points,
+                data.labels,
+                np.asarray(
+                    baselines.dp_lloyd(key, data.points, num_classes, 1.0, data.bounds, num_points_public=n).centers
+                ),
+                np.ones(num_classes, bool),
+                num_classes,
+            )
+            for key in keys
+        ]
+        rows.append(
+            {
+                "case": name,
+                "n": n,
+                "d": d,
+                "true_k": num_classes,
+                "variant": "dp-lloyd (given k)",
+                "keys": len(keys),
+                "runs": runs,
+                **_summary(runs),
+            }
+        )
         print(_line(rows[-1]), flush=True)
     return rows
 
@@ -123,28 +161,43 @@ def speed_case(name: str, variants: list[str], repeats: int = 5) -> list[dict]:
     budget, points = dpm_jax.Budget(1.0, paper_delta(n)), jax.device_put(data.points)
     rows = []
     for variant in variants:
-        run = jax.jit(lambda key, config=VARIANTS[variant]: dpm_jax.cluster(key, points, budget, bounds=data.bounds,
-                                                                             config=config))
+        run = jax.jit(
+            lambda key, config=VARIANTS[variant]: dpm_jax.cluster(
+                key, points, budget, bounds=data.bounds, config=config
+            )
+        )
         jax.block_until_ready(run(jax.random.key(0)))
         seconds = []
         for index in range(repeats):
             start = time.perf_counter()
             jax.block_until_ready(run(jax.random.key(index + 1)))
             seconds.append(time.perf_counter() - start)
-        rows.append({"case": name, "n": n, "d": d, "variant": variant, "warm_s": float(np.median(seconds)),
-                     "warm_all_s": seconds})
+        rows.append(
+            {
+                "case": name,
+                "n": n,
+                "d": d,
+                "variant": variant,
+                "warm_s": float(np.median(seconds)),
+                "warm_all_s": seconds,
+            }
+        )
         rows[-1]["ratio_to_first"] = rows[-1]["warm_s"] / rows[0]["warm_s"]
-        print(f"{name:>10} {variant:>10}: warm {rows[-1]['warm_s']:.3f} s (x{rows[-1]['ratio_to_first']:.2f})",
-              flush=True)
+        print(
+            f"{name:>10} {variant:>10}: warm {rows[-1]['warm_s']:.3f} s (x{rows[-1]['ratio_to_first']:.2f})", flush=True
+        )
     return rows
 
 
 def _line(row: dict) -> str:
-    extra = "".join(f" {f} {row[f + '_mean']:.3f} (mean)" for f in ("silhouette", "kmeans_distance")
-                    if f + "_mean" in row)
-    return (f"{row['case']:>10} {row['variant']:>18}: ARI {row['ari_median']:.3f} [{row['ari_min']:.3f}, "
-            f"{row['ari_max']:.3f}]  accuracy {row['accuracy_median']:.3f} (mean {row['accuracy_mean']:.3f})  "
-            f"k {row['k_median']:.1f} of {row['true_k']}{extra}")
+    extra = "".join(
+        f" {f} {row[f + '_mean']:.3f} (mean)" for f in ("silhouette", "kmeans_distance") if f + "_mean" in row
+    )
+    return (
+        f"{row['case']:>10} {row['variant']:>18}: ARI {row['ari_median']:.3f} [{row['ari_min']:.3f}, "
+        f"{row['ari_max']:.3f}]  accuracy {row['accuracy_median']:.3f} (mean {row['accuracy_mean']:.3f})  "
+        f"k {row['k_median']:.1f} of {row['true_k']}{extra}"
+    )
 
 
 def main(argv=None) -> int:

@@ -77,8 +77,9 @@ def _centers_of_baseline(algorithm: str, keys, data, num_classes: int, epsilon: 
         if algorithm == "kmeans":
             result = baselines.kmeans(key, data.points, num_classes)
         else:
-            result = baselines.dp_lloyd(key, data.points, num_classes, epsilon, data.bounds,
-                                        num_points_public=len(data.points))
+            result = baselines.dp_lloyd(
+                key, data.points, num_classes, epsilon, data.bounds, num_points_public=len(data.points)
+            )
         centers.append(np.asarray(result.centers))
     return np.stack(centers), np.ones((len(keys), num_classes), bool)
 
@@ -86,9 +87,13 @@ def _centers_of_baseline(algorithm: str, keys, data, num_classes: int, epsilon: 
 def _plan_of(n: int, d: int, budget: dpm_jax.Budget, config: dpm_jax.DPMConfig, tau_r: int) -> dict:
     """dpm_jax.diagnostics.plan at the run's depth: the per-level budget arithmetic (public numbers)."""
     plan = diagnostics.plan(float(n), d, budget, dataclasses.replace(config, tau_r=tau_r))
-    return {"tau_r": tau_r, "useful_depth": plan.useful_depth, "candidates": plan.candidates,
-            "exponent_scale": [level.exponent_scale for level in plan.levels],
-            "near_random": [level.near_random for level in plan.levels]}
+    return {
+        "tau_r": tau_r,
+        "useful_depth": plan.useful_depth,
+        "candidates": plan.candidates,
+        "exponent_scale": [level.exponent_scale for level in plan.levels],
+        "near_random": [level.near_random for level in plan.levels],
+    }
 
 
 def run_cell(seed: int, runs: int, dataset: str, n: int, epsilon: float | None, algorithm: str) -> dict:
@@ -97,8 +102,15 @@ def run_cell(seed: int, runs: int, dataset: str, n: int, epsilon: float | None, 
     d = data.points.shape[1]
     num_classes = int(np.max(data.labels)) + 1
     keys = cell_keys(seed, dataset, n, epsilon, runs)
-    row = {"dataset": dataset, "n": n, "d": d, "true_k": num_classes, "epsilon": epsilon, "algorithm": algorithm,
-           "runs": runs}
+    row = {
+        "dataset": dataset,
+        "n": n,
+        "d": d,
+        "true_k": num_classes,
+        "epsilon": epsilon,
+        "algorithm": algorithm,
+        "runs": runs,
+    }
     start = time.perf_counter()
     if algorithm in DPM_VARIANTS:
         config = DPM_VARIANTS[algorithm]
@@ -106,9 +118,12 @@ def run_cell(seed: int, runs: int, dataset: str, n: int, epsilon: float | None, 
         centers, valid, interval = run_dpm(keys, data.points, budget, data.bounds, config)
         tau_r = int(round(math.log2(centers.shape[1])))
         candidates = (data.bounds[1] - data.bounds[0]) / np.mean(interval, axis=1)
-        row.update(config=repr(config), plan=_plan_of(n, d, budget, config, tau_r),
-                   root_candidates_per_dim=candidates.tolist(),
-                   median_root_candidates_per_dim=float(np.median(candidates)))
+        row.update(
+            config=repr(config),
+            plan=_plan_of(n, d, budget, config, tau_r),
+            root_candidates_per_dim=candidates.tolist(),
+            median_root_candidates_per_dim=float(np.median(candidates)),
+        )
     else:
         centers, valid = _centers_of_baseline(algorithm, keys, data, num_classes, epsilon)
         row.update(config=algorithm)
@@ -156,11 +171,15 @@ def run(args: argparse.Namespace) -> dict:
         rows[cell] = run_cell(args.seed, args.keys, *cell)
         document.update(rows=list(rows.values()), machine=machine_description(), seed=args.seed)
         write_json(args.out, document, indent=1)
-        print(f"[{index + 1}/{len(cells)}] {dataset} n={n} eps={epsilon} {algorithm}: median ARI "
-              f"{rows[cell]['median_ari']:.3f}, k {rows[cell]['median_k']:.0f} of {rows[cell]['true_k']} "
-              f"({rows[cell]['seconds']:.1f} s; {time.perf_counter() - start:.0f} s so far)", file=sys.stderr)
-    document.setdefault("run_seconds", {})[time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())] = \
+        print(
+            f"[{index + 1}/{len(cells)}] {dataset} n={n} eps={epsilon} {algorithm}: median ARI "
+            f"{rows[cell]['median_ari']:.3f}, k {rows[cell]['median_k']:.0f} of {rows[cell]['true_k']} "
+            f"({rows[cell]['seconds']:.1f} s; {time.perf_counter() - start:.0f} s so far)",
+            file=sys.stderr,
+        )
+    document.setdefault("run_seconds", {})[time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())] = (
         time.perf_counter() - start
+    )
     write_json(args.out, document, indent=1)
     return document
 
@@ -168,8 +187,9 @@ def run(args: argparse.Namespace) -> dict:
 # ----------------------------------------------------------------------- output
 def _algorithms(document: dict) -> list[str]:
     present = {row["algorithm"] for row in document["rows"]}
-    return [name for name in (*DPM_VARIANTS, *BASELINES) if name in present] + \
-        sorted(present - set(DPM_VARIANTS) - set(BASELINES))
+    return [name for name in (*DPM_VARIANTS, *BASELINES) if name in present] + sorted(
+        present - set(DPM_VARIANTS) - set(BASELINES)
+    )
 
 
 def _find(document: dict, dataset: str, n: int, epsilon: float, algorithm: str) -> dict | None:
@@ -181,10 +201,12 @@ def markdown(document: dict) -> str:
     """One table per data set: rows (n, epsilon), columns algorithms, cells 'ARI / accuracy / k' medians."""
     algorithms = _algorithms(document)
     runs = sorted({row["runs"] for row in document["rows"]})
-    lines = [f"Medians over {'/'.join(map(str, runs))} keys; cells: adjusted Rand index / accuracy / k found. "
-             "DPM is not told k; kmeans (non-private) and dp-lloyd get the true k. "
-             "`useful` is dpm_jax.diagnostics.plan's useful depth of the default DPM (levels whose split is not "
-             "near random) against its depth tau_r.\n"]
+    lines = [
+        f"Medians over {'/'.join(map(str, runs))} keys; cells: adjusted Rand index / accuracy / k found. "
+        "DPM is not told k; kmeans (non-private) and dp-lloyd get the true k. "
+        "`useful` is dpm_jax.diagnostics.plan's useful depth of the default DPM (levels whose split is not "
+        "near random) against its depth tau_r.\n"
+    ]
     for dataset in dict.fromkeys(row["dataset"] for row in document["rows"]):
         rows = [row for row in document["rows"] if row["dataset"] == dataset]
         d, true_k = rows[0]["d"], rows[0]["true_k"]
@@ -196,8 +218,11 @@ def markdown(document: dict) -> str:
                 cells = []
                 for algorithm in algorithms:
                     row = _find(document, dataset, n, epsilon, algorithm)
-                    cells.append("–" if row is None else
-                                 f"{row['median_ari']:.2f} / {row['median_accuracy']:.2f} / {row['median_k']:.0f}")
+                    cells.append(
+                        "–"
+                        if row is None
+                        else f"{row['median_ari']:.2f} / {row['median_accuracy']:.2f} / {row['median_k']:.0f}"
+                    )
                 default = _find(document, dataset, n, epsilon, "dpm")
                 plan = "–" if default is None else f"{default['plan']['useful_depth']} / {default['plan']['tau_r']}"
                 lines.append(f"| {n:,} | {epsilon:g} | " + " | ".join(cells) + f" | {plan} |")
@@ -225,8 +250,15 @@ def figure(document: dict, path: Path) -> None:
             for algorithm in algorithms:
                 found = [_find(document, dataset, n, epsilon, algorithm) for epsilon in epsilons]
                 for axis, score in zip(axes[:, column], ("median_ari", "median_k"), strict=True):
-                    axis.plot(epsilons, [np.nan if row is None else row[score] for row in found], style, marker="o",
-                              markersize=3, color=colours[algorithm], label=f"{algorithm}, n = {n:,}")
+                    axis.plot(
+                        epsilons,
+                        [np.nan if row is None else row[score] for row in found],
+                        style,
+                        marker="o",
+                        markersize=3,
+                        color=colours[algorithm],
+                        label=f"{algorithm}, n = {n:,}",
+                    )
         axes[0, column].set_title(f"{dataset} (k = {rows[0]['true_k']})", fontsize=9)
         axes[0, column].set_ylim(-0.05, 1.05)
         axes[1, column].axhline(rows[0]["true_k"], color="black", linewidth=0.8)

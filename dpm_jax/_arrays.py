@@ -54,8 +54,7 @@ def materialized(x: jax.Array) -> jax.Array:
     fusion.
     """
     flat = x.reshape(-1)
-    out = jnp.zeros_like(flat).at[jnp.arange(flat.size)].set(flat, unique_indices=True,
-                                                             indices_are_sorted=True)
+    out = jnp.zeros_like(flat).at[jnp.arange(flat.size)].set(flat, unique_indices=True, indices_are_sorted=True)
     return out.reshape(x.shape)
 
 

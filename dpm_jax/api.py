@@ -39,8 +39,14 @@ from dpm_jax.diagnostics.plan import warn_if_insufficient
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
 from dpm_jax.ledger import Ledger
-from dpm_jax.mechanisms import (EM_DIGITS, EM_TRIES, add_count_noise, count_noise,
-                                discrete_gaussian_table, em_weight_table)
+from dpm_jax.mechanisms import (
+    EM_DIGITS,
+    EM_TRIES,
+    add_count_noise,
+    count_noise,
+    discrete_gaussian_table,
+    em_weight_table,
+)
 from dpm_jax.tree import SplitTree, build_tree, root_interval_size
 
 __all__ = ["ClusterResult", "cluster", "build_ledger", "MAX_POINTS"]
@@ -51,7 +57,8 @@ BOUNDS_REQUIRED = (
     "bounds are required: pass the public range of the data as bounds=(lo, hi) (scalars or "
     "per-dimension arrays). DPM's sensitivities and split candidates depend on them, and reading "
     "them from the data (min/max) would leak the extreme points and void the privacy guarantee. "
-    "Use domain knowledge (e.g. pixel values are in (0, 255)) or a range fixed before seeing the data.")
+    "Use domain knowledge (e.g. pixel values are in (0, 255)) or a range fixed before seeing the data."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,9 +92,9 @@ class ClusterResult:
 
 jax.tree_util.register_dataclass(
     ClusterResult,
-    data_fields=["centers", "counts", "valid", "k", "tree", "split_interval_size", "leaf_node",
-                 "labels_nonprivate"],
-    meta_fields=["ledger"])
+    data_fields=["centers", "counts", "valid", "k", "tree", "split_interval_size", "leaf_node", "labels_nonprivate"],
+    meta_fields=["ledger"],
+)
 
 
 def _is_tracer(x) -> bool:
@@ -104,7 +111,8 @@ def _validate_key(key) -> None:
     raise TypeError(
         "key must be a single JAX PRNG key, e.g. jax.random.key(0) or jax.random.PRNGKey(0) "
         f"(got {type(key).__name__} with shape {getattr(key, 'shape', None)} and dtype "
-        f"{getattr(key, 'dtype', None)}); to run several keys use jax.vmap")
+        f"{getattr(key, 'dtype', None)}); to run several keys use jax.vmap"
+    )
 
 
 def _validate_points(X) -> jax.Array:
@@ -117,18 +125,23 @@ def _validate_points(X) -> jax.Array:
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"X is empty: shape {tuple(X.shape)}; need at least one point and one dimension")
     if X.shape[0] > MAX_POINTS:
-        raise ValueError(f"X has {X.shape[0]} points; dpm_jax supports at most {MAX_POINTS} (2**31 - 1: "
-                         "counts are exact int32 integers)")
-    if not (jnp.issubdtype(X.dtype, jnp.floating) or jnp.issubdtype(X.dtype, jnp.integer)) \
-            or jnp.issubdtype(X.dtype, jnp.bool_):
+        raise ValueError(
+            f"X has {X.shape[0]} points; dpm_jax supports at most {MAX_POINTS} (2**31 - 1: "
+            "counts are exact int32 integers)"
+        )
+    if not (jnp.issubdtype(X.dtype, jnp.floating) or jnp.issubdtype(X.dtype, jnp.integer)) or jnp.issubdtype(
+        X.dtype, jnp.bool_
+    ):
         raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
     if not _is_tracer(X):
         # A JAX array is checked where it lives (one fused reduction, no transfer);
         # the position of the first bad value is only looked up when there is one.
         if not _all_finite(X):
             row, col = np.argwhere(~np.isfinite(np.asarray(X)))[0]
-            raise ValueError(f"X contains NaN or inf (first at row {row}, column {col}); "
-                             "remove or impute those values before clustering")
+            raise ValueError(
+                f"X contains NaN or inf (first at row {row}, column {col}); "
+                "remove or impute those values before clustering"
+            )
     if not (isinstance(X, jax.Array) and X.dtype == jnp.float32):
         X = jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
     # A JAX array is immutable; sharded rows stay on their devices (dpm_jax.sharding).
@@ -170,8 +183,10 @@ def _validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
             raise ValueError(f"bounds need lo < hi in every dimension, got lo={lower}, hi={upper}")
         # the computation runs in float32: the range must survive that rounding
         if not np.all(arrays[0].astype(np.float32) < arrays[1].astype(np.float32)):
-            raise ValueError(f"bounds lo={lower}, hi={upper} collapse to lo == hi in float32; "
-                             "rescale the data so the range is resolvable in single precision")
+            raise ValueError(
+                f"bounds lo={lower}, hi={upper} collapse to lo == hi in float32; "
+                "rescale the data so the range is resolvable in single precision"
+            )
     # Concrete bounds stay NumPy (float32): the value checks above ran on exactly these numbers.
     arrays = [a if _is_tracer(a) else np.asarray(a, np.float32) for a in arrays]
     return arrays[0], arrays[1]
@@ -185,8 +200,9 @@ def _validate_mask(point_mask, n: int) -> jax.Array:
     return jnp.asarray(point_mask, bool)
 
 
-def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(),
-            point_mask: Any = None) -> ClusterResult:
+def cluster(
+    key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(), point_mask: Any = None
+) -> ClusterResult:
     """Cluster ``X`` under (epsilon, delta)-DP with DPM, without being told k.
 
     Args:
@@ -226,9 +242,18 @@ def cluster(key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMC
     lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (d,))
     upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (d,))
 
-    arrays = _cluster_arrays(key, points, mask, lower, upper, _em_table(),
-                             _gaussian_thresholds(averaging.sigma), allocation=allocation,
-                             config=config, averaging=averaging)
+    arrays = _cluster_arrays(
+        key,
+        points,
+        mask,
+        lower,
+        upper,
+        _em_table(),
+        _gaussian_thresholds(averaging.sigma),
+        allocation=allocation,
+        config=config,
+        averaging=averaging,
+    )
     result = ClusterResult(**arrays, ledger=ledger)
     _warn_if_starved(result, budget, config, d)
     return result
@@ -256,12 +281,19 @@ def build_ledger(allocation: Allocation, config: DPMConfig, d: int, averaging: A
     the module that draws the noise, from the parameters it draws it with; the lines
     add up exactly to the budget (:func:`dpm_jax.budget.allocate`).
     """
-    interval_entries = [] if config.split_grid == CELL_GRID else [
-        interval.ledger_entry(allocation.interval_epsilon, allocation.interval_sampler_delta, d, config)]
-    return Ledger([count_entry(allocation, 0), *interval_entries,
-                   *tree.ledger_entries(allocation, config),
-                   averaging_lib.ledger_entry(averaging, allocation.average_epsilon,
-                                              allocation.average_delta)])
+    interval_entries = (
+        []
+        if config.split_grid == CELL_GRID
+        else [interval.ledger_entry(allocation.interval_epsilon, allocation.interval_sampler_delta, d, config)]
+    )
+    return Ledger(
+        [
+            count_entry(allocation, 0),
+            *interval_entries,
+            *tree.ledger_entries(allocation, config),
+            averaging_lib.ledger_entry(averaging, allocation.average_epsilon, allocation.average_delta),
+        ]
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -280,8 +312,19 @@ def _gaussian_thresholds(sigma: float):
 
 
 @functools.partial(jax.jit, static_argnames=("allocation", "config", "averaging"))
-def _cluster_arrays(key, points, mask, lower, upper, em_table, gaussian_thresholds, *,
-                    allocation: Allocation, config: DPMConfig, averaging: AveragingPlan):
+def _cluster_arrays(
+    key,
+    points,
+    mask,
+    lower,
+    upper,
+    em_table,
+    gaussian_thresholds,
+    *,
+    allocation: Allocation,
+    config: DPMConfig,
+    averaging: AveragingPlan,
+):
     # When X is closed over by a caller's jit/vmap it becomes a compile-time constant,
     # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
@@ -291,24 +334,42 @@ def _cluster_arrays(key, points, mask, lower, upper, em_table, gaussian_threshol
     # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
     # exact integers.
     noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
-    root_noisy_count = add_count_noise(jnp.sum(mask, dtype=jnp.int32),
-                                 exact.Int(tuple(limb[1] for limb in noise.limbs)))
+    root_noisy_count = add_count_noise(
+        jnp.sum(mask, dtype=jnp.int32), exact.Int(tuple(limb[1] for limb in noise.limbs))
+    )
     # Line 8: Algorithm 2 (the cell grid needs no interval size: it reports its root's).
     if config.split_grid == CELL_GRID:
         beta = root_interval_size(lower, upper, config)
     else:
         beta, _ = estimate_split_interval_size(
-            derive_key(key, keys.INTERVAL), em_table, unit_points, mask, exact.to_float32(root_noisy_count),
-            allocation.interval_epsilon, config)
+            derive_key(key, keys.INTERVAL),
+            em_table,
+            unit_points,
+            mask,
+            exact.to_float32(root_noisy_count),
+            allocation.interval_epsilon,
+            config,
+        )
     # Lines 10, 13-28.
-    split_bits = jax.random.bits(derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS),
-                                 dtype=jnp.uint32)
-    tree, leaves = build_tree(split_bits, noise, em_table, unit_points, mask, lower, upper,
-                              root_noisy_count, beta, allocation, config)
+    split_bits = jax.random.bits(
+        derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
+    )
+    tree, leaves = build_tree(
+        split_bits, noise, em_table, unit_points, mask, lower, upper, root_noisy_count, beta, allocation, config
+    )
     # Line 11.
-    centers = leaf_centers(derive_key(key, keys.AVERAGE), points, mask, leaves.point_slot,
-                           leaves.noisy_count, leaves.valid, lower, upper, gaussian_thresholds,
-                           averaging)
+    centers = leaf_centers(
+        derive_key(key, keys.AVERAGE),
+        points,
+        mask,
+        leaves.point_slot,
+        leaves.noisy_count,
+        leaves.valid,
+        lower,
+        upper,
+        gaussian_thresholds,
+        averaging,
+    )
     return dict(
         centers=centers,
         counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),

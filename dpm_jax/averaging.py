@@ -43,12 +43,25 @@ import numpy as np
 from dpm_jax import exact, keys
 from dpm_jax._arrays import looped_under_vmap, to_unit_range
 from dpm_jax.ledger import LedgerEntry
-from dpm_jax.mechanisms import (DiscreteGaussianTable, discrete_gaussian_multiplier,
-                                discrete_gaussian_noise, discrete_gaussian_table)
+from dpm_jax.mechanisms import (
+    DiscreteGaussianTable,
+    discrete_gaussian_multiplier,
+    discrete_gaussian_noise,
+    discrete_gaussian_table,
+)
 
-__all__ = ["FIXED_POINT_BITS", "AveragingPlan", "plan_averaging", "fixed_point_codes", "leaf_sums",
-           "release_leaf_sums", "leaf_centers", "blockwise_leaf_sums", "centers_from_sums",
-           "ledger_entry"]
+__all__ = [
+    "FIXED_POINT_BITS",
+    "AveragingPlan",
+    "plan_averaging",
+    "fixed_point_codes",
+    "leaf_sums",
+    "release_leaf_sums",
+    "leaf_centers",
+    "blockwise_leaf_sums",
+    "centers_from_sums",
+    "ledger_entry",
+]
 
 FIXED_POINT_BITS = 20
 _CODE_HALF_RANGE = 2 ** (FIXED_POINT_BITS - 1)
@@ -83,11 +96,12 @@ def plan_averaging(epsilon: float, delta: float, d: int) -> AveragingPlan:
     sampler_delta = 0.0
     for _ in range(10):  # the sampler's delta depends (weakly) on the table it needs
         if sampler_delta > 0.1 * delta:
-            raise ValueError(f"the averaging mechanism's sampler would use {sampler_delta:.3g} of its "
-                             f"delta {delta:.3g} (more than 10%); raise delta or lower epsilon")
+            raise ValueError(
+                f"the averaging mechanism's sampler would use {sampler_delta:.3g} of its "
+                f"delta {delta:.3g} (more than 10%); raise delta or lower epsilon"
+            )
         multiplier = discrete_gaussian_multiplier(epsilon, delta - sampler_delta)
-        ratio = 2 ** int(np.clip(math.floor(math.log2(_TARGET_SIGMA / (multiplier * root_d))),
-                                 0, FIXED_POINT_BITS - 1))
+        ratio = 2 ** int(np.clip(math.floor(math.log2(_TARGET_SIGMA / (multiplier * root_d))), 0, FIXED_POINT_BITS - 1))
         sensitivity = ratio * root_d
         table = discrete_gaussian_table(max(1.0, multiplier * sensitivity))
         needed = d * table.tv * (1.0 + math.exp(epsilon)) * (1.0 + 1e-6)
@@ -102,9 +116,18 @@ def plan_averaging(epsilon: float, delta: float, d: int) -> AveragingPlan:
 
 def ledger_entry(plan: AveragingPlan, epsilon: float, delta: float) -> LedgerEntry:
     """The ledger line of the leaf sums' discrete Gaussian (:func:`release_leaf_sums`), from its plan."""
-    return LedgerEntry("leaf_sums", "discrete_gaussian", None, epsilon, delta, plan.sensitivity,
-                       f"L2 of fixed-point sums / 2**{plan.coarse_shift}", plan.sigma, (keys.AVERAGE,),
-                       sampler_delta=plan.sampler_delta)
+    return LedgerEntry(
+        "leaf_sums",
+        "discrete_gaussian",
+        None,
+        epsilon,
+        delta,
+        plan.sensitivity,
+        f"L2 of fixed-point sums / 2**{plan.coarse_shift}",
+        plan.sigma,
+        (keys.AVERAGE,),
+        sampler_delta=plan.sampler_delta,
+    )
 
 
 def fixed_point_codes(unit_points: jax.Array) -> jax.Array:
@@ -113,8 +136,7 @@ def fixed_point_codes(unit_points: jax.Array) -> jax.Array:
     return jnp.clip(codes, 0, 2**FIXED_POINT_BITS) - _CODE_HALF_RANGE
 
 
-def leaf_sums(codes: jax.Array, point_mask: jax.Array, point_slot: jax.Array,
-              num_slots: int) -> exact.Int:
+def leaf_sums(codes: jax.Array, point_mask: jax.Array, point_slot: jax.Array, num_slots: int) -> exact.Int:
     """Exact sums of the codes of every leaf slot, (num_slots, d) two-limb integers.
 
     Chunks of 2**10 points are summed by one int32 scatter-add (no chunk sum can
@@ -135,8 +157,7 @@ def _floor_shift(value: exact.Int, shift: int) -> exact.Int:
     magnitude = exact.add(exact.negate(value), exact.from_int32(jnp.int32(2**shift - 1)))
     negative = exact.negate(exact.shift_right(magnitude, shift))
     is_negative = value.limbs[-1] < 0
-    return exact.Int(tuple(jnp.where(is_negative, n, p)
-                           for p, n in zip(positive.limbs, negative.limbs)))
+    return exact.Int(tuple(jnp.where(is_negative, n, p) for p, n in zip(positive.limbs, negative.limbs)))
 
 
 def release_leaf_sums(key: jax.Array, sums: exact.Int, table_arrays, plan: AveragingPlan) -> exact.Int:
@@ -145,14 +166,22 @@ def release_leaf_sums(key: jax.Array, sums: exact.Int, table_arrays, plan: Avera
     Sensitivity (L2, per leaf): ``plan.sensitivity``; privacy: see the module docstring.
     """
     thresholds_high, thresholds_low = table_arrays
-    noise = discrete_gaussian_noise(key, thresholds_high, thresholds_low, plan.table.support_min,
-                                    sums.limbs[0].shape)
+    noise = discrete_gaussian_noise(key, thresholds_high, thresholds_low, plan.table.support_min, sums.limbs[0].shape)
     return exact.add(_floor_shift(sums, plan.coarse_shift), exact.from_int32(noise))
 
 
-def leaf_centers(key: jax.Array, points: jax.Array, point_mask: jax.Array,
-                 point_slot: jax.Array, leaf_count: jax.Array, leaf_valid: jax.Array,
-                 lower: jax.Array, upper: jax.Array, table_arrays, plan: AveragingPlan) -> jax.Array:
+def leaf_centers(
+    key: jax.Array,
+    points: jax.Array,
+    point_mask: jax.Array,
+    point_slot: jax.Array,
+    leaf_count: jax.Array,
+    leaf_valid: jax.Array,
+    lower: jax.Array,
+    upper: jax.Array,
+    table_arrays,
+    plan: AveragingPlan,
+) -> jax.Array:
     """Noisy centres of all leaf slots in data units; padded slots are NaN.
 
     Args:
@@ -170,8 +199,9 @@ def leaf_centers(key: jax.Array, points: jax.Array, point_mask: jax.Array,
     return centers_from_sums(key, sums, leaf_count, leaf_valid, lower, upper, table_arrays, plan)
 
 
-def blockwise_leaf_sums(points: jax.Array, lower: jax.Array, upper: jax.Array, point_mask: jax.Array,
-                        point_slot: jax.Array, num_slots: int) -> exact.Int:
+def blockwise_leaf_sums(
+    points: jax.Array, lower: jax.Array, upper: jax.Array, point_mask: jax.Array, point_slot: jax.Array, num_slots: int
+) -> exact.Int:
     """:func:`leaf_sums` of the codes of ``points`` (data units), _BLOCK_ROWS rows at a time.
 
     The codes of only one block exist at once (those of all n points would be a
@@ -187,15 +217,24 @@ def blockwise_leaf_sums(points: jax.Array, lower: jax.Array, upper: jax.Array, p
     full_blocks, remainder = divmod(n, _BLOCK_ROWS)
     total = exact.from_int32(jnp.zeros((num_slots, points.shape[1]), jnp.int32))
     if full_blocks:
-        total = jax.lax.fori_loop(0, full_blocks, lambda i, t: exact.add(t, block_sums(i * _BLOCK_ROWS, _BLOCK_ROWS)),
-                                  total)
+        total = jax.lax.fori_loop(
+            0, full_blocks, lambda i, t: exact.add(t, block_sums(i * _BLOCK_ROWS, _BLOCK_ROWS)), total
+        )
     if remainder:
         total = exact.add(total, block_sums(full_blocks * _BLOCK_ROWS, remainder))
     return total
 
 
-def centers_from_sums(key: jax.Array, sums: exact.Int, leaf_count: jax.Array, leaf_valid: jax.Array,
-                      lower: jax.Array, upper: jax.Array, table_arrays, plan: AveragingPlan) -> jax.Array:
+def centers_from_sums(
+    key: jax.Array,
+    sums: exact.Int,
+    leaf_count: jax.Array,
+    leaf_valid: jax.Array,
+    lower: jax.Array,
+    upper: jax.Array,
+    table_arrays,
+    plan: AveragingPlan,
+) -> jax.Array:
     """The mechanism on exact leaf sums (:func:`release_leaf_sums`), then centres in data units."""
     released = release_leaf_sums(key, sums, table_arrays, plan)
     # Post-processing of released integers from here on.

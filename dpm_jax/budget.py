@@ -34,8 +34,7 @@ from typing import NamedTuple
 from dpm_jax import keys
 from dpm_jax.config import CELL_GRID, DPMConfig, is_real_number
 from dpm_jax.ledger import LedgerEntry, heap_rows
-from dpm_jax.mechanisms import (EM_EPSILON_MARGIN, EM_MAX_CANDIDATES, count_offset,
-                                count_sampler_tv, em_sampler_tv)
+from dpm_jax.mechanisms import EM_EPSILON_MARGIN, EM_MAX_CANDIDATES, count_offset, count_sampler_tv, em_sampler_tv
 
 __all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons", "count_entry", "level_weights"]
 
@@ -127,15 +126,20 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
 
     count_epsilons = _split_exactly(eps_cnt, level_weights(config.tau_r + 1))
     split_epsilons = _split_exactly(eps_exp, level_weights(config.tau_r))
-    for name, epsilon in [("interval size", eps_int)] * interval + [(f"split level {i}", e)
-                                                                     for i, e in enumerate(split_epsilons)]:
+    for name, epsilon in [("interval size", eps_int)] * interval + [
+        (f"split level {i}", e) for i, e in enumerate(split_epsilons)
+    ]:
         if epsilon <= 2 * EM_EPSILON_MARGIN:
-            raise ValueError(f"the {name} epsilon {epsilon:.3g} is too small for the exact "
-                             f"exponential mechanism (margin {EM_EPSILON_MARGIN:.2g}); raise epsilon")
+            raise ValueError(
+                f"the {name} epsilon {epsilon:.3g} is too small for the exact "
+                f"exponential mechanism (margin {EM_EPSILON_MARGIN:.2g}); raise epsilon"
+            )
     candidates = d * config.candidates_per_dim
     if candidates > EM_MAX_CANDIDATES:
-        raise ValueError(f"d * candidates per dimension = {candidates} split candidates per node exceed "
-                         f"{EM_MAX_CANDIDATES}; lower max_splits_per_dim")
+        raise ValueError(
+            f"d * candidates per dimension = {candidates} split candidates per node exceed "
+            f"{EM_MAX_CANDIDATES}; lower max_splits_per_dim"
+        )
     count_sampler = tuple(count_sampler_tv(e) * (1.0 + math.exp(e)) for e in count_epsilons)
     split_sampler = tuple(em_sampler_tv(candidates) * (1.0 + math.exp(e)) for e in split_epsilons)
     interval_sampler = em_sampler_tv(config.num_sigmas) * (1.0 + math.exp(eps_int)) if interval else 0.0
@@ -145,12 +149,23 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
             f"degenerate budget: at epsilon {budget.epsilon:.4g} the samplers' deviation from their "
             f"ideal distributions, multiplied by e^epsilon, would need delta {sampler_total:.3g}, more "
             f"than {_MAX_SAMPLER_SHARE:.0%} of the count delta {delta_cnt:.3g}; lower epsilon (per "
-            "level count epsilons above about 20 cannot be sampled exactly) or raise delta")
+            "level count epsilons above about 20 cannot be sampled exactly) or raise delta"
+        )
     offset_delta = delta_cnt - sampler_total
     count_deltas = _split_exactly(offset_delta, [1.0 / (config.tau_r + 1)] * (config.tau_r + 1))
     count_offsets = tuple(count_offset(e, d_) for d_, e in zip(count_deltas, count_epsilons))
-    return Allocation(eps_int, count_epsilons, split_epsilons, eps_avg, count_deltas, delta_avg,
-                      count_offsets, count_sampler, split_sampler, interval_sampler)
+    return Allocation(
+        eps_int,
+        count_epsilons,
+        split_epsilons,
+        eps_avg,
+        count_deltas,
+        delta_avg,
+        count_offsets,
+        count_sampler,
+        split_sampler,
+        interval_sampler,
+    )
 
 
 def heap_count_epsilons(allocation: Allocation) -> tuple[float, ...]:
@@ -173,9 +188,14 @@ def count_entry(allocation: Allocation, level: int) -> LedgerEntry:
     """
     epsilon, sampler_delta = allocation.count_epsilons[level], allocation.count_sampler_deltas[level]
     return LedgerEntry(
-        f"count/level{level}", "discrete_laplace", level, epsilon,
-        allocation.count_deltas[level] + sampler_delta, 1.0,
-        f"count; offset lambda={allocation.count_offsets[level]:.4g}", 1.0 / epsilon,
-        (keys.COUNT, heap_rows(level)), sampler_delta=sampler_delta)
-
-
+        f"count/level{level}",
+        "discrete_laplace",
+        level,
+        epsilon,
+        allocation.count_deltas[level] + sampler_delta,
+        1.0,
+        f"count; offset lambda={allocation.count_offsets[level]:.4g}",
+        1.0 / epsilon,
+        (keys.COUNT, heap_rows(level)),
+        sampler_delta=sampler_delta,
+    )

@@ -29,8 +29,14 @@ import pathlib
 import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 
-__all__ = ["OPT_OUT_VARIABLE", "DIRECTORY_VARIABLE", "default_cache_dir", "enable_compilation_cache",
-           "disable_compilation_cache", "compilation_cache_dir"]
+__all__ = [
+    "OPT_OUT_VARIABLE",
+    "DIRECTORY_VARIABLE",
+    "default_cache_dir",
+    "enable_compilation_cache",
+    "disable_compilation_cache",
+    "compilation_cache_dir",
+]
 
 OPT_OUT_VARIABLE = "DPM_JAX_NO_COMPILATION_CACHE"
 DIRECTORY_VARIABLE = "DPM_JAX_CACHE_DIR"

@@ -120,7 +120,8 @@ class DPMConfig:
             raise ValueError(f"q must satisfy 0 < q < 1/2 (Definition 6), got {self.q}")
         if self.t < 2 * self.q:
             raise ValueError(
-                f"t must satisfy t >= 2q (Definition 6: valid centreness parameters), got t={self.t}, q={self.q}")
+                f"t must satisfy t >= 2q (Definition 6: valid centreness parameters), got t={self.t}, q={self.q}"
+            )
         if self.t > 1:
             raise ValueError(f"t must be <= 1 (minimum inner centreness is 1 - t), got {self.t}")
         if not 0 < self.percentile < 100:
@@ -130,12 +131,13 @@ class DPMConfig:
         if self.split_grid not in SPLIT_GRIDS:
             raise ValueError(f"split_grid must be one of {SPLIT_GRIDS}, got {self.split_grid!r}")
         if self.lattice_step is not None:
-            if not is_real_number(self.lattice_step) or not math.isfinite(self.lattice_step) \
-                    or self.lattice_step <= 0:
+            if not is_real_number(self.lattice_step) or not math.isfinite(self.lattice_step) or self.lattice_step <= 0:
                 raise ValueError(f"lattice_step must be None or a positive finite number, got {self.lattice_step!r}")
             if self.split_grid != CELL_GRID:
-                raise ValueError(f"lattice_step needs split_grid={CELL_GRID!r} (the paper's grid has one "
-                                 "global interval size), got split_grid={self.split_grid!r}")
+                raise ValueError(
+                    f"lattice_step needs split_grid={CELL_GRID!r} (the paper's grid has one "
+                    "global interval size), got split_grid={self.split_grid!r}"
+                )
         _check_shares("epsilon_shares", self.epsilon_shares, 4)
         _check_shares("delta_shares", self.delta_shares, 2)
         if self.sigma_step <= 0:
@@ -151,9 +153,10 @@ class DPMConfig:
     def max_clusters(self) -> int:
         """Padded number of clusters: ``2**tau_r`` leaves at most."""
         if self.tau_r == AUTO_DEPTH:
-            raise ValueError(f"tau_r={AUTO_DEPTH!r} has no fixed number of clusters until dpm_jax.cluster "
-                             "chooses the depth")
-        return 2 ** self.tau_r
+            raise ValueError(
+                f"tau_r={AUTO_DEPTH!r} has no fixed number of clusters until dpm_jax.cluster chooses the depth"
+            )
+        return 2**self.tau_r
 
     @property
     def sigma_grid(self) -> np.ndarray:

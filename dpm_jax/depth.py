@@ -36,8 +36,9 @@ __all__ = ["AUTO_DEPTH_EPSILON_SHARE", "choose_depth"]
 AUTO_DEPTH_EPSILON_SHARE = 0.02  # noise scale 50 / epsilon points: ample for a depth
 
 
-def choose_depth(key: jax.Array, point_mask: jax.Array, budget: Budget, config: DPMConfig,
-                 d: int) -> tuple[DPMConfig, Budget, LedgerEntry]:
+def choose_depth(
+    key: jax.Array, point_mask: jax.Array, budget: Budget, config: DPMConfig, d: int
+) -> tuple[DPMConfig, Budget, LedgerEntry]:
     """(config with the chosen tau_r, the budget left for the run, the count's ledger line).
 
     Privacy: (epsilon_depth, tv (1 + e^epsilon_depth))-DP for the noisy count
@@ -46,18 +47,28 @@ def choose_depth(key: jax.Array, point_mask: jax.Array, budget: Budget, config: 
     if config.tau_r != AUTO_DEPTH:
         raise ValueError(f"choose_depth is for tau_r={AUTO_DEPTH!r}, got {config.tau_r!r}")
     if isinstance(key, jax.core.Tracer) or isinstance(point_mask, jax.core.Tracer):
-        raise ValueError(f"tau_r={AUTO_DEPTH!r} releases a noisy count on the host to fix the program's "
-                         "shapes, so it cannot run under jax.jit or jax.vmap; choose tau_r outside, e.g. "
-                         "with dpm_jax.diagnostics.recommended_tau_r")
+        raise ValueError(
+            f"tau_r={AUTO_DEPTH!r} releases a noisy count on the host to fix the program's "
+            "shapes, so it cannot run under jax.jit or jax.vmap; choose tau_r outside, e.g. "
+            "with dpm_jax.diagnostics.recommended_tau_r"
+        )
     epsilon = budget.epsilon * AUTO_DEPTH_EPSILON_SHARE
     delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
-    released = noisy_count(keys.derive_key(key, keys.DEPTH), np.sum(np.asarray(point_mask), dtype=np.int64),
-                           epsilon)
+    released = noisy_count(keys.derive_key(key, keys.DEPTH), np.sum(np.asarray(point_mask), dtype=np.int64), epsilon)
     released_count = float(exact.to_float32(released))  # post-processing of the released integer
     remaining = Budget(budget.epsilon - epsilon, budget.delta - delta)
     base = dataclasses.replace(config, tau_r=DPMConfig().tau_r)
     tau_r = max(1, recommended_tau_r(max(released_count, 1.0), d, remaining, base))
-    entry = LedgerEntry("depth", "discrete_laplace", None, epsilon, delta, 1.0,
-                        f"count of all points; tau_r={tau_r} chosen from n~={released_count:.0f}", 1.0 / epsilon,
-                        (keys.DEPTH,), sampler_delta=delta)
+    entry = LedgerEntry(
+        "depth",
+        "discrete_laplace",
+        None,
+        epsilon,
+        delta,
+        1.0,
+        f"count of all points; tau_r={tau_r} chosen from n~={released_count:.0f}",
+        1.0 / epsilon,
+        (keys.DEPTH,),
+        sampler_delta=delta,
+    )
     return dataclasses.replace(config, tau_r=tau_r), remaining, entry

@@ -21,10 +21,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["LIMB_BITS", "Int", "from_int32", "normalize", "widen", "narrow", "where", "add", "negate", "subtract",
-           "less",
-           "maximum", "mul_small", "shift_right", "to_float32", "clip_to_int32", "exact_cumsum",
-           "chunk_totals", "tree_total"]
+__all__ = [
+    "LIMB_BITS",
+    "Int",
+    "from_int32",
+    "normalize",
+    "widen",
+    "narrow",
+    "where",
+    "add",
+    "negate",
+    "subtract",
+    "less",
+    "maximum",
+    "mul_small",
+    "shift_right",
+    "to_float32",
+    "clip_to_int32",
+    "exact_cumsum",
+    "chunk_totals",
+    "tree_total",
+]
 
 LIMB_BITS = 30
 LIMB_MASK = (1 << LIMB_BITS) - 1
@@ -127,8 +144,7 @@ def maximum(a: Int, axis: int) -> Int:
             decided = decided | (xi != yi)
         return tuple(jnp.where(x_wins, xi, yi) for xi, yi in zip(x, y))
 
-    out = jax.lax.reduce(limbs, (jnp.int32(smallest),) * len(limbs), larger,
-                         (axis % limbs[0].ndim,))
+    out = jax.lax.reduce(limbs, (jnp.int32(smallest),) * len(limbs), larger, (axis % limbs[0].ndim,))
     return Int(tuple(jnp.expand_dims(limb, axis) for limb in out))
 
 
@@ -154,12 +170,16 @@ def shift_right(a: Int, shift) -> Int:
         low, high = a.limbs
         beyond = jnp.right_shift(high, jnp.clip(shift - LIMB_BITS, 0, 31))
         within_low = jnp.right_shift(low, jnp.minimum(shift, LIMB_BITS - 1)) | jnp.bitwise_and(
-            jnp.left_shift(high, jnp.clip(LIMB_BITS - shift, 1, LIMB_BITS)), LIMB_MASK)
+            jnp.left_shift(high, jnp.clip(LIMB_BITS - shift, 1, LIMB_BITS)), LIMB_MASK
+        )
         within_low = jnp.where(shift == 0, low, within_low)
         far = shift >= LIMB_BITS
-        return Int((jnp.where(far, jnp.bitwise_and(beyond, LIMB_MASK), within_low),
-                    jnp.where(far, jnp.right_shift(beyond, LIMB_BITS),
-                              jnp.right_shift(high, jnp.minimum(shift, 31)))))
+        return Int(
+            (
+                jnp.where(far, jnp.bitwise_and(beyond, LIMB_MASK), within_low),
+                jnp.where(far, jnp.right_shift(beyond, LIMB_BITS), jnp.right_shift(high, jnp.minimum(shift, 31))),
+            )
+        )
     whole = jnp.minimum(shift // LIMB_BITS, n)
     bits = shift % LIMB_BITS
     zero = jnp.zeros_like(a.limbs[0])
@@ -168,8 +188,7 @@ def shift_right(a: Int, shift) -> Int:
     for i in range(n):
         lower = _select(padded, i + whole, n + 1 + n)
         upper = _select(padded, i + whole + 1, n + 1 + n)
-        limb = jnp.right_shift(lower, bits) | jnp.bitwise_and(
-            jnp.left_shift(upper, LIMB_BITS - bits), LIMB_MASK)
+        limb = jnp.right_shift(lower, bits) | jnp.bitwise_and(jnp.left_shift(upper, LIMB_BITS - bits), LIMB_MASK)
         out.append(jnp.where(bits == 0, lower, limb))
     return Int(tuple(out))
 
@@ -226,8 +245,7 @@ def chunk_totals(values: jax.Array, segment: jax.Array, num_segments: int, chunk
     n = values.shape[0]
     num_chunks = max(1, -(-n // chunk))
     chunk_of_row = jnp.arange(n, dtype=jnp.int32) // chunk
-    index = jnp.where(segment < num_segments, chunk_of_row * num_segments + segment,
-                      num_chunks * num_segments)
+    index = jnp.where(segment < num_segments, chunk_of_row * num_segments + segment, num_chunks * num_segments)
     sums = jax.ops.segment_sum(values, index, num_segments=num_chunks * num_segments + 1)
     return sums[:-1].reshape((num_chunks, num_segments) + values.shape[1:])
 
@@ -243,6 +261,5 @@ def tree_total(values: jax.Array) -> Int:
         size = total.limbs[0].shape[0]
         if size % 2:
             total = Int(tuple(jnp.concatenate([limb, jnp.zeros_like(limb[:1])]) for limb in total.limbs))
-        total = add(Int(tuple(limb[0::2] for limb in total.limbs)),
-                    Int(tuple(limb[1::2] for limb in total.limbs)))
+        total = add(Int(tuple(limb[0::2] for limb in total.limbs)), Int(tuple(limb[1::2] for limb in total.limbs)))
     return Int(tuple(limb[0] for limb in total.limbs))

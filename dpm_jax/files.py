@@ -25,8 +25,7 @@ def write_atomically(path: str | os.PathLike, write: Callable[[IO[str]], Any]) -
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
-                                         suffix=".tmp")
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", newline="") as file:
             write(file)

@@ -41,8 +41,15 @@ import jax.numpy as jnp
 
 from dpm_jax._arrays import bin_dtype, looped_under_vmap, reciprocal
 
-__all__ = ["half_bin_indices", "CellGrid", "root_cell", "cell_grid", "cell_half_bin_indices",
-           "level_histogram", "children_histogram"]
+__all__ = [
+    "half_bin_indices",
+    "CellGrid",
+    "root_cell",
+    "cell_grid",
+    "cell_half_bin_indices",
+    "level_histogram",
+    "children_histogram",
+]
 
 _CHUNK_ELEMENTS = 2**20
 
@@ -89,8 +96,9 @@ def cell_grid(lower: jax.Array, upper: jax.Array, num_splits: int, lattice_unit)
     return CellGrid(lower, per_bin * lattice_unit, jnp.ceil(values / per_bin).astype(jnp.int32))
 
 
-def cell_half_bin_indices(unit_points: jnp.ndarray, point_node: jax.Array, grid: CellGrid,
-                          num_splits: int) -> jnp.ndarray:
+def cell_half_bin_indices(
+    unit_points: jnp.ndarray, point_node: jax.Array, grid: CellGrid, num_splits: int
+) -> jnp.ndarray:
     """(n, d) half-bin index of every coordinate in its node's cell, in [0, used).
 
     A coordinate outside its cell (float rounding at a released split position) goes to
@@ -106,16 +114,16 @@ def cell_half_bin_indices(unit_points: jnp.ndarray, point_node: jax.Array, grid:
     return index.astype(bin_dtype(2 * num_splits))
 
 
-def level_histogram(half_bins: jax.Array, point_node: jax.Array, point_active: jax.Array,
-                    num_nodes: int, max_splits: int) -> jax.Array:
+def level_histogram(
+    half_bins: jax.Array, point_node: jax.Array, point_active: jax.Array, num_nodes: int, max_splits: int
+) -> jax.Array:
     """(num_nodes, d, 2 max_splits) half-bin counts of the active points of every node.
 
     One scatter-add of n * d indices. Under ``jax.vmap`` it runs as a loop over the
     batch (:func:`dpm_jax._arrays.looped_under_vmap`), so no batch-sized index
     array is ever built and the shared ``half_bins`` are not copied.
     """
-    return looped_under_vmap(_level_histogram, num_nodes, max_splits)(half_bins, point_node,
-                                                                      point_active)
+    return looped_under_vmap(_level_histogram, num_nodes, max_splits)(half_bins, point_node, point_active)
 
 
 def _level_histogram(num_nodes: int, max_splits: int, half_bins, point_node, point_active):
@@ -130,13 +138,16 @@ def _level_histogram(num_nodes: int, max_splits: int, half_bins, point_node, poi
 
     def add_chunk(index, counts):
         start = jnp.minimum(index * chunk, d - chunk)
-        part = _histogram_of_dims(num_nodes, max_splits,
-                                  jax.lax.dynamic_slice_in_dim(half_bins, start, chunk, axis=1),
-                                  point_node, point_active)
+        part = _histogram_of_dims(
+            num_nodes,
+            max_splits,
+            jax.lax.dynamic_slice_in_dim(half_bins, start, chunk, axis=1),
+            point_node,
+            point_active,
+        )
         return jax.lax.dynamic_update_slice_in_dim(counts, part, start, axis=1)
 
-    return jax.lax.fori_loop(0, -(-d // chunk), add_chunk,
-                             jnp.zeros((num_nodes, d, 2 * max_splits), jnp.int32))
+    return jax.lax.fori_loop(0, -(-d // chunk), add_chunk, jnp.zeros((num_nodes, d, 2 * max_splits), jnp.int32))
 
 
 def _histogram_of_dims(num_nodes: int, max_splits: int, half_bins, point_node, point_active):
@@ -144,17 +155,24 @@ def _histogram_of_dims(num_nodes: int, max_splits: int, half_bins, point_node, p
     block = d * 2 * max_splits
     # Inactive points get an index past the end, which mode="drop" discards (a
     # negative index would wrap around to the last bin).
-    flat = jnp.where(point_active[:, None],
-                     point_node[:, None] * block + jnp.arange(d, dtype=jnp.int32) * (2 * max_splits)
-                     + half_bins.astype(jnp.int32),
-                     num_nodes * block)
+    flat = jnp.where(
+        point_active[:, None],
+        point_node[:, None] * block + jnp.arange(d, dtype=jnp.int32) * (2 * max_splits) + half_bins.astype(jnp.int32),
+        num_nodes * block,
+    )
     counts = jnp.zeros(num_nodes * block, jnp.int32).at[flat.reshape(-1)].add(1, mode="drop")
     return counts.reshape(num_nodes, d, 2 * max_splits)
 
 
-def children_histogram(parent_counts: jax.Array, child_true: jax.Array, half_bins: jax.Array,
-                       child_node: jax.Array, child_active: jax.Array, go_right: jax.Array,
-                       max_splits: int) -> jax.Array:
+def children_histogram(
+    parent_counts: jax.Array,
+    child_true: jax.Array,
+    half_bins: jax.Array,
+    child_node: jax.Array,
+    child_active: jax.Array,
+    go_right: jax.Array,
+    max_splits: int,
+) -> jax.Array:
     """The next level's half-bin counts from this level's, with half of the scatter work.
 
     Every split node's points are partitioned by its two children, so a child's
@@ -179,11 +197,11 @@ def children_histogram(parent_counts: jax.Array, child_true: jax.Array, half_bin
     more than the histogram it saves.
     """
     return looped_under_vmap(_children_histogram, max_splits)(
-        parent_counts, child_true, half_bins, child_node, child_active, go_right)
+        parent_counts, child_true, half_bins, child_node, child_active, go_right
+    )
 
 
-def _children_histogram(max_splits: int, parent_counts, child_true, half_bins, child_node,
-                        child_active, go_right):
+def _children_histogram(max_splits: int, parent_counts, child_true, half_bins, child_node, child_active, go_right):
     width = parent_counts.shape[0]
     n = half_bins.shape[0]
     smaller_is_right = child_true[1::2] < child_true[0::2]  # per parent, (width,)
@@ -193,8 +211,9 @@ def _children_histogram(max_splits: int, parent_counts, child_true, half_bins, c
     capacity = max(n // 2, 1)
     (point_index,) = jnp.nonzero(in_smaller, size=capacity, fill_value=0)
     gathered_active = jnp.arange(capacity) < jnp.sum(in_smaller)
-    smaller_counts = _level_histogram(width, max_splits, half_bins[point_index],
-                                      child_node[point_index], gathered_active)
+    smaller_counts = _level_histogram(
+        width, max_splits, half_bins[point_index], child_node[point_index], gathered_active
+    )
     local = jnp.arange(width)
     is_smaller = smaller_is_right[local // 2] == (local % 2 == 1)
     sibling_counts = parent_counts[local // 2] - smaller_counts[local ^ 1]

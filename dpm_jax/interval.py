@@ -56,10 +56,22 @@ from dpm_jax.config import DPMConfig
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, exponential_mechanism
 
-__all__ = ["gaussian_gap_constant", "gap_counts_below", "sorted_levels", "interval_dimensions",
-           "num_interval_dimensions", "interval_utility", "utility_sensitivity", "gap_histogram",
-           "counts_from_gap_histogram", "first_gap_threshold", "select_interval_size",
-           "estimate_split_interval_size", "ledger_entry", "PERCENTILE_SENSITIVITY"]
+__all__ = [
+    "gaussian_gap_constant",
+    "gap_counts_below",
+    "sorted_levels",
+    "interval_dimensions",
+    "num_interval_dimensions",
+    "interval_utility",
+    "utility_sensitivity",
+    "gap_histogram",
+    "counts_from_gap_histogram",
+    "first_gap_threshold",
+    "select_interval_size",
+    "estimate_split_interval_size",
+    "ledger_entry",
+    "PERCENTILE_SENSITIVITY",
+]
 
 PERCENTILE_SENSITIVITY = 2  # Lemma 1, per dimension
 _UTILITY_UNITS = 2**10
@@ -93,8 +105,9 @@ def gaussian_gap_constant(percentile: float) -> float:
     return 0.5 * (low + high)
 
 
-def gap_counts_below(unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshold_step,
-                     num_thresholds: int) -> exact.Int:
+def gap_counts_below(
+    unit_points: jnp.ndarray, point_mask: jnp.ndarray, threshold_step, num_thresholds: int
+) -> exact.Int:
     """C(y_g) for y_g = threshold_step * g, g = 1..num_thresholds (an arithmetic grid).
 
     C(y) is the number of neighbour gaps smaller than y, *summed* over the
@@ -165,8 +178,9 @@ def gap_histogram(num_thresholds: int, levels, real_gaps, threshold_step):
         row = jax.lax.dynamic_index_in_dim(levels, dim, axis=0, keepdims=False)
         gaps = (row[1:] - row[:-1]).astype(jnp.float32)
         first_threshold_above = jnp.floor(gaps * inverse_step) + 1.0
-        bucket = jnp.where(real_gaps, jnp.minimum(first_threshold_above, num_thresholds + 1),
-                           num_thresholds + 1).astype(jnp.int32)
+        bucket = jnp.where(
+            real_gaps, jnp.minimum(first_threshold_above, num_thresholds + 1), num_thresholds + 1
+        ).astype(jnp.int32)
         counts = jnp.zeros(num_thresholds + 2, jnp.int32).at[bucket].add(1)
         return jax.lax.dynamic_update_index_in_dim(histogram, counts, dim, axis=0)
 
@@ -198,8 +212,9 @@ def interval_utility(counts: exact.Int, noisy_count, percentile: float, num_dims
     released), so its rounding changes nothing about the sensitivity.
     """
     target = _integer_from_float32(percentile / 100.0 * (jnp.maximum(noisy_count, 2.0) - 1.0) * num_dims)
-    difference = exact.subtract(counts, exact.Int(tuple(jnp.broadcast_to(limb, counts.limbs[0].shape)
-                                                         for limb in target.limbs)))
+    difference = exact.subtract(
+        counts, exact.Int(tuple(jnp.broadcast_to(limb, counts.limbs[0].shape) for limb in target.limbs))
+    )
     magnitude = exact.where(difference.limbs[-1] < 0, exact.negate(difference), difference)
     # In units of 2**-10 (|utility| < 2**46): keeps the exponential mechanism's scale
     # per unit small, where its exact sampler represents it (dpm_jax.mechanisms).
@@ -219,10 +234,19 @@ def ledger_entry(epsilon: float, sampler_delta: float, d: int, config: DPMConfig
     (:mod:`dpm_jax.mechanisms`).
     """
     num_dims = num_interval_dimensions(d, config.interval_max_dims)
-    return LedgerEntry("interval_size", "exponential", None, epsilon, sampler_delta,
-                       utility_sensitivity(num_dims) / _UTILITY_UNITS,
-                       f"gap counts summed over {num_dims} dims (Lemma 1)", None, (keys.INTERVAL,),
-                       sampler_epsilon=EM_EPSILON_MARGIN, sampler_delta=sampler_delta)
+    return LedgerEntry(
+        "interval_size",
+        "exponential",
+        None,
+        epsilon,
+        sampler_delta,
+        utility_sensitivity(num_dims) / _UTILITY_UNITS,
+        f"gap counts summed over {num_dims} dims (Lemma 1)",
+        None,
+        (keys.INTERVAL,),
+        sampler_epsilon=EM_EPSILON_MARGIN,
+        sampler_delta=sampler_delta,
+    )
 
 
 def utility_sensitivity(num_dims: int) -> int:
@@ -230,8 +254,15 @@ def utility_sensitivity(num_dims: int) -> int:
     return PERCENTILE_SENSITIVITY * num_dims * _UTILITY_UNITS
 
 
-def estimate_split_interval_size(key: jax.Array, em_table, unit_points: jnp.ndarray,
-                                 point_mask: jnp.ndarray, noisy_count, epsilon: float, config: DPMConfig):
+def estimate_split_interval_size(
+    key: jax.Array,
+    em_table,
+    unit_points: jnp.ndarray,
+    point_mask: jnp.ndarray,
+    noisy_count,
+    epsilon: float,
+    config: DPMConfig,
+):
     """Algorithm 2: a DP choice of sigma* from the sigma grid; returns (beta, index).
 
     Privacy: one exponential mechanism (:func:`dpm_jax.mechanisms.exponential_mechanism`)
@@ -256,14 +287,20 @@ def first_gap_threshold(noisy_count, config: DPMConfig):
     return gaussian_gap_constant(config.percentile) * config.sigma_step / jnp.maximum(noisy_count, 2.0)
 
 
-def select_interval_size(key: jax.Array, em_table, counts: exact.Int, noisy_count, epsilon: float, num_dims: int,
-                         config: DPMConfig):
+def select_interval_size(
+    key: jax.Array, em_table, counts: exact.Int, noisy_count, epsilon: float, num_dims: int, config: DPMConfig
+):
     """The mechanism of Algorithm 2 on the exact gap counts C(y_g) of ``num_dims`` dimensions:
     (beta, index) (:func:`estimate_split_interval_size`)."""
     utility = interval_utility(counts, noisy_count, config.percentile, num_dims)
     index = exponential_mechanism(
-        key, em_table, exact.Int(tuple(limb[None] for limb in utility.limbs)),
-        jnp.ones((1, config.num_sigmas), bool), epsilon, utility_sensitivity(num_dims))[0]
+        key,
+        em_table,
+        exact.Int(tuple(limb[None] for limb in utility.limbs)),
+        jnp.ones((1, config.num_sigmas), bool),
+        epsilon,
+        utility_sensitivity(num_dims),
+    )[0]
     sigma = config.sigma_step * (index + 1).astype(jnp.float32)
     # Post-processing: never more than max_splits_per_dim candidates per dimension.
     beta = jnp.maximum(config.interval_factor * sigma, 1.0 / config.max_splits_per_dim)

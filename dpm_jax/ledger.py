@@ -18,7 +18,7 @@ __all__ = ["LedgerEntry", "Ledger", "heap_rows"]
 
 def heap_rows(level: int) -> str:
     """The rows of the nodes of ``level`` in a heap-layout draw: ``heap[2**l:2**(l+1)]``."""
-    return "heap[1]" if level == 0 else f"heap[{2**level}:{2**(level + 1)}]"
+    return "heap[1]" if level == 0 else f"heap[{2**level}:{2 ** (level + 1)}]"
 
 
 class LedgerEntry(NamedTuple):
@@ -59,14 +59,18 @@ class Ledger(tuple):
 
     def table(self) -> str:
         """A plain-text table, one line per entry."""
-        header = (f"{'entry':<16}{'mechanism':<18}{'epsilon':>10}{'delta':>11}{'sampler d':>11}  "
-                  f"{'sensitivity':<40}{'noise scale':>12}  key path")
+        header = (
+            f"{'entry':<16}{'mechanism':<18}{'epsilon':>10}{'delta':>11}{'sampler d':>11}  "
+            f"{'sensitivity':<40}{'noise scale':>12}  key path"
+        )
         lines = [header, "-" * len(header)]
         for e in self:
             scale = "-" if e.noise_scale is None else f"{e.noise_scale:.4g}"
             sens = f"{e.sensitivity:.6g} ({e.sensitivity_rule})"
-            lines.append(f"{e.name:<16}{e.mechanism:<18}{e.epsilon:>10.5g}{e.delta:>11.3g}"
-                         f"{e.sampler_delta:>11.2g}  {sens:<40.40}{scale:>12}  {e.key_path}")
+            lines.append(
+                f"{e.name:<16}{e.mechanism:<18}{e.epsilon:>10.5g}{e.delta:>11.3g}"
+                f"{e.sampler_delta:>11.2g}  {sens:<40.40}{scale:>12}  {e.key_path}"
+            )
         lines.append(f"{'total':<34}{self.total_epsilon:>10.5g}{self.total_delta:>11.3g}")
         return "\n".join(lines)
 

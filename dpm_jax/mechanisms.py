@@ -115,8 +115,10 @@ def _geometric_bit_thresholds(epsilon: float, num_bits: int) -> tuple[int, ...]:
 def _concrete_epsilons(epsilon) -> np.ndarray:
     """Per-entry count budgets as a float64 NumPy array; they must be known at trace time."""
     if isinstance(epsilon, jax.core.Tracer):
-        raise TypeError("the count epsilons must be concrete numbers (they are public and fix the "
-                        "sampler's integer thresholds); do not trace them under jit/vmap")
+        raise TypeError(
+            "the count epsilons must be concrete numbers (they are public and fix the "
+            "sampler's integer thresholds); do not trace them under jit/vmap"
+        )
     epsilon = np.asarray(epsilon, dtype=np.float64)
     if not np.all(np.isfinite(epsilon) & (epsilon > 0)):
         raise ValueError(f"count epsilons must be finite and > 0, got {epsilon}")
@@ -133,8 +135,9 @@ def _discrete_laplace_words(key: jax.Array, epsilon: np.ndarray) -> tuple[jax.Ar
     shape = epsilon.shape
     distinct, inverse = np.unique(epsilon.reshape(-1), return_inverse=True)
     num_bits = max((_geometric_num_bits(float(e)) for e in distinct), default=1)
-    rows = np.array([_geometric_bit_thresholds(float(e), num_bits) for e in distinct],
-                    dtype=np.uint64).reshape(-1, num_bits)
+    rows = np.array([_geometric_bit_thresholds(float(e), num_bits) for e in distinct], dtype=np.uint64).reshape(
+        -1, num_bits
+    )
     if distinct.size == 1:  # one budget for all entries: a broadcast (K, 1, ..., 1) table
         table = rows[0].reshape((num_bits,) + (1,) * len(shape))
     else:
@@ -155,8 +158,7 @@ def _sample_discrete_laplace_words(key, threshold_hi, threshold_lo, shape):
     digits = (u_hi < threshold_hi) | ((u_hi == threshold_hi) & (u_lo < threshold_lo))
     digits = digits.astype(jnp.int32)
     place = np.arange(num_bits)
-    weights = jnp.asarray((1 << (place % _WORD_BITS)).astype(np.int32)).reshape(
-        (1, num_bits) + (1,) * len(shape))
+    weights = jnp.asarray((1 << (place % _WORD_BITS)).astype(np.int32)).reshape((1, num_bits) + (1,) * len(shape))
     low_digits = (place < _WORD_BITS).reshape((1, num_bits) + (1,) * len(shape))
     geometric_lo = jnp.sum(jnp.where(low_digits, digits * weights, 0), axis=1)
     geometric_hi = jnp.sum(jnp.where(low_digits, 0, digits * weights), axis=1)
@@ -220,6 +222,7 @@ def noisy_count(key: jax.Array, true_counts: jax.Array, epsilon) -> Int:
     counts = jnp.asarray(true_counts).astype(jnp.int32)
     epsilon = np.broadcast_to(_concrete_epsilons(epsilon), counts.shape)
     return add_count_noise(counts, count_noise(key, epsilon))
+
 
 def discrete_laplace_tail(epsilon: float, k: int) -> float:
     """P[Z >= k] for the discrete Laplace Z with ratio r = e^-epsilon, for integer k >= 0.
@@ -310,8 +313,7 @@ EM_MAX_CANDIDATES = 2**18  # every digit column's cumulative sum stays below 2**
 _EM_TABLE_RELATIVE_ERROR = 2.0**-29
 _COARSE_BITS = 9
 _EXPONENT_FLOOR_UNITS = 1.25
-EM_EPSILON_MARGIN = 2 * (_EXPONENT_FLOOR_UNITS * math.log(2.0) * 2.0**-EM_FRACTION_BITS
-                         + 2 * _EM_TABLE_RELATIVE_ERROR)
+EM_EPSILON_MARGIN = 2 * (_EXPONENT_FLOOR_UNITS * math.log(2.0) * 2.0**-EM_FRACTION_BITS + 2 * _EM_TABLE_RELATIVE_ERROR)
 _SCALE_ROUNDING_GUARD = 1.0 - 2.0**-20  # covers the float32 rounding of the scale
 _BLOCK = 32
 _OUT_OF_RANGE = 60 * 2**EM_FRACTION_BITS  # exponents from here on give weight 0 (< 2**-1)
@@ -330,12 +332,17 @@ def em_weight_table() -> tuple[np.ndarray, np.ndarray]:
     Exact: 40-digit decimal arithmetic, then rounding to the nearest integer.
     A[k >> 9] B[k & 511] is 2**60 2**(-k / 2**F) up to a relative 2**-29.
     """
+
     def fixed_point(step_bits: int) -> np.ndarray:
         with decimal.localcontext() as context:
             context.prec = 40
             two = decimal.Decimal(2)
-            values = [(two ** 30 * two ** (decimal.Decimal(-i) / two ** step_bits)).to_integral_value(
-                rounding=decimal.ROUND_HALF_EVEN) for i in range(2**_COARSE_BITS)]
+            values = [
+                (two**30 * two ** (decimal.Decimal(-i) / two**step_bits)).to_integral_value(
+                    rounding=decimal.ROUND_HALF_EVEN
+                )
+                for i in range(2**_COARSE_BITS)
+            ]
         return np.array([int(v) for v in values], dtype=np.int64).astype(np.int32)
 
     return fixed_point(_COARSE_BITS), fixed_point(EM_FRACTION_BITS)
@@ -350,8 +357,13 @@ def em_exponent_scale(epsilon, sensitivity, ratio=1.0) -> jax.Array:
     (:func:`dpm_jax.budget.allocate` refuses budgets where it is not).
     """
     usable = jnp.asarray(epsilon, jnp.float32) - np.float32(EM_EPSILON_MARGIN)
-    return (usable / np.float32(2.0 * math.log(2.0)) * jnp.asarray(ratio, jnp.float32)
-            / jnp.asarray(sensitivity, jnp.float32) * np.float32(_SCALE_ROUNDING_GUARD))
+    return (
+        usable
+        / np.float32(2.0 * math.log(2.0))
+        * jnp.asarray(ratio, jnp.float32)
+        / jnp.asarray(sensitivity, jnp.float32)
+        * np.float32(_SCALE_ROUNDING_GUARD)
+    )
 
 
 def _scale_as_dyadic(exponent_scale: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -380,21 +392,23 @@ def _exponents(gap: Int, exponent_scale: jax.Array) -> jax.Array:
     drop = jnp.maximum(shift - 17, 0)  # h
     rest = shift - drop  # s <= 17
     low, high = gap.limbs
-    rough = (high.astype(jnp.float32) * np.float32(2.0**30) + low.astype(jnp.float32)) \
-        * jnp.exp2(-drop.astype(jnp.float32))
+    rough = (high.astype(jnp.float32) * np.float32(2.0**30) + low.astype(jnp.float32)) * jnp.exp2(
+        -drop.astype(jnp.float32)
+    )
     clamp = rough >= np.float32(2.0**_GAP_BITS)  # float32 is within 2**-22 here: no doubt
     safe_high = jnp.where(clamp, 0, high)
-    dropped = jnp.where(drop >= 30, jnp.right_shift(safe_high, jnp.clip(drop - 30, 0, 31)),
-                        jnp.right_shift(low, jnp.minimum(drop, 30))
-                        | jnp.left_shift(safe_high, jnp.clip(30 - drop, 0, 30)))
+    dropped = jnp.where(
+        drop >= 30,
+        jnp.right_shift(safe_high, jnp.clip(drop - 30, 0, 31)),
+        jnp.right_shift(low, jnp.minimum(drop, 30)) | jnp.left_shift(safe_high, jnp.clip(30 - drop, 0, 30)),
+    )
     x = jnp.where(clamp, 2**_GAP_BITS, jnp.minimum(dropped, 2**_GAP_BITS))  # < 2**27 + 1
     x_high, x_low = jnp.right_shift(x, 12), jnp.bitwise_and(x, 0xFFF)
     a = x_high * numerator  # < 2**30
     b = x_low * numerator  # < 2**27
     wide = jnp.right_shift(a + jnp.right_shift(b, 12), jnp.maximum(rest - 12, 0))
     cap = jnp.right_shift(_OUT_OF_RANGE, jnp.clip(12 - rest, 0, 12))
-    narrow = jnp.left_shift(jnp.minimum(a, cap), jnp.clip(12 - rest, 0, 12)) \
-        + jnp.right_shift(b, jnp.minimum(rest, 12))
+    narrow = jnp.left_shift(jnp.minimum(a, cap), jnp.clip(12 - rest, 0, 12)) + jnp.right_shift(b, jnp.minimum(rest, 12))
     j = jnp.where(rest >= 12, wide, narrow)
     return jnp.minimum(j, _OUT_OF_RANGE)
 
@@ -402,12 +416,15 @@ def _exponents(gap: Int, exponent_scale: jax.Array) -> jax.Array:
 def _masked_scores(scores: Int, valid: jax.Array) -> Int:
     """Invalid candidates' scores replaced by one far below any score (|G| < 2**58)."""
     floor_limb = jnp.int32(-(2**29))
-    return Int(tuple(jnp.where(valid, limb, floor_limb if i == len(scores.limbs) - 1 else 0)
-                     for i, limb in enumerate(scores.limbs)))
+    return Int(
+        tuple(
+            jnp.where(valid, limb, floor_limb if i == len(scores.limbs) - 1 else 0)
+            for i, limb in enumerate(scores.limbs)
+        )
+    )
 
 
-def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array,
-               best: Int | None = None) -> jax.Array:
+def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array, best: Int | None = None) -> jax.Array:
     """Weights floor(P(j_i) / 2**(1 + j_i div 2**F)) ~ 2**59 2**(-j_i / 2**F): five (..., M) 12-bit digit arrays.
 
     ``scores`` (..., M) exact integers, ``valid`` (..., M), ``exponent_scale`` (...,)
@@ -433,11 +450,13 @@ def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array,
     low, high = exact.shift_right(Int((p_low, p_high)), q).limbs
     keep = valid & (j < _OUT_OF_RANGE)
     low, high = jnp.where(keep, low, 0), jnp.where(keep, high, 0)
-    return (jnp.bitwise_and(low, _DIGIT_MASK),
-            jnp.bitwise_and(jnp.right_shift(low, 12), _DIGIT_MASK),
-            jnp.right_shift(low, 24) | jnp.left_shift(jnp.bitwise_and(high, 0x3F), 6),
-            jnp.bitwise_and(jnp.right_shift(high, 6), _DIGIT_MASK),
-            jnp.right_shift(high, 18))
+    return (
+        jnp.bitwise_and(low, _DIGIT_MASK),
+        jnp.bitwise_and(jnp.right_shift(low, 12), _DIGIT_MASK),
+        jnp.right_shift(low, 24) | jnp.left_shift(jnp.bitwise_and(high, 0x3F), 6),
+        jnp.bitwise_and(jnp.right_shift(high, 6), _DIGIT_MASK),
+        jnp.right_shift(high, 18),
+    )
 
 
 def _digits_less(a, b) -> jax.Array:
@@ -468,17 +487,16 @@ def _block_prefixes(weight_digits) -> tuple[tuple, int]:
     length = weight_digits[0].shape[-1]
     num_blocks = -(-length // _BLOCK)
     padding = [(0, 0)] * (weight_digits[0].ndim - 1) + [(0, num_blocks * _BLOCK - length)]
-    blocked = tuple(jnp.pad(digit, padding).reshape(digit.shape[:-1] + (num_blocks, _BLOCK))
-                    for digit in weight_digits)
+    blocked = tuple(jnp.pad(digit, padding).reshape(digit.shape[:-1] + (num_blocks, _BLOCK)) for digit in weight_digits)
     # One variadic reduction for all digits: XLA then computes the weights (a long
     # fused chain from the scores on) once per candidate instead of once per digit.
-    sums = jax.lax.reduce(blocked, (jnp.int32(0),) * len(blocked),
-                          lambda x, y: tuple(a + b for a, b in zip(x, y)), (blocked[0].ndim - 1,))
+    sums = jax.lax.reduce(
+        blocked, (jnp.int32(0),) * len(blocked), lambda x, y: tuple(a + b for a, b in zip(x, y)), (blocked[0].ndim - 1,)
+    )
     return _normalized_digits([jnp.cumsum(column, axis=-1) for column in sums]), num_blocks
 
 
-def select_with_bits(bits: jax.Array, table, scores: Int, valid: jax.Array,
-                     exponent_scale: jax.Array) -> jax.Array:
+def select_with_bits(bits: jax.Array, table, scores: Int, valid: jax.Array, exponent_scale: jax.Array) -> jax.Array:
     """The exponential mechanism per row, driven by given random bits; the selected index.
 
     Inverse-CDF on exact integers: V uniform on [0, W) (W the total weight) selects the
@@ -502,30 +520,41 @@ def select_with_bits(bits: jax.Array, table, scores: Int, valid: jax.Array,
     # bit length of the total: 12 * (index of its top non-zero digit) + that digit's length
     bit_length = jnp.zeros_like(total[0])
     for i, digit in enumerate(total):
-        bit_length = jnp.where(digit > 0, _DIGIT_BITS * i + 32 - jax.lax.clz(jnp.maximum(digit, 1)),
-                               bit_length)
+        bit_length = jnp.where(digit > 0, _DIGIT_BITS * i + 32 - jax.lax.clz(jnp.maximum(digit, 1)), bit_length)
     tries = jnp.bitwise_and(bits.astype(jnp.int32), _DIGIT_MASK)  # (rows, EM_TRIES, EM_DIGITS)
-    tries = [jnp.bitwise_and(tries[..., i], jnp.left_shift(1, jnp.clip(
-        bit_length - _DIGIT_BITS * i, 0, _DIGIT_BITS))[..., None] - 1) for i in range(EM_DIGITS)]
+    tries = [
+        jnp.bitwise_and(
+            tries[..., i], jnp.left_shift(1, jnp.clip(bit_length - _DIGIT_BITS * i, 0, _DIGIT_BITS))[..., None] - 1
+        )
+        for i in range(EM_DIGITS)
+    ]
     accepted = _digits_less(tries, [t[..., None] for t in total])  # uniform < 2**L, below W?
     first = jnp.argmax(accepted, axis=-1)
     found = jnp.any(accepted, axis=-1)
-    chosen = tuple(jnp.where(found, jnp.take_along_axis(t, first[..., None], axis=-1)[..., 0], 0)
-                   for t in tries)
+    chosen = tuple(jnp.where(found, jnp.take_along_axis(t, first[..., None], axis=-1)[..., 0], 0) for t in tries)
     # The block holding V, then the candidate within it.
     block = jnp.minimum(_count_at_most(prefixes, chosen), num_blocks - 1)
-    before = tuple(jnp.where(block > 0, jnp.take_along_axis(
-        digit, jnp.maximum(block - 1, 0)[..., None], axis=-1)[..., 0], 0) for digit in prefixes)
+    before = tuple(
+        jnp.where(block > 0, jnp.take_along_axis(digit, jnp.maximum(block - 1, 0)[..., None], axis=-1)[..., 0], 0)
+        for digit in prefixes
+    )
     # The block's weights are recomputed from its scores: gathering them from the
     # weight arrays would make XLA compute every weight once more per digit.
     members = block[..., None] * _BLOCK + jnp.arange(_BLOCK)
     member_index = jnp.minimum(members, length - 1)
     in_block = em_weights(
-        table, Int(tuple(jnp.take_along_axis(limb, member_index, axis=-1) for limb in scores.limbs)),
-        jnp.take_along_axis(valid, member_index, axis=-1) & (members < length), exponent_scale, best)
-    within = _normalized_digits([
-        (jnp.cumsum(in_block[i], axis=-1) if i < len(in_block) else 0) + before[i][..., None]
-        for i in range(EM_DIGITS)])
+        table,
+        Int(tuple(jnp.take_along_axis(limb, member_index, axis=-1) for limb in scores.limbs)),
+        jnp.take_along_axis(valid, member_index, axis=-1) & (members < length),
+        exponent_scale,
+        best,
+    )
+    within = _normalized_digits(
+        [
+            (jnp.cumsum(in_block[i], axis=-1) if i < len(in_block) else 0) + before[i][..., None]
+            for i in range(EM_DIGITS)
+        ]
+    )
     index = block * _BLOCK + _count_at_most(within, chosen)
     return jnp.where(bit_length > 0, jnp.minimum(index, length - 1), 0).astype(jnp.int32)
 
@@ -539,8 +568,9 @@ def _count_at_most(cumulative, value) -> jax.Array:
     return jnp.sum(~_digits_less(tuple(v[..., None] for v in value), cumulative), axis=-1)
 
 
-def exponential_mechanism(key: jax.Array, table, scores: Int, valid: jax.Array, epsilon: float,
-                          sensitivity) -> jax.Array:
+def exponential_mechanism(
+    key: jax.Array, table, scores: Int, valid: jax.Array, epsilon: float, sensitivity
+) -> jax.Array:
     """Exponential mechanism on integer scores, one selection per row (Definition 4, fixed).
 
     Selects i with probability proportional to exp(epsilon G_i / (2 Delta)) among
@@ -600,7 +630,7 @@ def discrete_gaussian_table(sigma: float) -> DiscreteGaussianTable:
     scaled[half_width] = np.uint64(2**_GAUSSIAN_TABLE_BITS - int(scaled.sum(dtype=np.uint64)))
     # Trim values of weight 0 at both ends: then every stored cumulative sum is below 2**62.
     keep = np.nonzero(scaled)[0]
-    scaled, first = scaled[keep[0]:keep[-1] + 1], keep[0]
+    scaled, first = scaled[keep[0] : keep[-1] + 1], keep[0]
     cumulative = np.cumsum(scaled, dtype=np.uint64)[:-1]  # the last one, 2**62, is never <= U
     high = (cumulative >> np.uint64(31)).astype(np.int32)
     low = (cumulative & np.uint64(2**31 - 1)).astype(np.int32)
@@ -608,8 +638,9 @@ def discrete_gaussian_table(sigma: float) -> DiscreteGaussianTable:
     return DiscreteGaussianTable(float(sigma), int(first) - half_width, high, low, tv)
 
 
-def discrete_gaussian_noise(key: jax.Array, thresholds_high: jax.Array, thresholds_low: jax.Array,
-                            support_min, shape: tuple[int, ...]) -> jax.Array:
+def discrete_gaussian_noise(
+    key: jax.Array, thresholds_high: jax.Array, thresholds_low: jax.Array, support_min, shape: tuple[int, ...]
+) -> jax.Array:
     """Exact-integer N_Z(0, sigma^2) draws of ``shape`` (int32) from a table's arrays.
 
     One 62-bit uniform integer per draw (two uint32 words, 31 bits of each), located
@@ -642,9 +673,9 @@ def cdp_delta(rho: float, epsilon: float) -> float:
     grid (refined around its best point) is a valid, near-tight bound; a relative
     1e-9 covers the float64 evaluation.
     """
+
     def log_delta(alpha):
-        return ((alpha - 1.0) * (alpha * rho - epsilon) + alpha * np.log1p(-1.0 / alpha)
-                - np.log(alpha - 1.0))
+        return (alpha - 1.0) * (alpha * rho - epsilon) + alpha * np.log1p(-1.0 / alpha) - np.log(alpha - 1.0)
 
     alphas = 1.0 + np.exp(np.linspace(math.log(1e-6), math.log(1e7), 4001))
     best = int(np.argmin(log_delta(alphas)))
@@ -665,8 +696,7 @@ def discrete_gaussian_multiplier(epsilon: float, delta: float) -> float:
     upper end satisfies the condition.
     """
     if not (epsilon > 0 and 0 < delta < 1):
-        raise ValueError(f"discrete_gaussian_multiplier needs epsilon > 0 and 0 < delta < 1, "
-                         f"got {epsilon}, {delta}")
+        raise ValueError(f"discrete_gaussian_multiplier needs epsilon > 0 and 0 < delta < 1, got {epsilon}, {delta}")
     low, high = 1e-3, 1.0
     while cdp_delta(1.0 / (2.0 * high * high), epsilon) > delta:
         low, high = high, 2.0 * high

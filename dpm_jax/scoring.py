@@ -51,8 +51,14 @@ import jax.numpy as jnp
 from dpm_jax import exact
 from dpm_jax._arrays import materialized
 
-__all__ = ["ScoreCoefficients", "score_coefficients", "candidate_statistics", "boundary_statistics",
-           "split_scores", "exponent_ratio"]
+__all__ = [
+    "ScoreCoefficients",
+    "score_coefficients",
+    "candidate_statistics",
+    "boundary_statistics",
+    "split_scores",
+    "exponent_ratio",
+]
 
 _COEFFICIENT_LIMIT = 2**14 - 1  # keeps every partial product below 2**30 (see split_scores)
 
@@ -76,13 +82,16 @@ class ScoreCoefficients(NamedTuple):
 def score_coefficients(t: float, q: float, alpha: float) -> ScoreCoefficients:
     """The integer coefficients of G for Definition 6's (t, q) and Definition 7's alpha."""
     if not (0 < q < 0.5 and 2 * q <= t <= 1 and alpha > 0):
-        raise ValueError(f"need 0 < q < 1/2, 2q <= t <= 1 and alpha > 0 (Definitions 6-7), got "
-                         f"t={t}, q={q}, alpha={alpha}")
+        raise ValueError(
+            f"need 0 < q < 1/2, 2q <= t <= 1 and alpha > 0 (Definitions 6-7), got t={t}, q={q}, alpha={alpha}"
+        )
     reals = (t / q, (1.0 - t) / (0.5 - q), (t - 2.0 * q) / (1.0 - 2.0 * q), alpha)
     scale_bits = math.floor(math.log2(_COEFFICIENT_LIMIT / max(reals)))
     if scale_bits < 4:
-        raise ValueError(f"score coefficients t/q={reals[0]:.4g}, alpha={alpha:.4g} are too large for "
-                         "the exact integer score (need t/q and alpha below 1024)")
+        raise ValueError(
+            f"score coefficients t/q={reals[0]:.4g}, alpha={alpha:.4g} are too large for "
+            "the exact integer score (need t/q and alpha below 1024)"
+        )
     a1, a2, b, a3 = (round(r * 2**scale_bits) for r in reals)
     return ScoreCoefficients(a1, min(a2, a1), b, a3, scale_bits)
 
@@ -105,8 +114,9 @@ def boundary_statistics(half_bin_counts: jax.Array) -> tuple[jax.Array, jax.Arra
     return half_bin_counts + following, exact.exact_cumsum(half_bin_counts)
 
 
-def split_scores(half_bin_counts: jax.Array, node_size: jax.Array, coefficients: ScoreCoefficients,
-                 statistics=candidate_statistics) -> exact.Int:
+def split_scores(
+    half_bin_counts: jax.Array, node_size: jax.Array, coefficients: ScoreCoefficients, statistics=candidate_statistics
+) -> exact.Int:
     """G for every candidate: (..., 2B) int32 counts, int32 N >= 1 broadcastable to (...) -> (..., C) Int.
 
     ``statistics`` maps the counts to the candidates' (interval counts, ranks):
@@ -122,8 +132,12 @@ def split_scores(half_bin_counts: jax.Array, node_size: jax.Array, coefficients:
     interval_counts, ranks = statistics(half_bin_counts)
     size = materialized(jnp.asarray(node_size, jnp.int32))[..., None]
     distance = jnp.minimum(ranks, size - ranks)  # D; negative only when r > N (N is noisy)
-    a1, a2, b, a3 = (coefficients.outer_slope, coefficients.inner_slope,
-                     coefficients.inner_intercept, coefficients.emptiness_weight)
+    a1, a2, b, a3 = (
+        coefficients.outer_slope,
+        coefficients.inner_slope,
+        coefficients.inner_intercept,
+        coefficients.emptiness_weight,
+    )
     # Per-node quantities are materialized: XLA would recompute them for every candidate.
     intercept = exact.narrow(exact.mul_small(exact.from_int32(size), b), 2)  # b N per node, < 2**45
     intercept = exact.Int(tuple(materialized(limb) for limb in intercept.limbs))
@@ -144,8 +158,7 @@ def split_scores(half_bin_counts: jax.Array, node_size: jax.Array, coefficients:
     high = high + jnp.where(outer, 0, jnp.right_shift(icpt_low, 16) + jnp.left_shift(icpt_high, 14))
     high = high + jnp.right_shift(low, 16)  # carry: low in [0, 2**16) from here on
     low = jnp.bitwise_and(low, 0xFFFF)
-    return exact.Int((jnp.left_shift(jnp.bitwise_and(high, 0x3FFF), 16) | low,
-                      jnp.right_shift(high, 14)))
+    return exact.Int((jnp.left_shift(jnp.bitwise_and(high, 0x3FFF), 16) | low, jnp.right_shift(high, 14)))
 
 
 def _floor_divide(value: exact.Int, divisor: int) -> exact.Int:

@@ -76,16 +76,20 @@ def rows_of_all_processes(local_points: Any) -> GlobalRows:
     shapes = np.asarray(multihost_utils.process_allgather(np.asarray(local.shape, np.int64))).reshape(-1, 2)
     columns = shapes[:, 1]
     if np.any(columns != columns[0]):
-        raise ValueError(f"the processes' rows have different numbers of columns: {columns.tolist()} "
-                         f"(by process index); every process must hold rows of the same d")
+        raise ValueError(
+            f"the processes' rows have different numbers of columns: {columns.tolist()} "
+            f"(by process index); every process must hold rows of the same d"
+        )
     devices = jax.local_device_count()
     padded = max(1, -(-int(shapes[:, 0].max()) // devices)) * devices
     rows = np.zeros((padded, local.shape[1]), np.float32)
-    rows[:local.shape[0]] = local
+    rows[: local.shape[0]] = local
     mask = np.arange(padded) < local.shape[0]
     mesh = jax.make_mesh((jax.device_count(),), (ROWS_AXIS,), axis_types=(AxisType.Auto,))
     total = padded * jax.process_count()
     return GlobalRows(
-        jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec(ROWS_AXIS)), rows,
-                                               (total, local.shape[1])),
-        jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec(ROWS_AXIS)), mask, (total,)))
+        jax.make_array_from_process_local_data(
+            NamedSharding(mesh, PartitionSpec(ROWS_AXIS)), rows, (total, local.shape[1])
+        ),
+        jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec(ROWS_AXIS)), mask, (total,)),
+    )

@@ -83,17 +83,29 @@ class DPMClustering(ClusterMixin, BaseEstimator):
       n_features_in_, feature_names_in_: as in scikit-learn.
     """
 
-    def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, bounds=None, seed: int | None = None,
-                 *, tau_r: int = _DEFAULTS.tau_r, tau_e: float | None = _DEFAULTS.tau_e,
-                 alpha: float = _DEFAULTS.alpha, t: float = _DEFAULTS.t, q: float = _DEFAULTS.q,
-                 epsilon_shares: tuple[float, ...] = _DEFAULTS.epsilon_shares,
-                 delta_shares: tuple[float, ...] = _DEFAULTS.delta_shares,
-                 percentile: float = _DEFAULTS.percentile,
-                 sigma_step: float = _DEFAULTS.sigma_step, num_sigmas: int = _DEFAULTS.num_sigmas,
-                 interval_factor: float = _DEFAULTS.interval_factor,
-                 interval_max_dims: int | None = _DEFAULTS.interval_max_dims,
-                 max_splits_per_dim: int = _DEFAULTS.max_splits_per_dim,
-                 split_grid: str = _DEFAULTS.split_grid, lattice_step: float | None = _DEFAULTS.lattice_step):
+    def __init__(
+        self,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        bounds=None,
+        seed: int | None = None,
+        *,
+        tau_r: int = _DEFAULTS.tau_r,
+        tau_e: float | None = _DEFAULTS.tau_e,
+        alpha: float = _DEFAULTS.alpha,
+        t: float = _DEFAULTS.t,
+        q: float = _DEFAULTS.q,
+        epsilon_shares: tuple[float, ...] = _DEFAULTS.epsilon_shares,
+        delta_shares: tuple[float, ...] = _DEFAULTS.delta_shares,
+        percentile: float = _DEFAULTS.percentile,
+        sigma_step: float = _DEFAULTS.sigma_step,
+        num_sigmas: int = _DEFAULTS.num_sigmas,
+        interval_factor: float = _DEFAULTS.interval_factor,
+        interval_max_dims: int | None = _DEFAULTS.interval_max_dims,
+        max_splits_per_dim: int = _DEFAULTS.max_splits_per_dim,
+        split_grid: str = _DEFAULTS.split_grid,
+        lattice_step: float | None = _DEFAULTS.lattice_step,
+    ):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
@@ -134,8 +146,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         padded = np.zeros((padded_size(n), X.shape[1]), dtype=np.float32)
         padded[:n] = X
         mask = np.arange(padded.shape[0]) < n
-        result = cluster(key_from_seed(self.seed), padded, budget, self.bounds, config=config,
-                         point_mask=mask)
+        result = cluster(key_from_seed(self.seed), padded, budget, self.bounds, config=config, point_mask=mask)
 
         valid = np.asarray(result.valid)
         self.cluster_centers_ = np.asarray(result.centers)[valid]

@@ -49,20 +49,50 @@ import numpy as np
 
 from dpm_jax import exact, keys
 from dpm_jax._arrays import to_unit_range
-from dpm_jax.api import (MAX_POINTS, ClusterResult, _em_table, _gaussian_thresholds, _validate_bounds,
-                         _validate_key, _warn_if_starved, build_ledger)
+from dpm_jax.api import (
+    MAX_POINTS,
+    ClusterResult,
+    _em_table,
+    _gaussian_thresholds,
+    _validate_bounds,
+    _validate_key,
+    _warn_if_starved,
+    build_ledger,
+)
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
 from dpm_jax.budget import Budget, allocate, heap_count_epsilons
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.histogram import level_histogram
-from dpm_jax.interval import (counts_from_gap_histogram, first_gap_threshold, gap_histogram, interval_dimensions,
-                              select_interval_size)
+from dpm_jax.interval import (
+    counts_from_gap_histogram,
+    first_gap_threshold,
+    gap_histogram,
+    interval_dimensions,
+    select_interval_size,
+)
 from dpm_jax.keys import derive_key
 from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise, count_noise
-from dpm_jax.tree import (DrawnSplit, LevelRelease, assemble_tree, choose_splits, count_children, drawn_split,
-                          level_grid, level_half_bins, level_randomness, next_point_nodes, padded_randomness,
-                          point_inputs, release_level, root_cells, root_interval_size, root_node_counts, route_points,
-                          split_dimension_half_bins, tree_inputs)
+from dpm_jax.tree import (
+    DrawnSplit,
+    LevelRelease,
+    assemble_tree,
+    choose_splits,
+    count_children,
+    drawn_split,
+    level_grid,
+    level_half_bins,
+    level_randomness,
+    next_point_nodes,
+    padded_randomness,
+    point_inputs,
+    release_level,
+    root_cells,
+    root_interval_size,
+    root_node_counts,
+    route_points,
+    split_dimension_half_bins,
+    tree_inputs,
+)
 
 __all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
 
@@ -99,9 +129,11 @@ class _Chunks:
             self.describe = "the sequence of chunks"
             self._open = lambda: data
         else:
-            raise TypeError(f"data must be a 2-D array, a .npy path, a sequence of 2-D arrays or a function "
-                            f"returning an iterable of chunks, got {type(data).__name__}; a one-shot iterator "
-                            "cannot be read once per pass: wrap it in a function that recreates it")
+            raise TypeError(
+                f"data must be a 2-D array, a .npy path, a sequence of 2-D arrays or a function "
+                f"returning an iterable of chunks, got {type(data).__name__}; a one-shot iterator "
+                "cannot be read once per pass: wrap it in a function that recreates it"
+            )
 
     def chunks(self, pass_name: str) -> Iterator[tuple[int, Any]]:
         """(index, chunk) of one pass; a failure of the source names the chunk and the pass."""
@@ -113,8 +145,10 @@ class _Chunks:
         except ChunkError:
             raise
         except Exception as error:  # the source's own failure (a file removed, a reader error)
-            raise ChunkError(f"reading chunk {index} of {self.describe} failed in pass {pass_name!r}: "
-                             f"{type(error).__name__}: {error}") from error
+            raise ChunkError(
+                f"reading chunk {index} of {self.describe} failed in pass {pass_name!r}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
 
     def pieces(self, pass_name: str, expected_rows: list[int] | None = None) -> Iterator[tuple[int, np.ndarray, int]]:
         """(chunk index, float32 piece padded to ``chunk_rows`` rows, number of real rows)."""
@@ -122,19 +156,23 @@ class _Chunks:
         for index, chunk in self.chunks(pass_name):
             rows = _check_chunk(chunk, index, self.d, pass_name)
             if expected_rows is not None and (index >= len(expected_rows) or rows != expected_rows[index]):
-                raise ChunkError(f"chunk {index} of {self.describe} changed between passes (pass {pass_name!r}): "
-                                 "the data must not change while it is clustered")
+                raise ChunkError(
+                    f"chunk {index} of {self.describe} changed between passes (pass {pass_name!r}): "
+                    "the data must not change while it is clustered"
+                )
             seen += 1
             for start in range(0, rows, self.chunk_rows):
                 stop = min(rows, start + self.chunk_rows)
                 # A fresh buffer per piece: the device may use it without a copy while the
                 # host reads the next piece (asynchronous dispatch), so it is never reused.
                 buffer = np.zeros((self.chunk_rows, self.d), np.float32)
-                buffer[:stop - start] = chunk[start:stop]
+                buffer[: stop - start] = chunk[start:stop]
                 yield index, buffer, stop - start
         if expected_rows is not None and seen != len(expected_rows):
-            raise ChunkError(f"{self.describe} yielded {seen} chunks in pass {pass_name!r} but "
-                             f"{len(expected_rows)} in the first: the data must not change while it is clustered")
+            raise ChunkError(
+                f"{self.describe} yielded {seen} chunks in pass {pass_name!r} but "
+                f"{len(expected_rows)} in the first: the data must not change while it is clustered"
+            )
 
     def survey(self) -> list[int]:
         """The validation pass (before any noise is drawn): shapes, dtypes, finiteness; rows per chunk."""
@@ -143,8 +181,9 @@ class _Chunks:
             if self.d is None:
                 shape = getattr(chunk, "shape", None)
                 if shape is None or len(shape) != 2 or shape[1] == 0:
-                    raise ChunkError(f"chunk {index} of {self.describe} must have shape (rows, d) with d >= 1, "
-                                     f"got {shape}")
+                    raise ChunkError(
+                        f"chunk {index} of {self.describe} must have shape (rows, d) with d >= 1, got {shape}"
+                    )
                 self.d = int(shape[1])
             rows.append(_check_chunk(chunk, index, self.d, "validation", finite_rows=self.chunk_rows))
         if not rows:
@@ -170,14 +209,18 @@ def _npy_chunks(path: str, rows_per_chunk: int) -> Iterator[np.ndarray]:
         header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, fortran_order, dtype = header(file)
         if len(shape) != 2 or fortran_order or dtype.hasobject:
-            raise ChunkError(f"{path!r} must hold a C-ordered (n, d) numeric array, got shape {shape}, "
-                             f"dtype {dtype}{', Fortran order' if fortran_order else ''}")
+            raise ChunkError(
+                f"{path!r} must hold a C-ordered (n, d) numeric array, got shape {shape}, "
+                f"dtype {dtype}{', Fortran order' if fortran_order else ''}"
+            )
         for start in range(0, shape[0], rows_per_chunk):
             rows = min(rows_per_chunk, shape[0] - start)
             chunk = np.fromfile(file, dtype=dtype, count=rows * shape[1])
             if chunk.size != rows * shape[1]:
-                raise ChunkError(f"{path!r} ends after {start + chunk.size // max(shape[1], 1)} of its "
-                                 f"{shape[0]} rows: the file is truncated")
+                raise ChunkError(
+                    f"{path!r} ends after {start + chunk.size // max(shape[1], 1)} of its "
+                    f"{shape[0]} rows: the file is truncated"
+                )
             yield chunk.reshape(rows, shape[1])
 
 
@@ -192,17 +235,27 @@ def _check_chunk(chunk, index: int, d: int, pass_name: str, finite_rows: int = 0
     if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)) or np.issubdtype(dtype, np.bool_):
         raise ChunkError(f"chunk {index} must hold real numbers, got dtype {dtype}")
     for start in range(0, shape[0] if finite_rows else 0, max(finite_rows, 1)):
-        bad = ~np.isfinite(np.asarray(chunk[start:start + finite_rows]))
+        bad = ~np.isfinite(np.asarray(chunk[start : start + finite_rows]))
         if bad.any():
             row, column = np.argwhere(bad)[0]
-            raise ChunkError(f"chunk {index} contains NaN or inf (first at row {start + row} of the chunk, "
-                             f"column {column}); remove or impute those values before clustering")
+            raise ChunkError(
+                f"chunk {index} contains NaN or inf (first at row {start + row} of the chunk, "
+                f"column {column}); remove or impute those values before clustering"
+            )
     return int(shape[0])
 
 
-def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(),
-                   chunk_rows: int = DEFAULT_CHUNK_ROWS, column_bytes: int = _COLUMN_BYTES,
-                   progress: bool | None = None) -> ClusterResult:
+def cluster_stream(
+    key: jax.Array,
+    data: Any,
+    budget: Budget,
+    bounds=None,
+    *,
+    config: DPMConfig = DPMConfig(),
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    column_bytes: int = _COLUMN_BYTES,
+    progress: bool | None = None,
+) -> ClusterResult:
     """:func:`dpm_jax.cluster` on data read in chunks (out of core); the same release for the same key.
 
     Args:
@@ -228,8 +281,10 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     if not isinstance(config, DPMConfig):
         raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
     if config.tau_r == AUTO_DEPTH:
-        raise ValueError(f"cluster_stream does not support tau_r={AUTO_DEPTH!r}; choose tau_r with "
-                         "dpm_jax.diagnostics.recommended_tau_r")
+        raise ValueError(
+            f"cluster_stream does not support tau_r={AUTO_DEPTH!r}; choose tau_r with "
+            "dpm_jax.diagnostics.recommended_tau_r"
+        )
     if int(chunk_rows) < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     source = _Chunks(data, int(chunk_rows))
@@ -249,51 +304,123 @@ def cluster_stream(key: jax.Array, data: Any, budget: Budget, bounds=None, *, co
     if config.split_grid == CELL_GRID:
         beta = _root_interval_size(lower, upper, config=config)
     else:
-        beta = _interval_size(key, source, rows, lower, upper, root_size, em_table, allocation.interval_epsilon,
-                              config, column_bytes, report)
+        beta = _interval_size(
+            key,
+            source,
+            rows,
+            lower,
+            upper,
+            root_size,
+            em_table,
+            allocation.interval_epsilon,
+            config,
+            column_bytes,
+            report,
+        )
     # Lines 10, 13-28, level by level.
-    split_bits = jax.random.bits(derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS),
-                                 dtype=jnp.uint32)
+    split_bits = jax.random.bits(
+        derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
+    )
     public = (em_table, lower, upper, root_noisy_count, beta)
     width = 2 ** (config.tau_r - 1)
     randomness = padded_randomness(split_bits, noise, width)
     cells = _root_cells(public, config=config)
     # The released splits of the levels so far, padded to tau_r levels (one compiled program per pass kind).
-    routes = _Routes(*(jnp.zeros((config.tau_r, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
-                     *(jnp.zeros((config.tau_r,) + end.shape, end.dtype) for end in cells))
+    routes = _Routes(
+        *(jnp.zeros((config.tau_r, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
+        *(jnp.zeros((config.tau_r,) + end.shape, end.dtype) for end in cells),
+    )
     releases = []
     node_count, node_active = root_node_counts(root_noisy_count, width), jnp.arange(width) == 0
-    counts = _accumulate(source, rows, "level 0 histogram", report, _root_histogram_of_chunk, public, routes, cells,
-                         width=width, config=config)
+    counts = _accumulate(
+        source,
+        rows,
+        "level 0 histogram",
+        report,
+        _root_histogram_of_chunk,
+        public,
+        routes,
+        cells,
+        width=width,
+        config=config,
+    )
     for level in range(config.tau_r):
         level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
-        split_dim, split = _choose_splits(public, jnp.int32(level), counts, node_count, node_active, cells,
-                                          level_bits, jnp.float32(allocation.split_epsilons[level]),
-                                          jnp.float32(allocation.count_offsets[level]), config=config)
+        split_dim, split = _choose_splits(
+            public,
+            jnp.int32(level),
+            counts,
+            node_count,
+            node_active,
+            cells,
+            level_bits,
+            jnp.float32(allocation.split_epsilons[level]),
+            jnp.float32(allocation.count_offsets[level]),
+            config=config,
+        )
         # One pass: this level's children sizes and, for every child as if its parent were
         # split, the next level's histogram (rows of children not split into are zeroed below).
         last = level == config.tau_r - 1
         child_true, next_counts = _accumulate(
-            source, rows, f"level {level} children" + ("" if last else f", level {level + 1} histogram"), report,
-            _children_of_chunk, public, routes, jnp.int32(level), cells, split_dim, split, width=width,
-            config=config, next_histogram=not last)
-        release, child_exact = _release_level(public, node_count, node_active, split_dim, split.position,
-                                              child_true, level_noise, config=config)
+            source,
+            rows,
+            f"level {level} children" + ("" if last else f", level {level + 1} histogram"),
+            report,
+            _children_of_chunk,
+            public,
+            routes,
+            jnp.int32(level),
+            cells,
+            split_dim,
+            split,
+            width=width,
+            config=config,
+            next_histogram=not last,
+        )
+        release, child_exact = _release_level(
+            public, node_count, node_active, split_dim, split.position, child_true, level_noise, config=config
+        )
         releases.append(release)
-        routes, node_count, node_active, counts = _next_level(routes, jnp.int32(level), cells, split_dim, split,
-                                                              release, child_exact, next_counts, width=width)
+        routes, node_count, node_active, counts = _next_level(
+            routes, jnp.int32(level), cells, split_dim, split, release, child_exact, next_counts, width=width
+        )
         cells = (split.cell_lower, split.cell_upper)
     tree, leaves = _assemble_tree(releases, tau_r=config.tau_r)
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
-    sums = _accumulate(source, rows, "leaf sums", report, _leaf_sums_of_chunk, public, routes,
-                       jnp.int32(config.tau_r), width=width, config=config)
-    centers = _centers_from_sums(derive_key(key, keys.AVERAGE), sums, leaves.noisy_count, leaves.valid, lower,
-                                upper, _gaussian_thresholds(averaging.sigma), averaging)
+    sums = _accumulate(
+        source,
+        rows,
+        "leaf sums",
+        report,
+        _leaf_sums_of_chunk,
+        public,
+        routes,
+        jnp.int32(config.tau_r),
+        width=width,
+        config=config,
+    )
+    centers = _centers_from_sums(
+        derive_key(key, keys.AVERAGE),
+        sums,
+        leaves.noisy_count,
+        leaves.valid,
+        lower,
+        upper,
+        _gaussian_thresholds(averaging.sigma),
+        averaging,
+    )
     report(None)
-    result = ClusterResult(centers=centers, counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
-                           valid=leaves.valid, k=jnp.sum(leaves.valid).astype(jnp.int32), tree=tree,
-                           split_interval_size=beta * (upper - lower), leaf_node=leaves.node,
-                           labels_nonprivate=None, ledger=ledger)
+    result = ClusterResult(
+        centers=centers,
+        counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
+        valid=leaves.valid,
+        k=jnp.sum(leaves.valid).astype(jnp.int32),
+        tree=tree,
+        split_interval_size=beta * (upper - lower),
+        leaf_node=leaves.node,
+        labels_nonprivate=None,
+        ledger=ledger,
+    )
     _warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
     return result
 
@@ -311,20 +438,23 @@ class _Routes(NamedTuple):
 # The node-level steps are compiled, as in the in-memory program: XLA's fused float32
 # arithmetic (the released split positions, the centres) then rounds the same way.
 @functools.partial(jax.jit, static_argnames="config")
-def _choose_splits(public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *,
-                   config) -> tuple[jax.Array, DrawnSplit]:
+def _choose_splits(
+    public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *, config
+) -> tuple[jax.Array, DrawnSplit]:
     """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
     inputs = tree_inputs(None, None, *public, config)
     grid, candidate_valid = level_grid(inputs, *cells)
-    split_dim, split_index = choose_splits(inputs, level, counts, node_count, node_active, candidate_valid,
-                                           level_bits, epsilon, offset)
+    split_dim, split_index = choose_splits(
+        inputs, level, counts, node_count, node_active, candidate_valid, level_bits, epsilon, offset
+    )
     return split_dim, drawn_split(inputs, grid, *cells, split_dim, split_index)
 
 
 @functools.partial(jax.jit, static_argnames="config")
 def _release_level(public, node_count, node_active, split_dim, position, child_true, level_noise, *, config):
-    return release_level(tree_inputs(None, None, *public, config), node_count, node_active, split_dim, position,
-                         child_true, level_noise)
+    return release_level(
+        tree_inputs(None, None, *public, config), node_count, node_active, split_dim, position, child_true, level_noise
+    )
 
 
 @functools.partial(jax.jit, static_argnames="config")
@@ -338,12 +468,26 @@ _level_randomness = jax.jit(level_randomness, static_argnames="width")
 
 
 @functools.partial(jax.jit, static_argnames="width")
-def _next_level(routes: _Routes, level, cells, split_dim, split: DrawnSplit, release: LevelRelease,
-                child_exact: exact.Int, next_counts, *, width: int):
+def _next_level(
+    routes: _Routes,
+    level,
+    cells,
+    split_dim,
+    split: DrawnSplit,
+    release: LevelRelease,
+    child_exact: exact.Int,
+    next_counts,
+    *,
+    width: int,
+):
     """The routes with this level's splits; the next level's released counts, active slots and
     histogram (only the points of split nodes: the in-memory path's active points)."""
-    routes = _Routes(*(part.at[level].set(value)
-                       for part, value in zip(routes, (split_dim, split.first_right, release.is_split, *cells))))
+    routes = _Routes(
+        *(
+            part.at[level].set(value)
+            for part, value in zip(routes, (split_dim, split.first_right, release.is_split, *cells))
+        )
+    )
     node_active = release.child_active[:width]
     if next_counts is not None:
         next_counts = jnp.where(node_active[:, None, None], next_counts, 0)
@@ -357,10 +501,10 @@ def _assemble_tree(releases: list[LevelRelease], *, tau_r: int):
 
 
 @functools.partial(jax.jit, static_argnames=("epsilon", "num_dims", "config"))
-def _select_interval_size(key, em_table, histograms, noisy_count, *, epsilon: float, num_dims: int,
-                          config: DPMConfig):
-    return select_interval_size(key, em_table, counts_from_gap_histogram(jnp.stack(histograms)), noisy_count, epsilon,
-                                num_dims, config)
+def _select_interval_size(key, em_table, histograms, noisy_count, *, epsilon: float, num_dims: int, config: DPMConfig):
+    return select_interval_size(
+        key, em_table, counts_from_gap_histogram(jnp.stack(histograms)), noisy_count, epsilon, num_dims, config
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("allocation",))
@@ -373,13 +517,19 @@ def _root_count(key, n, *, allocation):
 def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
     def report(pass_name: str | None) -> None:
         if enabled:
-            print("\r\033[K" + (f"dpm_jax: pass {pass_name}" if pass_name else "dpm_jax: done"),
-                  end="" if pass_name else "\n", file=sys.stderr, flush=True)
+            print(
+                "\r\033[K" + (f"dpm_jax: pass {pass_name}" if pass_name else "dpm_jax: done"),
+                end="" if pass_name else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
+
     return report
 
 
-def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, function, public, routes: _Routes,
-                *args, **static):
+def _accumulate(
+    source: _Chunks, rows: list[int], pass_name: str, report, function, public, routes: _Routes, *args, **static
+):
     """The exact sum over all pieces of ``function(piece, valid, ...)`` (int32 arrays or exact Ints)."""
     report(pass_name)
     total = previous = None
@@ -396,8 +546,12 @@ def _accumulate(source: _Chunks, rows: list[int], pass_name: str, report, functi
 @jax.jit
 def _add(total, part):
     # Counts stay below n <= 2**31 - 1 (exact in int32); leaf sums are exact Ints.
-    return jax.tree.map(lambda a, b: exact.add(a, b) if isinstance(a, exact.Int) else a + b, total, part,
-                        is_leaf=lambda x: isinstance(x, exact.Int))
+    return jax.tree.map(
+        lambda a, b: exact.add(a, b) if isinstance(a, exact.Int) else a + b,
+        total,
+        part,
+        is_leaf=lambda x: isinstance(x, exact.Int),
+    )
 
 
 def _piece_inputs(piece, public, config: DPMConfig):
@@ -409,6 +563,7 @@ def _piece_inputs(piece, public, config: DPMConfig):
 def _route(inputs, valid, routes: _Routes, num_levels):
     """Every point's local index and activity after the first ``num_levels`` levels (lines 26-27), each
     level's split applied to the half-bins of that level's grid, as in the in-memory tree."""
+
     def one_level(level, state):
         node, active = state
         grid, _ = level_grid(inputs, routes.cell_lower[level], routes.cell_upper[level])
@@ -427,8 +582,9 @@ def _go_right(inputs, grid, node, split_dim, first_right):
 def _histogram(inputs, cells, point_node, point_active, width: int):
     """(width, d, 2B) half-bin counts of the active points on the grid of ``cells``."""
     grid, _ = level_grid(inputs, *cells)
-    return level_histogram(level_half_bins(inputs, grid, point_node), point_node, point_active, width,
-                           inputs.max_splits)
+    return level_histogram(
+        level_half_bins(inputs, grid, point_node), point_node, point_active, width, inputs.max_splits
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
@@ -437,8 +593,20 @@ def _root_histogram_of_chunk(piece, valid, public, routes, cells, *, width: int,
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config", "next_histogram"))
-def _children_of_chunk(piece, valid, public, routes, level, cells, split_dim, split: DrawnSplit, *, width: int,
-                       config: DPMConfig, next_histogram: bool):
+def _children_of_chunk(
+    piece,
+    valid,
+    public,
+    routes,
+    level,
+    cells,
+    split_dim,
+    split: DrawnSplit,
+    *,
+    width: int,
+    config: DPMConfig,
+    next_histogram: bool,
+):
     inputs = _piece_inputs(piece, public, config)
     node, active = _route(inputs, valid, routes, level)
     grid, _ = level_grid(inputs, *cells)
@@ -470,8 +638,19 @@ def _gap_histogram_of_block(levels, real_gaps, threshold_step, *, num_thresholds
     return gap_histogram(num_thresholds, levels[None], real_gaps, threshold_step)[0]
 
 
-def _interval_size(key, source: _Chunks, rows: list[int], lower, upper, root_size, em_table, epsilon: float,
-                   config: DPMConfig, column_bytes: int, report) -> jax.Array:
+def _interval_size(
+    key,
+    source: _Chunks,
+    rows: list[int],
+    lower,
+    upper,
+    root_size,
+    em_table,
+    epsilon: float,
+    config: DPMConfig,
+    column_bytes: int,
+    report,
+) -> jax.Array:
     """Algorithm 2 (:func:`dpm_jax.interval.estimate_split_interval_size`) with one sorted column at a time."""
     dims_key, select_key = jax.random.split(derive_key(key, keys.INTERVAL))
     d = source.d
@@ -482,21 +661,23 @@ def _interval_size(key, source: _Chunks, rows: list[int], lower, upper, root_siz
     step = first_gap_threshold(root_size, config)
     histograms = []
     for first in range(0, len(dims), per_pass):
-        group = tuple(dims[first:first + per_pass])
+        group = tuple(dims[first : first + per_pass])
         name = f"interval columns {list(group)}"
         report(name)
         columns = np.empty((len(group), n), np.int32)
         filled = 0
         for _, piece, valid in source.pieces(name, rows):
-            columns[:, filled:filled + valid] = np.asarray(_quantised_columns(jnp.asarray(piece), lower, upper,
-                                                                              dims=group))[:, :valid]
+            columns[:, filled : filled + valid] = np.asarray(
+                _quantised_columns(jnp.asarray(piece), lower, upper, dims=group)
+            )[:, :valid]
             filled += valid
         for column in columns:
             column.sort()  # integers: the same order as XLA's sort in the in-memory path
             histograms.append(_column_gap_histogram(column, step, config.num_sigmas))
         del columns
-    beta, _ = _select_interval_size(select_key, em_table, histograms, root_size, epsilon=epsilon,
-                                    num_dims=len(dims), config=config)
+    beta, _ = _select_interval_size(
+        select_key, em_table, histograms, root_size, epsilon=epsilon, num_dims=len(dims), config=config
+    )
     return beta
 
 
@@ -508,10 +689,12 @@ def _column_gap_histogram(column: np.ndarray, step, num_thresholds: int) -> jax.
     for start in range(0, max(n - 1, 0), size):
         stop = min(n, start + size + 1)  # values start..stop-1: gaps start..stop-2
         block = np.empty(size + 1, np.int32)  # fresh: the device may read it after this loop moves on
-        block[:stop - start] = column[start:stop]
-        block[stop - start:] = column[stop - 1]  # padding gaps are not real: bucketed past the end
+        block[: stop - start] = column[start:stop]
+        block[stop - start :] = column[stop - 1]  # padding gaps are not real: bucketed past the end
         real = np.arange(size) < stop - start - 1
-        previous, total = total, total + _gap_histogram_of_block(jnp.asarray(block), jnp.asarray(real), step,
-                                                                 num_thresholds=num_thresholds)
+        previous, total = (
+            total,
+            total + _gap_histogram_of_block(jnp.asarray(block), jnp.asarray(real), step, num_thresholds=num_thresholds),
+        )
         jax.block_until_ready(previous)  # at most two blocks in flight (see _accumulate)
     return total

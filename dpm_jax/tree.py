@@ -52,23 +52,62 @@ import jax.numpy as jnp
 
 from dpm_jax import exact, keys
 from dpm_jax._arrays import materialized
-from dpm_jax.histogram import (CellGrid, cell_grid, cell_half_bin_indices, children_histogram, half_bin_indices,
-                               level_histogram, root_cell)
+from dpm_jax.histogram import (
+    CellGrid,
+    cell_grid,
+    cell_half_bin_indices,
+    children_histogram,
+    half_bin_indices,
+    level_histogram,
+    root_cell,
+)
 from dpm_jax.budget import Allocation, count_entry
 from dpm_jax.config import CELL_GRID, DPMConfig
 from dpm_jax.ledger import LedgerEntry, heap_rows
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, add_count_noise, em_exponent_scale, select_with_bits
-from dpm_jax.scoring import (ScoreCoefficients, boundary_statistics, candidate_statistics, exponent_ratio,
-                              score_coefficients, split_scores)
+from dpm_jax.scoring import (
+    ScoreCoefficients,
+    boundary_statistics,
+    candidate_statistics,
+    exponent_ratio,
+    score_coefficients,
+    split_scores,
+)
 
 _SIBLING_MIN_DIMS = 32
 _SELECT_CHUNK = 8  # nodes scored per loop step (a power of two)
 
-__all__ = ["SplitTree", "Leaves", "LevelState", "LevelRelease", "build_tree", "split_level", "choose_splits",
-           "select_splits", "route_points", "count_children", "stopping_rule", "root_interval_size",
-           "ledger_entries", "paper_split_position", "release_level", "next_point_nodes", "candidate_count",
-           "tree_inputs", "root_node_counts", "padded_randomness", "level_randomness", "assemble_tree", "root_cells",
-           "level_grid", "level_half_bins", "split_dimension_half_bins", "DrawnSplit", "drawn_split", "point_inputs"]
+__all__ = [
+    "SplitTree",
+    "Leaves",
+    "LevelState",
+    "LevelRelease",
+    "build_tree",
+    "split_level",
+    "choose_splits",
+    "select_splits",
+    "route_points",
+    "count_children",
+    "stopping_rule",
+    "root_interval_size",
+    "ledger_entries",
+    "paper_split_position",
+    "release_level",
+    "next_point_nodes",
+    "candidate_count",
+    "tree_inputs",
+    "root_node_counts",
+    "padded_randomness",
+    "level_randomness",
+    "assemble_tree",
+    "root_cells",
+    "level_grid",
+    "level_half_bins",
+    "split_dimension_half_bins",
+    "DrawnSplit",
+    "drawn_split",
+    "point_inputs",
+]
 
 
 class SplitTree(NamedTuple):
@@ -101,9 +140,18 @@ class Leaves(NamedTuple):
     point_slot: jax.Array  # (n,) int32 slot of every point (NOT differentially private)
 
 
-def select_splits(bits: jax.Array, em_table, counts: jax.Array, noisy_count: exact.Int,
-                  node_active: jax.Array, candidate_valid: jax.Array, epsilon, offset,
-                  coefficients: ScoreCoefficients, statistics=candidate_statistics) -> tuple[jax.Array, jax.Array]:
+def select_splits(
+    bits: jax.Array,
+    em_table,
+    counts: jax.Array,
+    noisy_count: exact.Int,
+    node_active: jax.Array,
+    candidate_valid: jax.Array,
+    epsilon,
+    offset,
+    coefficients: ScoreCoefficients,
+    statistics=candidate_statistics,
+) -> tuple[jax.Array, jax.Array]:
     """Algorithm 1, lines 22-25 for a batch of nodes: the exponential mechanism over all splits.
 
     Scores every candidate (:func:`dpm_jax.scoring.split_scores`, exact integers with
@@ -133,8 +181,9 @@ def select_splits(bits: jax.Array, em_table, counts: jax.Array, noisy_count: exa
     scores = split_scores(counts, size[:, None], coefficients, statistics)
     num_candidates = scores.limbs[0].shape[-1]
     flat = exact.Int(tuple(limb.reshape(nodes, d * num_candidates) for limb in scores.limbs))
-    valid = jnp.broadcast_to(node_active[:, None, None] & candidate_valid,
-                             (nodes, d, num_candidates)).reshape(nodes, d * num_candidates)
+    valid = jnp.broadcast_to(node_active[:, None, None] & candidate_valid, (nodes, d, num_candidates)).reshape(
+        nodes, d * num_candidates
+    )
     ratio = exponent_ratio(exact.to_float32(noisy_count), offset, size)
     scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)
     index = select_with_bits(bits, em_table, flat, valid, scale)
@@ -190,8 +239,17 @@ class _TreeInputs(NamedTuple):
     cell: bool  # the cell grid (DPMConfig.split_grid)
 
 
-def choose_splits(inputs: _TreeInputs, level: jax.Array, counts: jax.Array, noisy_count: exact.Int,
-                  node_active: jax.Array, candidate_valid: jax.Array, level_bits: jax.Array, epsilon, offset):
+def choose_splits(
+    inputs: _TreeInputs,
+    level: jax.Array,
+    counts: jax.Array,
+    noisy_count: exact.Int,
+    node_active: jax.Array,
+    candidate_valid: jax.Array,
+    level_bits: jax.Array,
+    epsilon,
+    offset,
+):
     """Lines 22-25 for the first 2**level of the ``width`` slots: (dim, j), (width,) int32 each.
 
     Runs :func:`select_splits` on chunks of _SELECT_CHUNK slots in a loop whose trip
@@ -207,32 +265,37 @@ def choose_splits(inputs: _TreeInputs, level: jax.Array, counts: jax.Array, nois
         start = index * chunk
         part = lambda a: jax.lax.dynamic_slice_in_dim(a, start, chunk)
         valid = part(candidate_valid) if candidate_valid.ndim == 3 else candidate_valid
-        picked = select_splits(part(level_bits), inputs.em_table, part(counts),
-                               exact.Int(tuple(part(limb) for limb in noisy_count.limbs)),
-                               part(node_active), valid, epsilon, offset, inputs.coefficients,
-                               boundary_statistics if inputs.cell else candidate_statistics)
-        return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0)
-                     for c, p in zip(chosen, picked))
+        picked = select_splits(
+            part(level_bits),
+            inputs.em_table,
+            part(counts),
+            exact.Int(tuple(part(limb) for limb in noisy_count.limbs)),
+            part(node_active),
+            valid,
+            epsilon,
+            offset,
+            inputs.coefficients,
+            boundary_statistics if inputs.cell else candidate_statistics,
+        )
+        return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0) for c, p in zip(chosen, picked))
 
     num_chunks = jnp.maximum(jnp.right_shift(jnp.left_shift(1, level), chunk.bit_length() - 1), 1)
-    return jax.lax.fori_loop(0, num_chunks, choose_chunk,
-                             (jnp.zeros(width, jnp.int32), jnp.zeros(width, jnp.int32)))
+    return jax.lax.fori_loop(0, num_chunks, choose_chunk, (jnp.zeros(width, jnp.int32), jnp.zeros(width, jnp.int32)))
 
 
-def route_points(half_bins: jax.Array, point_node: jax.Array, split_dim: jax.Array,
-                 first_right: jax.Array) -> jax.Array:
+def route_points(
+    half_bins: jax.Array, point_node: jax.Array, split_dim: jax.Array, first_right: jax.Array
+) -> jax.Array:
     """Lines 26-27: (n,) bool, the point goes right, i.e. x[dim*] >= s*: its half-bin is at least
     the first one above s* (2 j* + 1 on the paper's grid, i* + 1 on the cell grid)."""
     point_bins = half_bins[jnp.arange(half_bins.shape[0]), split_dim[point_node]].astype(jnp.int32)
     return point_bins >= first_right[point_node]
 
 
-def count_children(point_node: jax.Array, point_active: jax.Array, go_right: jax.Array,
-                   width: int) -> jax.Array:
+def count_children(point_node: jax.Array, point_active: jax.Array, go_right: jax.Array, width: int) -> jax.Array:
     """(2 width,) int32 exact sizes of every slot's two children (local 2p, 2p + 1)."""
     child = 2 * point_node + go_right.astype(jnp.int32)
-    return jnp.zeros(2 * width, jnp.int32).at[jnp.where(point_active, child, 2 * width)].add(
-        1, mode="drop")
+    return jnp.zeros(2 * width, jnp.int32).at[jnp.where(point_active, child, 2 * width)].add(1, mode="drop")
 
 
 def stopping_rule(child_count: exact.Int, node_active: jax.Array, min_child: jax.Array) -> jax.Array:
@@ -245,8 +308,15 @@ def stopping_rule(child_count: exact.Int, node_active: jax.Array, min_child: jax
     return materialized(node_active & (size[0::2] >= min_child) & (size[1::2] >= min_child))
 
 
-def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilon, offset,
-                level_bits: jax.Array, level_noise: exact.Int) -> tuple[LevelState, LevelRelease]:
+def split_level(
+    inputs: _TreeInputs,
+    state: LevelState,
+    level: jax.Array,
+    epsilon,
+    offset,
+    level_bits: jax.Array,
+    level_noise: exact.Int,
+) -> tuple[LevelState, LevelRelease]:
     """One level of BuildClustering (lines 15-18 and Split, 21-28) for all its nodes at once.
 
     ``level_bits`` (width, EM_TRIES, EM_DIGITS) and ``level_noise`` (2 width,) are the
@@ -258,18 +328,23 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
     # on the cell grid, of every point's half-bin in its own node's cell.
     grid, candidate_valid = level_grid(inputs, state.cell_lower, state.cell_upper)
     half_bins = level_half_bins(inputs, grid, state.point_node)
-    counts = (state.counts if inputs.use_siblings
-              else level_histogram(half_bins, state.point_node, state.point_active, width, inputs.max_splits))
+    counts = (
+        state.counts
+        if inputs.use_siblings
+        else level_histogram(half_bins, state.point_node, state.point_active, width, inputs.max_splits)
+    )
     # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
-    split_dim, split_index = choose_splits(inputs, level, counts, state.noisy_count, state.node_active,
-                                           candidate_valid, level_bits, epsilon, offset)
+    split_dim, split_index = choose_splits(
+        inputs, level, counts, state.noisy_count, state.node_active, candidate_valid, level_bits, epsilon, offset
+    )
     # 4. route the points (lines 26-27).
     split = drawn_split(inputs, grid, state.cell_lower, state.cell_upper, split_dim, split_index)
     go_right = route_points(half_bins, state.point_node, split_dim, split.first_right)
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
-    release, child_exact = release_level(inputs, state.noisy_count, state.node_active, split_dim, split.position,
-                                         child_true, level_noise)
+    release, child_exact = release_level(
+        inputs, state.noisy_count, state.node_active, split_dim, split.position, child_true, level_noise
+    )
     applied = release.is_split
     next_node, next_active = next_point_nodes(state.point_node, state.point_active, go_right, applied)
     next_counts = state.counts  # empty without sibling subtraction
@@ -278,12 +353,20 @@ def split_level(inputs: _TreeInputs, state: LevelState, level: jax.Array, epsilo
         # ``width``); ``level`` is not batched under vmap, so this stays a real branch.
         next_counts = jax.lax.cond(
             level < inputs.num_levels - 1,
-            lambda: children_histogram(counts, child_true, inputs.half_bins, next_node, next_active,
-                                       go_right, inputs.max_splits),
-            lambda: counts)
-    next_state = LevelState(next_node, next_active,
-                            exact.Int(tuple(limb[:width] for limb in child_exact.limbs)),
-                            release.child_active[:width], next_counts, split.cell_lower, split.cell_upper)
+            lambda: children_histogram(
+                counts, child_true, inputs.half_bins, next_node, next_active, go_right, inputs.max_splits
+            ),
+            lambda: counts,
+        )
+    next_state = LevelState(
+        next_node,
+        next_active,
+        exact.Int(tuple(limb[:width] for limb in child_exact.limbs)),
+        release.child_active[:width],
+        next_counts,
+        split.cell_lower,
+        split.cell_upper,
+    )
     return next_state, release
 
 
@@ -318,8 +401,9 @@ def level_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.
     return cell_half_bin_indices(inputs.unit_points, point_node, grid, inputs.max_splits)
 
 
-def split_dimension_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array,
-                              split_dim: jax.Array) -> jax.Array:
+def split_dimension_half_bins(
+    inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array, split_dim: jax.Array
+) -> jax.Array:
     """(n, 1) every point's half-bin in its node's split dimension: column ``split_dim[node]`` of
     :func:`level_half_bins`, binned alone (the same arithmetic per coordinate, so the same bins);
     all that routing reads (:func:`route_points` with dimension 0)."""
@@ -327,8 +411,12 @@ def split_dimension_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_
     if grid is None:
         return inputs.half_bins[rows, point_dim][:, None]
     pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
-    return cell_half_bin_indices(inputs.unit_points[rows, point_dim][:, None], point_node,
-                                 CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used)), inputs.max_splits)
+    return cell_half_bin_indices(
+        inputs.unit_points[rows, point_dim][:, None],
+        point_node,
+        CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used)),
+        inputs.max_splits,
+    )
 
 
 class DrawnSplit(NamedTuple):
@@ -340,12 +428,19 @@ class DrawnSplit(NamedTuple):
     cell_upper: jax.Array
 
 
-def drawn_split(inputs: _TreeInputs, grid: CellGrid | None, cell_lower: jax.Array, cell_upper: jax.Array,
-                split_dim: jax.Array, split_index: jax.Array) -> DrawnSplit:
+def drawn_split(
+    inputs: _TreeInputs,
+    grid: CellGrid | None,
+    cell_lower: jax.Array,
+    cell_upper: jax.Array,
+    split_dim: jax.Array,
+    split_index: jax.Array,
+) -> DrawnSplit:
     """Line 24-25 (with the erratum fixed, module docstring): the split at (dim, j) of every slot."""
     if grid is None:
-        return DrawnSplit(2 * split_index + 1, paper_split_position(inputs, split_dim, split_index),
-                          cell_lower, cell_upper)
+        return DrawnSplit(
+            2 * split_index + 1, paper_split_position(inputs, split_dim, split_index), cell_lower, cell_upper
+        )
     first_right = split_index + 1  # candidate j sits at boundary j + 1
     cut = _cell_cut(grid, split_dim, first_right)
     position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
@@ -354,28 +449,38 @@ def drawn_split(inputs: _TreeInputs, grid: CellGrid | None, cell_lower: jax.Arra
 
 def paper_split_position(inputs: _TreeInputs, split_dim: jax.Array, split_index: jax.Array) -> jax.Array:
     """The drawn split's position in data units on the paper grid: lower + (j + 1/2) beta (range)."""
-    return (inputs.lower[split_dim]
-            + (split_index + 0.5) * inputs.beta * (inputs.upper - inputs.lower)[split_dim])
+    return inputs.lower[split_dim] + (split_index + 0.5) * inputs.beta * (inputs.upper - inputs.lower)[split_dim]
 
 
-def release_level(inputs: _TreeInputs, noisy_count: exact.Int, node_active: jax.Array, split_dim: jax.Array,
-                  position: jax.Array, child_true: jax.Array,
-                  level_noise: exact.Int) -> tuple[LevelRelease, exact.Int]:
+def release_level(
+    inputs: _TreeInputs,
+    noisy_count: exact.Int,
+    node_active: jax.Array,
+    split_dim: jax.Array,
+    position: jax.Array,
+    child_true: jax.Array,
+    level_noise: exact.Int,
+) -> tuple[LevelRelease, exact.Int]:
     """Lines 16-18 of a level from its exact child sizes: the noisy child counts, the stopping
     rule and the level's :class:`LevelRelease`; also the children's noisy counts, exact."""
     child_exact = add_count_noise(child_true, level_noise)
     applied = stopping_rule(child_exact, node_active, inputs.min_child)
     release = LevelRelease(
-        noisy_count=jnp.where(node_active, exact.to_float32(noisy_count), 0.0), reached=node_active,
-        is_split=applied, split_dim=jnp.where(node_active, split_dim, -1),
-        split_position=jnp.where(node_active, position, jnp.nan), is_leaf=node_active & ~applied,
+        noisy_count=jnp.where(node_active, exact.to_float32(noisy_count), 0.0),
+        reached=node_active,
+        is_split=applied,
+        split_dim=jnp.where(node_active, split_dim, -1),
+        split_position=jnp.where(node_active, position, jnp.nan),
+        is_leaf=node_active & ~applied,
         child_count=exact.to_float32(child_exact),  # post-processing of released integers
-        child_active=jnp.repeat(applied, 2))
+        child_active=jnp.repeat(applied, 2),
+    )
     return release, child_exact
 
 
-def next_point_nodes(point_node: jax.Array, point_active: jax.Array, go_right: jax.Array,
-                     is_split: jax.Array) -> tuple[jax.Array, jax.Array]:
+def next_point_nodes(
+    point_node: jax.Array, point_active: jax.Array, go_right: jax.Array, is_split: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """Every point's local index and activity on the next level (lines 26-27).
 
     Points of a leaf stay inactive and follow the left-most path (2 i), so that at
@@ -391,8 +496,9 @@ def _cell_cut(grid: CellGrid, split_dim: jax.Array, boundary: jax.Array) -> jax.
     return pick(grid.lower) + boundary.astype(jnp.float32) * pick(grid.half_width)
 
 
-def _children_cells(lower: jax.Array, upper: jax.Array, split_dim: jax.Array,
-                    cut: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _children_cells(
+    lower: jax.Array, upper: jax.Array, split_dim: jax.Array, cut: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """The cells of the children (local 2p left, 2p + 1 right) of the first width / 2 slots.
 
     Public: a function of the parent's cell and its released split.
@@ -427,19 +533,38 @@ def ledger_entries(allocation: Allocation, config: DPMConfig) -> list[LedgerEntr
     sensitivity = score_coefficients(config.t, config.q, config.alpha).sensitivity
     entries = []
     for level in range(config.tau_r):
-        entries.append(LedgerEntry(
-            f"split/level{level}", "exponential", level, allocation.split_epsilons[level],
-            allocation.split_sampler_deltas[level], float(sensitivity),
-            f"integer score; x min(1,(n~-{allocation.count_offsets[level]:.4g})/N)", None,
-            (keys.SPLIT, heap_rows(level)), sampler_epsilon=EM_EPSILON_MARGIN,
-            sampler_delta=allocation.split_sampler_deltas[level]))
+        entries.append(
+            LedgerEntry(
+                f"split/level{level}",
+                "exponential",
+                level,
+                allocation.split_epsilons[level],
+                allocation.split_sampler_deltas[level],
+                float(sensitivity),
+                f"integer score; x min(1,(n~-{allocation.count_offsets[level]:.4g})/N)",
+                None,
+                (keys.SPLIT, heap_rows(level)),
+                sampler_epsilon=EM_EPSILON_MARGIN,
+                sampler_delta=allocation.split_sampler_deltas[level],
+            )
+        )
         entries.append(count_entry(allocation, level + 1))
     return entries
 
 
-def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_points: jnp.ndarray,
-               point_mask: jnp.ndarray, lower: jnp.ndarray, upper: jnp.ndarray, root_noisy_count: exact.Int,
-               beta, allocation: Allocation, config: DPMConfig) -> tuple[SplitTree, Leaves]:
+def build_tree(
+    split_bits: jax.Array,
+    count_noise: exact.Int,
+    em_table,
+    unit_points: jnp.ndarray,
+    point_mask: jnp.ndarray,
+    lower: jnp.ndarray,
+    upper: jnp.ndarray,
+    root_noisy_count: exact.Int,
+    beta,
+    allocation: Allocation,
+    config: DPMConfig,
+) -> tuple[SplitTree, Leaves]:
     """Run BuildClustering on all levels (Algorithm 1, lines 13-28).
 
     The randomness comes in pre-drawn, in heap layout (row/element i belongs to
@@ -469,12 +594,24 @@ def build_tree(split_bits: jax.Array, count_noise: exact.Int, em_table, unit_poi
         level, epsilon, offset = level_inputs
         return split_level(inputs, state, level, epsilon, offset, *level_randomness(randomness, level, width))
 
-    root_histogram = (level_histogram(inputs.half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
-                      if inputs.use_siblings else jnp.zeros(0, jnp.int32))
-    initial = LevelState(jnp.zeros(n, jnp.int32), point_mask, root_node_counts(root_noisy_count, width),
-                         jnp.arange(width) == 0, root_histogram, *root_cells(inputs))
-    level_inputs = (jnp.arange(tau_r), jnp.asarray(allocation.split_epsilons, jnp.float32),
-                    jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32))
+    root_histogram = (
+        level_histogram(inputs.half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
+        if inputs.use_siblings
+        else jnp.zeros(0, jnp.int32)
+    )
+    initial = LevelState(
+        jnp.zeros(n, jnp.int32),
+        point_mask,
+        root_node_counts(root_noisy_count, width),
+        jnp.arange(width) == 0,
+        root_histogram,
+        *root_cells(inputs),
+    )
+    level_inputs = (
+        jnp.arange(tau_r),
+        jnp.asarray(allocation.split_epsilons, jnp.float32),
+        jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32),
+    )
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
     # At depth tau_r a point's local index is its leaf's slot (module docstring).
     return assemble_tree(released, last.point_node, tau_r)
@@ -485,8 +622,15 @@ def candidate_count(beta, config: DPMConfig) -> jax.Array:
     return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), config.max_splits_per_dim)
 
 
-def point_inputs(unit_points: jax.Array, em_table, lower: jax.Array, upper: jax.Array, root_noisy_count: exact.Int,
-                 beta, config: DPMConfig) -> _TreeInputs:
+def point_inputs(
+    unit_points: jax.Array,
+    em_table,
+    lower: jax.Array,
+    upper: jax.Array,
+    root_noisy_count: exact.Int,
+    beta,
+    config: DPMConfig,
+) -> _TreeInputs:
     """:func:`tree_inputs` for these points (unit coordinates): every point's half-bins on the paper
     grid (once per run), the points themselves on the cell grid (binned per level)."""
     if config.split_grid == CELL_GRID:
@@ -495,25 +639,41 @@ def point_inputs(unit_points: jax.Array, em_table, lower: jax.Array, upper: jax.
     return tree_inputs(half_bins, None, em_table, lower, upper, root_noisy_count, beta, config)
 
 
-def tree_inputs(half_bins, unit_points, em_table, lower: jax.Array, upper: jax.Array, root_noisy_count: exact.Int,
-                beta, config: DPMConfig) -> _TreeInputs:
+def tree_inputs(
+    half_bins,
+    unit_points,
+    em_table,
+    lower: jax.Array,
+    upper: jax.Array,
+    root_noisy_count: exact.Int,
+    beta,
+    config: DPMConfig,
+) -> _TreeInputs:
     """The public per-run quantities every level reads (``half_bins`` None for streamed data)."""
     tau_r, max_splits = config.tau_r, config.max_splits_per_dim
     cell = config.split_grid == CELL_GRID
     root_noisy_size = exact.to_float32(root_noisy_count)
     tau_e = root_noisy_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
     return _TreeInputs(
-        half_bins=half_bins, unit_points=unit_points, lattice_unit=_lattice_unit(lower, upper, config),
-        em_table=em_table, candidate_valid=None if cell else jnp.arange(max_splits) < candidate_count(beta, config),
+        half_bins=half_bins,
+        unit_points=unit_points,
+        lattice_unit=_lattice_unit(lower, upper, config),
+        em_table=em_table,
+        candidate_valid=None if cell else jnp.arange(max_splits) < candidate_count(beta, config),
         coefficients=score_coefficients(config.t, config.q, config.alpha),
         min_child=jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32),  # float32-exact ends
-        lower=lower, upper=upper, beta=beta, max_splits=max_splits,
+        lower=lower,
+        upper=upper,
+        beta=beta,
+        max_splits=max_splits,
         width=2 ** (tau_r - 1),  # nodes of the deepest split level; every level is padded to it
         num_levels=tau_r,
         # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
         # few, carrying the counts from level to level costs more than it saves under vmap
         # (measured at 10 and 100 dimensions, benchmarks/speed.py).
-        use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and not cell, cell=cell)
+        use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and not cell,
+        cell=cell,
+    )
 
 
 def root_node_counts(root_noisy_count: exact.Int, width: int) -> exact.Int:
@@ -538,21 +698,25 @@ def level_randomness(randomness, level, width: int) -> tuple[jax.Array, exact.In
 
 def assemble_tree(released: LevelRelease, point_slot: jax.Array, tau_r: int) -> tuple[SplitTree, Leaves]:
     """The released tree in heap layout and its leaves from the levels' releases (stacked by level)."""
+
     # Heap arrays: level l holds ids 2**l .. 2**(l+1) - 1 (the first 2**l padded slots);
     # level tau_r (line 14: maximal depth, every reached node is a leaf) comes from the
     # last level's children. Index 0 is padding.
     def heap(per_level_values, padding, last_level):
         parts = [jnp.asarray([padding], per_level_values.dtype)]
-        parts += [per_level_values[level, :2**level] for level in range(tau_r)]
+        parts += [per_level_values[level, : 2**level] for level in range(tau_r)]
         return jnp.concatenate(parts + [last_level.astype(per_level_values.dtype)])
 
     deepest_active = released.child_active[tau_r - 1]
     deepest_count = jnp.where(deepest_active, released.child_count[tau_r - 1], 0.0)
     no_split = jnp.zeros(2**tau_r)
-    tree = SplitTree(heap(released.noisy_count, 0.0, deepest_count),
-                     heap(released.reached, False, deepest_active),
-                     heap(released.is_split, False, no_split), heap(released.split_dim, -1, no_split - 1),
-                     heap(released.split_position, jnp.nan, no_split + jnp.nan))
+    tree = SplitTree(
+        heap(released.noisy_count, 0.0, deepest_count),
+        heap(released.reached, False, deepest_active),
+        heap(released.is_split, False, no_split),
+        heap(released.split_dim, -1, no_split - 1),
+        heap(released.split_position, jnp.nan, no_split + jnp.nan),
+    )
     return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), point_slot, tau_r)
 
 

@@ -102,8 +102,16 @@ def test_callers_array_is_not_modified(budget, key):
     np.testing.assert_array_equal(X, before)
 
 
-@pytest.mark.parametrize("X", [np.zeros((1, 1)), np.ones((1, 5)), np.full((50, 3), 2.0),
-                               np.zeros((7, 1), np.float16), np.arange(12, dtype=np.int64).reshape(6, 2)])
+@pytest.mark.parametrize(
+    "X",
+    [
+        np.zeros((1, 1)),
+        np.ones((1, 5)),
+        np.full((50, 3), 2.0),
+        np.zeros((7, 1), np.float16),
+        np.arange(12, dtype=np.int64).reshape(6, 2),
+    ],
+)
 def test_tiny_and_degenerate_inputs_give_valid_results(X, budget, key):
     res = _cluster(key, X, budget, (-10.0, 10.0))
     valid = np.asarray(res.valid)
@@ -118,8 +126,9 @@ def test_per_dimension_bounds(small_blobs, budget, key):
     valid = np.asarray(res.valid)
     centers = np.asarray(res.centers)[valid]
     assert np.all(centers >= lo - 1e-4) and np.all(centers <= hi + 1e-4)
-    np.testing.assert_allclose(np.asarray(res.split_interval_size) / (hi - lo),
-                               float(res.split_interval_size[0]) / 200.0, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(res.split_interval_size) / (hi - lo), float(res.split_interval_size[0]) / 200.0, rtol=1e-5
+    )
 
 
 BAD_INPUTS = [
@@ -146,8 +155,14 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("override, error, message", BAD_INPUTS)
 def test_bad_input_raises_before_any_work(override, error, message, budget):
-    args = dict(key=jax.random.key(0), X=np.zeros((4, 2)), budget=budget, bounds=(-1.0, 1.0),
-                config=SMALL_CONFIG, point_mask=None)
+    args = dict(
+        key=jax.random.key(0),
+        X=np.zeros((4, 2)),
+        budget=budget,
+        bounds=(-1.0, 1.0),
+        config=SMALL_CONFIG,
+        point_mask=None,
+    )
     args.update(override)
     with pytest.raises(error, match=message):
         dpm_jax.cluster(args.pop("key"), args.pop("X"), args.pop("budget"), **args)
@@ -162,8 +177,9 @@ def test_nan_in_a_jax_array_is_found_also_when_jit_closes_over_it(closed_over_by
     with pytest.raises(ValueError, match="row 4, column 1"):
         (jax.jit(run) if closed_over_by_jit else run)(jax.random.key(0))
     clean = jnp.zeros((6, 2), jnp.float32)
-    result = jax.jit(lambda key: dpm_jax.cluster(key, clean, budget, bounds=(-1.0, 1.0),
-                                                 config=SMALL_CONFIG))(jax.random.key(0))
+    result = jax.jit(lambda key: dpm_jax.cluster(key, clean, budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG))(
+        jax.random.key(0)
+    )
     assert int(result.k) >= 1
 
 
@@ -186,7 +202,8 @@ def test_quality_on_blobs_at_the_papers_signal_to_noise():
     data = synthetic_blobs(n=20_000, d=10, seed=42)
     budget = dpm_jax.Budget(5.0, 1.0 / (20_000 * math.sqrt(20_000)))
     results = jax.vmap(lambda k: dpm_jax.cluster(k, data.points, budget, bounds=data.bounds))(
-        jax.random.split(jax.random.key(0), 3))
+        jax.random.split(jax.random.key(0), 3)
+    )
     accuracy, silhouette = [], []
     for r in range(3):
         labels = nearest_center_labels(data.points, jax.tree.map(lambda a: a[r], results))
@@ -253,26 +270,37 @@ def _replayed_splits(key, points, result, config, allocation, offsets):
     max_splits = config.max_splits_per_dim
     num_splits = jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
     half_bins = histogram.half_bin_indices(jnp.asarray(points), beta, num_splits, max_splits)
-    bits = jax.random.bits(derive_key(key, "split"), (config.max_clusters, EM_TRIES, EM_DIGITS),
-                           dtype=jnp.uint32)
+    bits = jax.random.bits(derive_key(key, "split"), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32)
     coefficients = score_coefficients(config.t, config.q, config.alpha)
     members = _node_members(points, tree, 2 ** (config.tau_r + 1))
 
     @jax.jit
     def replay(node_bits, member_mask, count, epsilon, offset):
-        counts = histogram.level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), member_mask,
-                                           1, max_splits)
-        return tree_lib.select_splits(node_bits, dpm_jax.api._em_table(), counts,
-                                      exact.from_int32(count), jnp.ones(1, bool),
-                                      jnp.arange(max_splits) < num_splits, epsilon, offset, coefficients)
+        counts = histogram.level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), member_mask, 1, max_splits)
+        return tree_lib.select_splits(
+            node_bits,
+            dpm_jax.api._em_table(),
+            counts,
+            exact.from_int32(count),
+            jnp.ones(1, bool),
+            jnp.arange(max_splits) < num_splits,
+            epsilon,
+            offset,
+            coefficients,
+        )
 
     out = []
-    for node in np.nonzero(np.asarray(tree.reached)[:2**config.tau_r])[0]:
+    for node in np.nonzero(np.asarray(tree.reached)[: 2**config.tau_r])[0]:
         level = int(node).bit_length() - 1
         member_mask = np.zeros(len(points), bool)
         member_mask[members[node]] = True
-        dim, j = replay(bits[node:node + 1], member_mask, jnp.asarray([int(tree.noisy_count[node])], jnp.int32),
-                        allocation.split_epsilons[level], offsets[level])
+        dim, j = replay(
+            bits[node : node + 1],
+            member_mask,
+            jnp.asarray([int(tree.noisy_count[node])], jnp.int32),
+            allocation.split_epsilons[level],
+            offsets[level],
+        )
         released_j = round(float(tree.split_position[node]) / float(beta) - 0.5)
         out.append((int(node), (int(tree.split_dim[node]), released_j), (int(dim[0]), int(j[0]))))
     return out
@@ -294,7 +322,7 @@ def test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits(
     allocation = allocate(budget, config, 2)
     result = dpm_jax.cluster(key, points, budget, bounds=(0.0, 1.0), config=config)
     tree = result.tree
-    for node in np.nonzero(np.asarray(tree.reached)[:2**config.tau_r])[0]:
+    for node in np.nonzero(np.asarray(tree.reached)[: 2**config.tau_r])[0]:
         level = int(node).bit_length() - 1
         assert float(tree.noisy_count[node]) > allocation.count_offsets[level] > 0, node
     replayed = _replayed_splits(key, points, result, config, allocation, allocation.count_offsets)
@@ -317,9 +345,15 @@ def test_leaf_noise_is_rederived_from_the_average_stream(budget, key):
     allocation = allocate(budget, config, 2)
     plan = averaging.plan_averaging(allocation.average_epsilon, allocation.average_delta, 2)
     table = mechanisms.discrete_gaussian_table(plan.sigma)
-    noise = np.asarray(mechanisms.discrete_gaussian_noise(
-        derive_key(key, "average"), jnp.asarray(table.thresholds_high),
-        jnp.asarray(table.thresholds_low), table.support_min, (config.max_clusters, 2)))
+    noise = np.asarray(
+        mechanisms.discrete_gaussian_noise(
+            derive_key(key, "average"),
+            jnp.asarray(table.thresholds_high),
+            jnp.asarray(table.thresholds_low),
+            table.support_min,
+            (config.max_clusters, 2),
+        )
+    )
     codes = np.clip(np.round((points + 1.0) / 2.0 * 2**20), 0, 2**20).astype(np.int64) - 2**19
     floor_sum = np.floor_divide(codes.sum(axis=0), 2**plan.coarse_shift)
     slot = int(np.nonzero(np.asarray(res.valid))[0][0])

@@ -27,6 +27,5 @@ def test_looped_under_vmap_equals_the_calls_one_by_one():
     for row, idx in zip(np.asarray(batched), np.asarray(indices)):
         np.testing.assert_array_equal(row, 2.5 * np.bincount(idx, minlength=5))
     # nested vmap (e.g. over keys and over data sets) also loops
-    nested = jax.vmap(jax.vmap(function, in_axes=(0, None)), in_axes=(0, None))(
-        indices.reshape(2, 2, 30), weight)
+    nested = jax.vmap(jax.vmap(function, in_axes=(0, None)), in_axes=(0, None))(indices.reshape(2, 2, 30), weight)
     np.testing.assert_array_equal(nested.reshape(4, 5), batched)

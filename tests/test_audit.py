@@ -41,8 +41,9 @@ BOUNDS = (-1.0, 1.0)
 # Count-heavy configuration: 97% of epsilon on the counts, one split level, one
 # fixed interval size (8 candidates), every split applied (tau_e below any count),
 # so the released root and right-child counts carry almost the whole budget.
-COUNT_CONFIG = dpm_jax.DPMConfig(tau_r=1, tau_e=-1e6, sigma_step=0.25, num_sigmas=1,
-                                 epsilon_shares=(0.01, 0.97, 0.01, 0.01), split_grid="paper")
+COUNT_CONFIG = dpm_jax.DPMConfig(
+    tau_r=1, tau_e=-1e6, sigma_step=0.25, num_sigmas=1, epsilon_shares=(0.01, 0.97, 0.01, 0.01), split_grid="paper"
+)
 N_POINTS = 20
 
 
@@ -53,12 +54,14 @@ def count_audit() -> audit_lib.AuditResult:
     a, b = audit_lib.far_point_neighbours(np.full((N_POINTS, 1), -1.0), BOUNDS, masked=True)
     events = {
         "root >= n+1 and right >= 1": audit_lib.both(
-            audit_lib.noisy_count_at_least(1, N_POINTS + 1), audit_lib.noisy_count_at_least(3, 1)),
+            audit_lib.noisy_count_at_least(1, N_POINTS + 1), audit_lib.noisy_count_at_least(3, 1)
+        ),
         "k == 2": audit_lib.num_clusters_equals(2),
     }
     mechanism = audit_lib.cluster_mechanism(CLAIMED, BOUNDS, COUNT_CONFIG)
-    return audit_lib.audit(jax.random.key(0), mechanism, a, b, events, 20_000,
-                           delta=CLAIMED.delta, confidence=CONFIDENCE)
+    return audit_lib.audit(
+        jax.random.key(0), mechanism, a, b, events, 20_000, delta=CLAIMED.delta, confidence=CONFIDENCE
+    )
 
 
 # --------------------------------------------------------------------- statistics
@@ -96,8 +99,9 @@ def test_audit_counts_events_exactly():
     when num_runs is not a multiple of the batch size."""
     mechanism = lambda key, p: jax.random.uniform(key) < p
     events = {"one": lambda out: out, "zero": lambda out: ~out}
-    result = audit_lib.audit(jax.random.key(5), mechanism, jnp.float32(0.3), jnp.float32(0.6),
-                             events, 1001, batch_size=300)
+    result = audit_lib.audit(
+        jax.random.key(5), mechanism, jnp.float32(0.3), jnp.float32(0.6), events, 1001, batch_size=300
+    )
     key_a, key_b = jax.random.split(jax.random.key(5))
     keys_a = jax.random.split(key_a, 4 * 300)[:1001]
     direct = int(jnp.sum(jax.vmap(lambda k: mechanism(k, jnp.float32(0.3)))(keys_a)))
@@ -170,11 +174,18 @@ def split_step_audit() -> audit_lib.AuditResult:
     (correct) or 2 eps (the exponent doubled: Delta_f halved, or the factor 2 dropped)."""
     points = np.concatenate([np.full(66, 0.5), np.full(6, 1.0)]).astype(np.float32)[:, None]
     a, b = points, np.concatenate([points, np.zeros((1, 1), np.float32)])
-    mechanism = audit_lib.split_step_mechanism(72, CLAIMED.epsilon, 0.125,
-                                               dpm_jax.DPMConfig(alpha=0.01))
+    mechanism = audit_lib.split_step_mechanism(72, CLAIMED.epsilon, 0.125, dpm_jax.DPMConfig(alpha=0.01))
     events = {"a lower candidate": lambda out: out[1] < 4}
-    return audit_lib.audit(jax.random.key(2), mechanism, a, b, events, 100_000,
-                           delta=mechanisms.em_sampler_tv(8) * (1 + math.e), confidence=CONFIDENCE)
+    return audit_lib.audit(
+        jax.random.key(2),
+        mechanism,
+        a,
+        b,
+        events,
+        100_000,
+        delta=mechanisms.em_sampler_tv(8) * (1 + math.e),
+        confidence=CONFIDENCE,
+    )
 
 
 def test_split_step_audit_stays_below_the_claim():
@@ -203,11 +214,18 @@ def test_worst_case_scores_audit_of_the_exponential_mechanism(factor):
 
     def mechanism(key, scores):
         return mechanisms.exponential_mechanism(
-            key, table, exact.from_int32(scores[None, :]), jnp.ones((1, 2), bool), factor * epsilon,
-            sensitivity)[0]
+            key, table, exact.from_int32(scores[None, :]), jnp.ones((1, 2), bool), factor * epsilon, sensitivity
+        )[0]
 
-    result = audit_lib.audit(jax.random.key(3), mechanism, scores_a, scores_b,
-                             {"candidate 0": lambda c: c == 0}, 100_000, confidence=CONFIDENCE)
+    result = audit_lib.audit(
+        jax.random.key(3),
+        mechanism,
+        scores_a,
+        scores_b,
+        {"candidate 0": lambda c: c == 0},
+        100_000,
+        confidence=CONFIDENCE,
+    )
     if factor == 1.0:
         assert 0.7 < result.epsilon_lower_bound <= epsilon
     else:
@@ -220,6 +238,7 @@ def test_worst_case_scores_audit_of_the_exponential_mechanism(factor):
 # function cluster calls), >= 1,000 keys vmapped, at confidence 0.999; the planted
 # float32 variant of the same step must be caught by the same audit.
 
+
 def centre_audit(num_runs: int) -> audit_lib.AuditResult:
     """cluster (one leaf: tau_e above any count) on the float32-sum neighbours; events:
     the released centre above thresholds around the exact centres."""
@@ -227,12 +246,14 @@ def centre_audit(num_runs: int) -> audit_lib.AuditResult:
     a, b = audit_lib.float32_sum_neighbours()
     exact_centre = (16_383 + 40_000 * 0.3 * 2.0**-10) / (len(a[0]) - 1)
     # the centre's noise is ~1e-4 here; the float32 error moves it by ~8e-4
-    events = {f"centre > exact + {shift:g}": (lambda s: lambda result: result.centers[0, 0]
-                                              > exact_centre + s)(shift)
-              for shift in (-2e-4, 0.0, 2e-4, 4e-4, 8e-4)}
+    events = {
+        f"centre > exact + {shift:g}": (lambda s: lambda result: result.centers[0, 0] > exact_centre + s)(shift)
+        for shift in (-2e-4, 0.0, 2e-4, 4e-4, 8e-4)
+    }
     mechanism = audit_lib.cluster_mechanism(CLAIMED, (-1.0, 1.0), config)
-    return audit_lib.audit(jax.random.key(4), mechanism, a, b, events, num_runs,
-                           delta=CLAIMED.delta, confidence=CONFIDENCE, batch_size=256)
+    return audit_lib.audit(
+        jax.random.key(4), mechanism, a, b, events, num_runs, delta=CLAIMED.delta, confidence=CONFIDENCE, batch_size=256
+    )
 
 
 def test_float32_sum_construction_audit_stays_below_the_claim():
@@ -243,8 +264,9 @@ def test_float32_sum_construction_audit_stays_below_the_claim():
 def test_audit_catches_float32_leaf_sums():
     # Long because: the regression audit needs >= 1,000 vmapped keys of the full cluster (~13 s).
     def float32_leaf_sums(codes, point_mask, point_slot, num_slots):
-        sums = jax.ops.segment_sum(jnp.where(point_mask[:, None], codes.astype(jnp.float32), 0.0),
-                                   point_slot, num_segments=num_slots)
+        sums = jax.ops.segment_sum(
+            jnp.where(point_mask[:, None], codes.astype(jnp.float32), 0.0), point_slot, num_segments=num_slots
+        )
         high = jnp.floor(sums / 2.0**30)
         return exact.Int(((sums - high * 2.0**30).astype(jnp.int32), high.astype(jnp.int32)))
 
@@ -263,9 +285,16 @@ def count_addition_audit() -> audit_lib.AuditResult:
         return exact.to_float32(mechanisms.add_count_noise(count[None], noise))[0]
 
     events = {f"release <= 2**24 + {k}": (lambda k: lambda v: v <= 2.0**24 + k)(k) for k in (0, 1, 2, 3)}
-    return audit_lib.audit(jax.random.key(5), mechanism, jnp.int32(2**24 + 1), jnp.int32(2**24 + 2),
-                           events, 20_000, delta=mechanisms.count_sampler_tv(epsilon) * (1 + math.e),
-                           confidence=CONFIDENCE)
+    return audit_lib.audit(
+        jax.random.key(5),
+        mechanism,
+        jnp.int32(2**24 + 1),
+        jnp.int32(2**24 + 2),
+        events,
+        20_000,
+        delta=mechanisms.count_sampler_tv(epsilon) * (1 + math.e),
+        confidence=CONFIDENCE,
+    )
 
 
 def test_count_addition_audit_stays_below_the_claim():

@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from dpm_jax import exact
-from dpm_jax.averaging import (FIXED_POINT_BITS, blockwise_leaf_sums, fixed_point_codes, leaf_centers, leaf_sums,
-                               plan_averaging, release_leaf_sums)
+from dpm_jax.averaging import (
+    FIXED_POINT_BITS,
+    blockwise_leaf_sums,
+    fixed_point_codes,
+    leaf_centers,
+    leaf_sums,
+    plan_averaging,
+    release_leaf_sums,
+)
 from dpm_jax.mechanisms import cdp_delta, discrete_gaussian_table
 
 _leaf_sums = jax.jit(leaf_sums, static_argnums=3)
@@ -40,13 +47,16 @@ def unit_scale(points, lower, upper):
 
 def expected_codes(unit):
     """round(u 2**20) - 2**19 in exact integer arithmetic (u 2**20 is exact in float64)."""
-    return np.round(unit.astype(np.float64) * 2**FIXED_POINT_BITS).astype(np.int64) - 2**(FIXED_POINT_BITS - 1)
+    return np.round(unit.astype(np.float64) * 2**FIXED_POINT_BITS).astype(np.int64) - 2 ** (FIXED_POINT_BITS - 1)
 
 
-@pytest.mark.parametrize("lower, upper", [
-    (np.float32([0.0, 0.0]), np.float32([255.0, 255.0])),
-    (np.float32([-3.0, 0.0, 10.0]), np.float32([50.0, 255.0, 11.0])),
-])
+@pytest.mark.parametrize(
+    "lower, upper",
+    [
+        (np.float32([0.0, 0.0]), np.float32([255.0, 255.0])),
+        (np.float32([-3.0, 0.0, 10.0]), np.float32([50.0, 255.0, 11.0])),
+    ],
+)
 def test_leaf_sums_are_exact_sums_of_mid_shifted_codes(lower, upper):
     """Bounds not centred at 0: a sum of raw (or unshifted) points would differ."""
     rng = np.random.default_rng(0)
@@ -74,8 +84,9 @@ def test_leaf_sums_are_bit_identical_under_row_permutation():
     slot, mask = rng.integers(0, slots, n), rng.random(n) < 0.8
     first = _leaf_sums(jnp.asarray(codes, jnp.int32), jnp.asarray(mask), jnp.asarray(slot, jnp.int32), slots)
     order = rng.permutation(n)
-    second = _leaf_sums(jnp.asarray(codes[order], jnp.int32), jnp.asarray(mask[order]),
-                        jnp.asarray(slot[order], jnp.int32), slots)
+    second = _leaf_sums(
+        jnp.asarray(codes[order], jnp.int32), jnp.asarray(mask[order]), jnp.asarray(slot[order], jnp.int32), slots
+    )
     for a, b in zip(first.limbs, second.limbs):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -111,8 +122,9 @@ def test_released_floor_moves_by_at_most_the_sensitivity(d):
     s = plan.coarse_shift
     arrays = table_arrays(plan)
     rows = 400
-    totals = np.asarray([int(v) >> int(rng.integers(0, 40)) for v in rng.integers(-(2**50), 2**50, rows * d)],
-                        object).reshape(rows, d)
+    totals = np.asarray(
+        [int(v) >> int(rng.integers(0, 40)) for v in rng.integers(-(2**50), 2**50, rows * d)], object
+    ).reshape(rows, d)
     # worst residues: T = 2**s - 1 (mod 2**s), and negative T
     totals[:50] = totals[:50] - (totals[:50] % 2**s) + (2**s - 1)
     totals[50:60] = -(2**50) + 2**s - 1
@@ -123,8 +135,9 @@ def test_released_floor_moves_by_at_most_the_sensitivity(d):
     key = jax.random.key(d)
     zero = release_leaf_sums(key, make(np.zeros((rows, d), object)), arrays, plan)
     noise = value(zero)
-    released, released_neighbour = (value(release_leaf_sums(key, make(t), arrays, plan)) - noise
-                                    for t in (totals, totals + change))
+    released, released_neighbour = (
+        value(release_leaf_sums(key, make(t), arrays, plan)) - noise for t in (totals, totals + change)
+    )
     floor = np.vectorize(lambda v: v >> s, otypes=[object])
     assert released.tolist() == floor(totals).tolist()  # floor(T / 2**s), negatives included
     assert released_neighbour.tolist() == floor(totals + change).tolist()
@@ -170,9 +183,20 @@ def test_centres_equal_leaf_means_when_the_noise_is_tiny():
     mask = rng.random(n) < 0.95
     counts = np.asarray([np.sum(mask & (slot == s)) for s in range(slots)], np.float32)
     valid = np.asarray([True] * 4 + [False] * 2)
-    centers = np.asarray(leaf_centers(jax.random.key(0), jnp.asarray(points), jnp.asarray(mask),
-                                      jnp.asarray(slot, jnp.int32), jnp.asarray(counts), jnp.asarray(valid),
-                                      jnp.asarray(lower), jnp.asarray(upper), table_arrays(plan), plan))
+    centers = np.asarray(
+        leaf_centers(
+            jax.random.key(0),
+            jnp.asarray(points),
+            jnp.asarray(mask),
+            jnp.asarray(slot, jnp.int32),
+            jnp.asarray(counts),
+            jnp.asarray(valid),
+            jnp.asarray(lower),
+            jnp.asarray(upper),
+            table_arrays(plan),
+            plan,
+        )
+    )
     for s in range(4):
         expected = points[mask & (slot == s)].astype(np.float64).mean(0)
         np.testing.assert_allclose(centers[s], expected, atol=1e-3 * float((upper - lower).max()), rtol=0)
@@ -206,8 +230,18 @@ def test_noise_scale_over_many_keys():
     assert abs(np.mean(codes)) < 0.05 * scale  # unbiased: the mean's sd is 0.005 scale
 
     def centre(key):
-        return leaf_centers(key, jnp.zeros((n, d)), mask, jnp.zeros(n, jnp.int32), jnp.full(slots, count),
-                            jnp.ones(slots, bool), lower, upper, arrays, plan)
+        return leaf_centers(
+            key,
+            jnp.zeros((n, d)),
+            mask,
+            jnp.zeros(n, jnp.int32),
+            jnp.full(slots, count),
+            jnp.ones(slots, bool),
+            lower,
+            upper,
+            arrays,
+            plan,
+        )
 
     centres = np.asarray(jax.jit(jax.vmap(centre))(keys), np.float64)
     # centre = lower + (0.5 + (Q + 1/2) 2**s / 2**20 / n~) (upper - lower): no clipping at this n~
@@ -224,9 +258,18 @@ def test_centres_never_leave_the_bounds_in_float32():
     plan = plan_averaging(1.0, 1e-6, 1)
     table = plan.table
     n = 50  # every point at the upper bound, a released count of 1: the unit centre clips to 1
-    centres = leaf_centers(jax.random.key(0), jnp.broadcast_to(upper, (n, 1)), jnp.ones(n, bool),
-                           jnp.zeros(n, jnp.int32), jnp.asarray([1.0, 0.0]), jnp.asarray([True, False]), lower, upper,
-                           (jnp.asarray(table.thresholds_high), jnp.asarray(table.thresholds_low)), plan)
+    centres = leaf_centers(
+        jax.random.key(0),
+        jnp.broadcast_to(upper, (n, 1)),
+        jnp.ones(n, bool),
+        jnp.zeros(n, jnp.int32),
+        jnp.asarray([1.0, 0.0]),
+        jnp.asarray([True, False]),
+        lower,
+        upper,
+        (jnp.asarray(table.thresholds_high), jnp.asarray(table.thresholds_low)),
+        plan,
+    )
     assert float(centres[0, 0]) <= float(upper[0]) and float(centres[0, 0]) >= float(lower[0])
 
 

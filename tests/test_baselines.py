@@ -111,8 +111,9 @@ def _lloyd_steps(points, start, iterations):
     centers = np.array(start, np.float64)
     for _ in range(iterations):
         labels = np.argmin(((points[:, None, :] - centers[None]) ** 2).sum(-1), axis=1)
-        centers = np.array([points[labels == c].mean(axis=0) if np.any(labels == c) else centers[c]
-                            for c in range(len(centers))])
+        centers = np.array(
+            [points[labels == c].mean(axis=0) if np.any(labels == c) else centers[c] for c in range(len(centers))]
+        )
     return centers
 
 
@@ -124,8 +125,11 @@ def test_dp_lloyd_with_negligible_noise_is_lloyd_from_the_separated_start(blobs)
     expected = _lloyd_steps(blobs.points.astype(np.float64), start, 2)
     np.testing.assert_allclose(result.centers, expected, atol=1e-2)
     assert result.noisy_counts.shape == (2, 8) and np.any(result.noisy_counts[0] < 1)  # an empty cluster
-    np.testing.assert_allclose(result.noisy_counts[-1], np.bincount(np.asarray(
-        metrics.assign_to_centers(blobs.points, result.centers).labels), minlength=8), atol=0.5)
+    np.testing.assert_allclose(
+        result.noisy_counts[-1],
+        np.bincount(np.asarray(metrics.assign_to_centers(blobs.points, result.centers).labels), minlength=8),
+        atol=0.5,
+    )
 
 
 def test_dp_lloyd_noise_grows_with_the_bounds(blobs):
@@ -139,9 +143,12 @@ def test_dp_lloyd_noise_grows_with_the_bounds(blobs):
 
 def test_dp_lloyd_runs_under_jit_and_vmap(blobs):
     keys = jax.random.split(jax.random.key(9), 3)
-    run = jax.jit(jax.vmap(
-        lambda key, points: baselines.dp_lloyd(key, points, 8, 1.0, BOX, num_iterations=2).centers,
-        in_axes=(0, None)))
+    run = jax.jit(
+        jax.vmap(
+            lambda key, points: baselines.dp_lloyd(key, points, 8, 1.0, BOX, num_iterations=2).centers,
+            in_axes=(0, None),
+        )
+    )
     batched = np.asarray(run(keys, jnp.asarray(blobs.points)))
     eager = baselines.dp_lloyd(keys[1], blobs.points, 8, 1.0, BOX, num_iterations=2).centers
     np.testing.assert_allclose(batched[1], eager, rtol=1e-5, atol=1e-3)
@@ -156,8 +163,7 @@ def test_dp_lloyd_counts_are_true_counts_plus_the_exact_noise_of_their_key_path(
     lower, upper = jnp.full(5, BOX[0]), jnp.full(5, BOX[1])
     result = baselines.dp_lloyd(key, blobs.points, 8, 1.0, BOX, num_iterations=3)
     start = baselines.separated_uniform_centers(jax.random.fold_in(key, 0), 8, lower, upper)
-    true = np.bincount(np.asarray(metrics.assign_to_centers(jnp.clip(blobs.points, *BOX), start).labels),
-                       minlength=8)
+    true = np.bincount(np.asarray(metrics.assign_to_centers(jnp.clip(blobs.points, *BOX), start).labels), minlength=8)
     noise = np.asarray(exact.to_float32(count_noise_of_iterations(key, result.budget, 8)))
     np.testing.assert_array_equal(np.asarray(result.noisy_counts[0]), true + noise[0])
     assert np.any(noise != 0) and noise.shape == (3, 8)
@@ -179,8 +185,9 @@ def test_separated_uniform_centers_spread_inside_the_box():
 # ------------------------------------------------------------------ references
 def test_kmeans_references_rank_by_silhouette_and_find_k():
     data = synthetic_blobs(600, 2, num_blobs=3, std=1.0, box=BOX, seed=12)
-    refs = baselines.kmeans_references(jax.random.key(13), data.points, (2, 3), runs_per_k=2,
-                                       num_references=3, silhouette_sample_size=300)
+    refs = baselines.kmeans_references(
+        jax.random.key(13), data.points, (2, 3), runs_per_k=2, num_references=3, silhouette_sample_size=300
+    )
     assert refs.centers.shape == (3, 3, 2) and refs.valid.shape == (3, 3)
     assert np.all(np.diff(refs.silhouette) <= 0)
     assert refs.best_num_clusters == 3

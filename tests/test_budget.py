@@ -21,6 +21,7 @@ def ledger_of(budget, config, d=D):
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
     return allocation, build_ledger(allocation, config, d, averaging)
 
+
 CONFIGS = [
     DPMConfig(),
     DPMConfig(split_grid="paper"),
@@ -65,8 +66,7 @@ def test_shares_and_per_level_weights(config):
     # delta: 0.2 for the counts (the offsets, split evenly over the tau_r + 1 count
     # levels, plus every exact sampler's delta), 0.8 for the averaging.
     samplers = math.fsum(a.count_sampler_deltas + a.split_sampler_deltas + (a.interval_sampler_delta,))
-    assert math.isclose(math.fsum(a.count_deltas) + samplers, budget.delta * config.delta_shares[0],
-                        rel_tol=1e-12)
+    assert math.isclose(math.fsum(a.count_deltas) + samplers, budget.delta * config.delta_shares[0], rel_tol=1e-12)
     assert len(set(a.count_deltas)) <= 2  # equal parts (the last absorbs rounding)
     # the sampler deltas are the proven total-variation bounds times (1 + e^epsilon)
     for delta, e in zip(a.count_sampler_deltas, a.count_epsilons):
@@ -95,11 +95,19 @@ def test_heap_count_epsilons_follow_the_levels():
         assert per_node[node] == a.count_epsilons[node.bit_length() - 1]
 
 
-@pytest.mark.parametrize("epsilon, delta, error", [
-    (0.0, 1e-6, ValueError), (-1.0, 1e-6, ValueError), (1.0, 0.0, ValueError), (1.0, 1.0, ValueError),
-    (float("inf"), 1e-6, ValueError), (float("nan"), 1e-6, ValueError), ("1", 1e-6, TypeError),
-    (1.0, None, TypeError),
-])
+@pytest.mark.parametrize(
+    "epsilon, delta, error",
+    [
+        (0.0, 1e-6, ValueError),
+        (-1.0, 1e-6, ValueError),
+        (1.0, 0.0, ValueError),
+        (1.0, 1.0, ValueError),
+        (float("inf"), 1e-6, ValueError),
+        (float("nan"), 1e-6, ValueError),
+        ("1", 1e-6, TypeError),
+        (1.0, None, TypeError),
+    ],
+)
 def test_invalid_budget(epsilon, delta, error):
     with pytest.raises(error):
         Budget(epsilon, delta)
@@ -118,18 +126,25 @@ def test_ledger_table_and_dicts():
     assert rows[2]["sensitivity"] == split_sensitivity and rows[2]["sampler_epsilon"] == EM_EPSILON_MARGIN
     assert rows[1]["sensitivity"] == utility_sensitivity(D) / 2**10 == 2 * D  # Lemma 1, d' = D
     # key paths name the stream and the heap rows each line's noise is drawn from
-    assert [r["key_path"] for r in rows[:4]] == [["count", "heap[1]"], ["interval"], ["split", "heap[1]"],
-                                                  ["count", "heap[2:4]"]]
+    assert [r["key_path"] for r in rows[:4]] == [
+        ["count", "heap[1]"],
+        ["interval"],
+        ["split", "heap[1]"],
+        ["count", "heap[2:4]"],
+    ]
     assert isinstance(ledger, dpm_jax.Ledger)
 
 
-@pytest.mark.parametrize("budget, config, message", [
-    # per-level count epsilons near 45: e^epsilon times the sampler's deviation is not small
-    (Budget(1000.0, 1e-6), DPMConfig(tau_r=1), "degenerate budget"),
-    # split epsilons per level below the exact sampler's margin
-    (Budget(1e-5, 1e-6), DPMConfig(), "too small for the exact"),
-    (Budget(1.0, 1e-6), DPMConfig(max_splits_per_dim=128), "split candidates per node"),
-])
+@pytest.mark.parametrize(
+    "budget, config, message",
+    [
+        # per-level count epsilons near 45: e^epsilon times the sampler's deviation is not small
+        (Budget(1000.0, 1e-6), DPMConfig(tau_r=1), "degenerate budget"),
+        # split epsilons per level below the exact sampler's margin
+        (Budget(1e-5, 1e-6), DPMConfig(), "too small for the exact"),
+        (Budget(1.0, 1e-6), DPMConfig(max_splits_per_dim=128), "split candidates per node"),
+    ],
+)
 def test_degenerate_budgets_are_refused(budget, config, message):
     d = 4096 if "candidates" in message else D
     with pytest.raises(ValueError, match=message):
@@ -153,8 +168,7 @@ def test_the_noise_actually_added_has_the_ledgers_scales():
     points = rng.uniform(-1, 1, (n, d)).astype(np.float32)
     budget, config = Budget(1.0, 1e-6), DPMConfig(tau_r=1, tau_e=1e9)
     keys = jax.random.split(jax.random.key(9), 4000)
-    results = jax.jit(jax.vmap(lambda k: dpm_jax.cluster(k, points, budget, bounds=(-1.0, 1.0),
-                                                         config=config)))(keys)
+    results = jax.jit(jax.vmap(lambda k: dpm_jax.cluster(k, points, budget, bounds=(-1.0, 1.0), config=config)))(keys)
     ledger = results.ledger
     entries = {e.name: e for e in ledger}
     root_noise = np.asarray(results.tree.noisy_count[:, 1], np.float64) - n
@@ -163,8 +177,9 @@ def test_the_noise_actually_added_has_the_ledgers_scales():
     assert abs(root_noise.var() / (2 * r / (1 - r) ** 2) - 1) < 0.15
     slot = int(np.argmax(np.asarray(results.valid[0])))
     centres = np.asarray(results.centers[:, slot, 0], np.float64)
-    averaging = plan_averaging(allocate(budget, config, d).average_epsilon,
-                               allocate(budget, config, d).average_delta, d)
+    averaging = plan_averaging(
+        allocate(budget, config, d).average_epsilon, allocate(budget, config, d).average_delta, d
+    )
     leaf = entries["leaf_sums"]
     assert leaf.noise_scale == averaging.sigma
     expected_std = leaf.noise_scale * 2.0**averaging.coarse_shift / 2**20 * 2.0 / n  # range 2
@@ -176,8 +191,9 @@ def test_the_cell_grid_gives_the_interval_share_to_the_split_choices():
     paper = allocate(budget, DPMConfig(split_grid="paper"), D)
     cell, ledger = ledger_of(budget, DPMConfig(split_grid="cell"))
     assert cell.interval_epsilon == 0.0 and cell.interval_sampler_delta == 0.0
-    assert math.isclose(math.fsum(cell.split_epsilons), math.fsum(paper.split_epsilons) + paper.interval_epsilon,
-                        rel_tol=1e-12)
+    assert math.isclose(
+        math.fsum(cell.split_epsilons), math.fsum(paper.split_epsilons) + paper.interval_epsilon, rel_tol=1e-12
+    )
     assert cell.count_epsilons == paper.count_epsilons
     assert math.isclose(cell.average_epsilon, paper.average_epsilon, rel_tol=1e-12)
     assert not any(entry.name == "interval_size" for entry in ledger)

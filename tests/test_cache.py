@@ -30,8 +30,11 @@ RUN = textwrap.dedent("""
 
 
 def _run(code: str, **env_changes) -> list[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in (cache.OPT_OUT_VARIABLE, cache.DIRECTORY_VARIABLE, "JAX_COMPILATION_CACHE_DIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in (cache.OPT_OUT_VARIABLE, cache.DIRECTORY_VARIABLE, "JAX_COMPILATION_CACHE_DIR")
+    }
     env.update(env_changes)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,23 +53,28 @@ def test_second_process_loads_the_compiled_program_and_gets_the_same_release(tmp
 
 
 def test_opt_out_variable_leaves_the_cache_off(tmp_path):
-    out = _run("import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())",
-               DPM_JAX_NO_COMPILATION_CACHE="1", DPM_JAX_CACHE_DIR=str(tmp_path / "never"))
+    out = _run(
+        "import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())",
+        DPM_JAX_NO_COMPILATION_CACHE="1",
+        DPM_JAX_CACHE_DIR=str(tmp_path / "never"),
+    )
     assert out == ["None"] and not (tmp_path / "never").exists()
 
 
 def test_a_cache_configured_for_jax_is_kept(tmp_path):
     theirs = str(tmp_path / "theirs")
-    out = _run("import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())",
-               JAX_COMPILATION_CACHE_DIR=theirs, DPM_JAX_CACHE_DIR=str(tmp_path / "ours"))
+    out = _run(
+        "import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())",
+        JAX_COMPILATION_CACHE_DIR=theirs,
+        DPM_JAX_CACHE_DIR=str(tmp_path / "ours"),
+    )
     assert out == [theirs] and not (tmp_path / "ours").exists()
 
 
 def test_an_unwritable_cache_directory_leaves_the_cache_off(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    out = _run("import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())",
-               DPM_JAX_CACHE_DIR=str(blocker / "xla"))
+    out = _run("import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())", DPM_JAX_CACHE_DIR=str(blocker / "xla"))
     assert out == ["None"]
 
 

@@ -26,8 +26,18 @@ from dpm_jax.eval.datasets import synthetic_blobs
 EPSILON, DELTA, TAU_R = 10.0, 1e-6, 2
 BOUNDS = (-10.0, 10.0)
 DATA = synthetic_blobs(256, 3, num_blobs=3, box=(-8.0, 8.0), std=0.5, seed=3)
-ARGS = ["--epsilon", str(EPSILON), "--delta", str(DELTA), "--bounds", *map(str, BOUNDS),
-        "--tau-r", str(TAU_R), "--seed", "7"]
+ARGS = [
+    "--epsilon",
+    str(EPSILON),
+    "--delta",
+    str(DELTA),
+    "--bounds",
+    *map(str, BOUNDS),
+    "--tau-r",
+    str(TAU_R),
+    "--seed",
+    "7",
+]
 
 
 def write_csv(path, values, header=None):
@@ -49,8 +59,7 @@ def run(capsys, argv):
 def test_cluster_writes_a_consistent_release(tmp_path, capsys):
     source = write_csv(tmp_path / "data.csv", DATA.points, header=["a", "b", "c"])
     out, centers_csv = tmp_path / "release.json", tmp_path / "centers.csv"
-    status, stdout, stderr = run(capsys, ["cluster", source, *ARGS, "--out", out,
-                                          "--centers-csv", centers_csv])
+    status, stdout, stderr = run(capsys, ["cluster", source, *ARGS, "--out", out, "--centers-csv", centers_csv])
     assert status == 0 and stdout == ""
     assert "k=" in stderr[-1] and "Traceback" not in "\n".join(stderr)
 
@@ -84,16 +93,19 @@ def test_cluster_writes_a_consistent_release(tmp_path, capsys):
     np.testing.assert_array_equal(np.loadtxt(lines[1:], delimiter=","), np.array(release["centers"]))
 
     # The seed reproduces the functional API.
-    result = dpm_jax.cluster(jax.random.key(7), DATA.points, dpm_jax.Budget(EPSILON, DELTA), BOUNDS,
-                             config=dpm_jax.DPMConfig(tau_r=TAU_R))
-    np.testing.assert_allclose(release["centers"], np.asarray(result.centers)[np.asarray(result.valid)],
-                               rtol=1e-6)
+    result = dpm_jax.cluster(
+        jax.random.key(7), DATA.points, dpm_jax.Budget(EPSILON, DELTA), BOUNDS, config=dpm_jax.DPMConfig(tau_r=TAU_R)
+    )
+    np.testing.assert_allclose(release["centers"], np.asarray(result.centers)[np.asarray(result.valid)], rtol=1e-6)
 
 
 def test_formats_agree(tmp_path, capsys):
     np.save(tmp_path / "data.npy", DATA.points)
-    sources = [tmp_path / "data.npy", write_csv(tmp_path / "plain.csv", DATA.points),
-               write_csv(tmp_path / "named.csv", DATA.points, header=["a", "b", "c"])]
+    sources = [
+        tmp_path / "data.npy",
+        write_csv(tmp_path / "plain.csv", DATA.points),
+        write_csv(tmp_path / "named.csv", DATA.points, header=["a", "b", "c"]),
+    ]
     releases = []
     for source in sources:
         status, stdout, _ = run(capsys, ["cluster", source, *ARGS])
@@ -109,8 +121,16 @@ def test_parquet(tmp_path):
     import pyarrow.parquet as parquet
 
     path = tmp_path / "data.parquet"
-    parquet.write_table(pyarrow.table({"a": DATA.points[:, 0], "b": DATA.points[:, 1].astype(np.float64),
-                                       "c": np.round(DATA.points[:, 2]).astype(np.int64)}), path)
+    parquet.write_table(
+        pyarrow.table(
+            {
+                "a": DATA.points[:, 0],
+                "b": DATA.points[:, 1].astype(np.float64),
+                "c": np.round(DATA.points[:, 2]).astype(np.int64),
+            }
+        ),
+        path,
+    )
     points = read_points(str(path))
     assert points.columns == ("a", "b", "c")
     np.testing.assert_allclose(points.values[:, :2], DATA.points[:, :2])
@@ -132,8 +152,11 @@ def test_stream_reads_parquet_row_groups_and_npy_and_gives_the_in_memory_release
     npy_path = tmp_path / "data.npy"
     np.save(npy_path, DATA.points)
     releases = []
-    for argv in (["cluster", parquet_path, *ARGS], ["cluster", parquet_path, *ARGS, "--stream", "--chunk-rows", "64"],
-                 ["cluster", npy_path, *ARGS, "--stream"]):
+    for argv in (
+        ["cluster", parquet_path, *ARGS],
+        ["cluster", parquet_path, *ARGS, "--stream", "--chunk-rows", "64"],
+        ["cluster", npy_path, *ARGS, "--stream"],
+    ):
         status, stdout, stderr = run(capsys, argv)
         assert status == 0, stderr
         releases.append(json.loads(stdout))
@@ -168,9 +191,15 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, capsys, monkeypatch)
 
 def make_input_files(folder):
     """The input files of the bad-input cases, by name."""
-    files = {"good": write_csv(folder / "good.csv", DATA.points[:10]),
-             "missing": folder / "nope.csv", "text": folder / "text.csv", "nan": folder / "nan.csv",
-             "empty": folder / "empty.csv", "flat": folder / "flat.npy", "txt": folder / "data.txt"}
+    files = {
+        "good": write_csv(folder / "good.csv", DATA.points[:10]),
+        "missing": folder / "nope.csv",
+        "text": folder / "text.csv",
+        "nan": folder / "nan.csv",
+        "empty": folder / "empty.csv",
+        "flat": folder / "flat.npy",
+        "txt": folder / "data.txt",
+    }
     files["text"].write_text("a,b\n1.0,2.0\n3.0,hello\n")
     files["nan"].write_text("1.0,2.0\nnan,4.0\n")
     files["empty"].write_text("")
@@ -203,8 +232,9 @@ def test_bad_input_fails_with_one_line_and_no_output(tmp_path, capsys, name):
     out = tmp_path / "out" / "release.json"
     out.parent.mkdir()
     before = sorted(os.listdir(tmp_path))
-    status, stdout, stderr = run(capsys, ["cluster", source, *options, "--out", out,
-                                          "--centers-csv", out.with_suffix(".csv")])
+    status, stdout, stderr = run(
+        capsys, ["cluster", source, *options, "--out", out, "--centers-csv", out.with_suffix(".csv")]
+    )
     assert status != 0
     assert len(stderr) == 1 and stderr[0].startswith("dpm-jax: error: "), stderr
     assert fragment in stderr[0], stderr
@@ -225,8 +255,26 @@ def test_missing_output_folder_fails_before_clustering(tmp_path, capsys):
 
 
 def test_demo_prints_k_accuracy_and_ledger(capsys):
-    status, stdout, stderr = run(capsys, ["demo", "--n", 256, "--d", 3, "--blobs", 3, "--seed", 3,
-                                          "--epsilon", EPSILON, "--delta", DELTA, "--tau-r", TAU_R])
+    status, stdout, stderr = run(
+        capsys,
+        [
+            "demo",
+            "--n",
+            256,
+            "--d",
+            3,
+            "--blobs",
+            3,
+            "--seed",
+            3,
+            "--epsilon",
+            EPSILON,
+            "--delta",
+            DELTA,
+            "--tau-r",
+            TAU_R,
+        ],
+    )
     assert status == 0
     assert "clusters found: k=" in stdout and "accuracy" in stdout
     accuracy = float(stdout.split("accuracy (majority label of the nearest DP centre): ")[1].split()[0])
@@ -256,7 +304,8 @@ def test_config_options_are_dpm_config_fields():
     assert config_from_args(args) == dpm_jax.DPMConfig(tau_r=3, alpha=2.5)
     assert config_from_args(build_parser().parse_args(["demo", "--tau-r", "auto"])) == dpm_jax.DPMConfig(tau_r="auto")
     assert config_from_args(build_parser().parse_args(["demo", "--split-grid", "paper"])) == dpm_jax.DPMConfig(
-        split_grid="paper")
+        split_grid="paper"
+    )
     assert config_from_args(build_parser().parse_args(["demo", "--lattice-step", "1"])).lattice_step == 1.0
 
 
@@ -273,18 +322,37 @@ def test_cluster_with_an_automatic_depth_lists_the_depth_count_first(tmp_path, c
 
 def test_python_dash_m_runs_the_cli(tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "dpm_jax", "cluster", str(tmp_path / "missing.npy"), "--epsilon", "1",
-         "--delta", "1e-6", "--bounds", "0", "1"], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "dpm_jax",
+            "cluster",
+            str(tmp_path / "missing.npy"),
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-6",
+            "--bounds",
+            "0",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert completed.returncode == 1
     assert completed.stderr.strip().count("\n") == 0 and "not found" in completed.stderr
 
 
 def test_plan_prints_the_report_from_public_numbers(capsys):
-    status, stdout, stderr = run(capsys, ["plan", "--n", 20_000, "--d", 10, "--epsilon", 1, "--delta", 1e-6,
-                                          "--tau-r", 5])
+    status, stdout, stderr = run(
+        capsys, ["plan", "--n", 20_000, "--d", 10, "--epsilon", 1, "--delta", 1e-6, "--tau-r", 5]
+    )
     assert status == 0 and stderr == []
-    assert stdout == str(dpm_jax.diagnostics.plan(20_000, 10, dpm_jax.Budget(1.0, 1e-6),
-                                                  dpm_jax.DPMConfig(tau_r=5))) + "\n"
+    assert (
+        stdout
+        == str(dpm_jax.diagnostics.plan(20_000, 10, dpm_jax.Budget(1.0, 1e-6), dpm_jax.DPMConfig(tau_r=5))) + "\n"
+    )
     status, stdout, stderr = run(capsys, ["plan", "--n", 0, "--d", 10, "--epsilon", 1, "--delta", 1e-6])
     assert status == 1 and stdout == "" and len(stderr) == 1 and "n must be a positive" in stderr[0]
 

@@ -26,25 +26,28 @@ def test_defaults_are_the_papers():
     assert DPMConfig(split_grid="paper").candidates_per_dim == 128
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(t=0.1, q=0.1), "t >= 2q"),
-    (dict(q=0.5), "q must satisfy"),
-    (dict(q=0.0), "q must satisfy"),
-    (dict(alpha=0.0), "alpha must be > 0"),
-    (dict(alpha=-1.0), "alpha must be > 0"),
-    (dict(tau_r=0), "tau_r must be >= 1"),
-    (dict(epsilon_shares=(0.1, 0.2, 0.3, 0.3)), "epsilon_shares must sum to 1"),
-    (dict(delta_shares=(0.5, 0.6)), "delta_shares must sum to 1"),
-    (dict(epsilon_shares=(0.5, 0.5, 0.0, 0.0)), "positive"),
-    (dict(percentile=100.0), "percentile"),
-    (dict(sigma_step=0.0), "sigma_step"),
-    (dict(num_sigmas=0), "num_sigmas"),
-    (dict(interval_max_dims=0), "interval_max_dims"),
-    (dict(max_splits_per_dim=0), "max_splits_per_dim"),
-    (dict(split_grid="global"), "split_grid must be one of"),
-    (dict(lattice_step=0.0), "lattice_step must be None or a positive"),
-    (dict(lattice_step=1.0, split_grid="paper"), "lattice_step needs split_grid='cell'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(t=0.1, q=0.1), "t >= 2q"),
+        (dict(q=0.5), "q must satisfy"),
+        (dict(q=0.0), "q must satisfy"),
+        (dict(alpha=0.0), "alpha must be > 0"),
+        (dict(alpha=-1.0), "alpha must be > 0"),
+        (dict(tau_r=0), "tau_r must be >= 1"),
+        (dict(epsilon_shares=(0.1, 0.2, 0.3, 0.3)), "epsilon_shares must sum to 1"),
+        (dict(delta_shares=(0.5, 0.6)), "delta_shares must sum to 1"),
+        (dict(epsilon_shares=(0.5, 0.5, 0.0, 0.0)), "positive"),
+        (dict(percentile=100.0), "percentile"),
+        (dict(sigma_step=0.0), "sigma_step"),
+        (dict(num_sigmas=0), "num_sigmas"),
+        (dict(interval_max_dims=0), "interval_max_dims"),
+        (dict(max_splits_per_dim=0), "max_splits_per_dim"),
+        (dict(split_grid="global"), "split_grid must be one of"),
+        (dict(lattice_step=0.0), "lattice_step must be None or a positive"),
+        (dict(lattice_step=1.0, split_grid="paper"), "lattice_step needs split_grid='cell'"),
+    ],
+)
 def test_invalid_values_raise_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DPMConfig(**kwargs)

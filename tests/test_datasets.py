@@ -66,8 +66,15 @@ def test_synthetic_blobs_numpy_recipe():
 
 
 # ------------------------------------------------------------------ structure zoo
-ZOO_SHAPES = {"zoo-grid": (2, 100), "zoo-sine": (2, 100), "zoo-unbalanced": (2, 8), "zoo-elongated": (2, 9),
-              "zoo-two-64d": (64, 2), "zoo-one-gaussian": (2, 1), "zoo-uniform": (2, 1)}
+ZOO_SHAPES = {
+    "zoo-grid": (2, 100),
+    "zoo-sine": (2, 100),
+    "zoo-unbalanced": (2, 8),
+    "zoo-elongated": (2, 9),
+    "zoo-two-64d": (64, 2),
+    "zoo-one-gaussian": (2, 1),
+    "zoo-uniform": (2, 1),
+}
 
 
 def _zoo(name, n=5_000, seed=0):
@@ -127,8 +134,9 @@ def test_grid_is_ten_by_ten_separated_clusters_tiling_the_domain():
     # its (up to) four neighbours, expected 4 * 0.00135 = 0.54% of the points.
     assert np.mean(_nearest_center_labels(data) == data.labels) > 0.99
     inner = data.points[np.isin(data.labels, [44, 45, 54, 55])]  # clusters far from the truncating edges
-    assert np.std(inner - data.centers[data.labels[np.isin(data.labels, [44, 45, 54, 55])]]) == \
-        pytest.approx(1e5 / 6, rel=0.05)
+    assert np.std(inner - data.centers[data.labels[np.isin(data.labels, [44, 45, 54, 55])]]) == pytest.approx(
+        1e5 / 6, rel=0.05
+    )
 
 
 def test_sine_centres_follow_one_period_and_stay_six_standard_deviations_apart():
@@ -146,8 +154,9 @@ def test_sine_centres_follow_one_period_and_stay_six_standard_deviations_apart()
 def test_unbalanced_sizes_alternate_ten_to_one_and_small_clusters_are_separated():
     data = _zoo("zoo-unbalanced", n=44_000)
     np.testing.assert_array_equal(np.bincount(data.labels), np.tile([10_000, 1_000], 4))
-    assert np.bincount(datasets.unbalanced_clusters(5_000).labels).max() / \
-        np.bincount(datasets.unbalanced_clusters(5_000).labels).min() == pytest.approx(10, rel=0.01)
+    assert np.bincount(datasets.unbalanced_clusters(5_000).labels).max() / np.bincount(
+        datasets.unbalanced_clusters(5_000).labels
+    ).min() == pytest.approx(10, rel=0.01)
     pairwise = np.linalg.norm(data.centers[:, None] - data.centers[None], axis=2)
     assert pairwise[~np.eye(8, dtype=bool)].min() >= 40
     assert np.mean(_nearest_center_labels(data) == data.labels) > 0.999

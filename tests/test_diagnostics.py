@@ -42,8 +42,9 @@ def test_signal_shrinks_with_depth_and_grows_with_n_and_epsilon():
     assert small.useful_depth < small.config.tau_r <= large.useful_depth
     # near random means: even the largest score gap cannot beat the other candidates
     for level in small.levels:
-        assert level.near_random == (level.exponent_scale * (small.config.t + small.config.alpha)
-                                     < math.log(small.candidates))
+        assert level.near_random == (
+            level.exponent_scale * (small.config.t + small.config.alpha) < math.log(small.candidates)
+        )
 
 
 def test_report_names_the_levels_and_recommends_a_depth():
@@ -73,9 +74,18 @@ def _plan(n=100_000, epsilon=1.0, d=10, **config):
     return diagnostics.plan(n, d, dpm_jax.Budget(epsilon, n**-1.5), dpm_jax.DPMConfig(**config))
 
 
-@pytest.mark.parametrize("alpha, depth, grid", [(1.0, 6, "paper"), (2.0, 6, "paper"), (5.0, 0, "paper"),
-                                               (10.0, 0, "paper"), (5.0, 6, "cell"), (10.0, 5, "cell"),
-                                               (20.0, 0, "cell")])
+@pytest.mark.parametrize(
+    "alpha, depth, grid",
+    [
+        (1.0, 6, "paper"),
+        (2.0, 6, "paper"),
+        (5.0, 0, "paper"),
+        (10.0, 0, "paper"),
+        (5.0, 6, "cell"),
+        (10.0, 5, "cell"),
+        (20.0, 0, "cell"),
+    ],
+)
 def test_one_gaussian_halting_depth(alpha, depth, grid):
     """Equation 21 with fresh dimensions. Paper's grid (beta = sigma / 2): 2**6 leaves at alpha 1 and 2, the
     root halts from alpha ~4.99 on. Cell grid, sd 5 % of the range: beta = range / 128 is narrower, the central
@@ -120,8 +130,10 @@ def test_alpha_window_is_where_the_separator_wins_by_the_margin():
     threshold = plan.root_threshold
     for alpha in np.linspace(0.1, 2 * window.high if math.isfinite(window.high) else 50, 400):
         separator = 1.0 + alpha * (1 - xi)
-        wins = (separator >= threshold + alpha + window.margin - 1e-9
-                and separator >= 1 + alpha * inside + window.margin - 1e-9)
+        wins = (
+            separator >= threshold + alpha + window.margin - 1e-9
+            and separator >= 1 + alpha * inside + window.margin - 1e-9
+        )
         assert wins == (alpha in window), alpha
     assert _plan(n=2_000).alpha_window(xi).empty  # too little signal: no alpha separates with the margin
     plain = _plan(n=2_000).alpha_window(xi, margin=0.0)  # the paper's score comparison alone
@@ -157,11 +169,13 @@ def test_warns_exactly_when_two_clusters_cannot_be_separated():
     epsilon = diagnostics.plan(2_000, 2, budget).min_n_epsilon(2) / 2_000
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not diagnostics.warn_if_insufficient(2_000, 2, dpm_jax.Budget(epsilon * 1.01, 1e-6),
-                                                    dpm_jax.DPMConfig(), "the declared size n")
+        assert not diagnostics.warn_if_insufficient(
+            2_000, 2, dpm_jax.Budget(epsilon * 1.01, 1e-6), dpm_jax.DPMConfig(), "the declared size n"
+        )
     with pytest.warns(diagnostics.InsufficientBudgetWarning):
-        diagnostics.warn_if_insufficient(2_000, 2, dpm_jax.Budget(epsilon * 0.99, 1e-6), dpm_jax.DPMConfig(),
-                                         "the declared size n")
+        diagnostics.warn_if_insufficient(
+            2_000, 2, dpm_jax.Budget(epsilon * 0.99, 1e-6), dpm_jax.DPMConfig(), "the declared size n"
+        )
 
 
 def test_the_cell_grids_halting_needs_a_public_spread():

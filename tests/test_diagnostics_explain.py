@@ -39,8 +39,7 @@ def test_every_leaf_has_its_reason(run):
         assert (node.reason is None) == (not node.is_leaf)
         assert (node.reason == DEPTH_LIMIT) == (node.is_leaf and node.level == CONFIG.tau_r)
         assert (node.exponent_scale is None) == (node.level == CONFIG.tau_r)
-    assert {leaf.reason for leaf in leaves} <= {DEPTH_LIMIT, EMPTY_CHILD,
-                                                 STOPPING_RULE}
+    assert {leaf.reason for leaf in leaves} <= {DEPTH_LIMIT, EMPTY_CHILD, STOPPING_RULE}
     assert "leaves:" in str(report)
 
 
@@ -65,14 +64,17 @@ def test_numbers_agree_with_a_recomputation_from_the_ledger(run):
     report = explain(result, CONFIG)
     allocation = allocate(BUDGET, CONFIG, 3)
     assert report.split_epsilons == allocation.split_epsilons
-    assert report.count_offsets == allocation.count_offsets[:CONFIG.tau_r]
+    assert report.count_offsets == allocation.count_offsets[: CONFIG.tau_r]
     slope = CONFIG.t / CONFIG.q + CONFIG.alpha
     tree = result.tree
     for node in report.nodes:
         assert node.noisy_count == float(tree.noisy_count[node.node])
         if node.exponent_scale is not None:
-            expected = (allocation.split_epsilons[node.level]
-                        * max(node.noisy_count - allocation.count_offsets[node.level], 1.0) / (2 * slope))
+            expected = (
+                allocation.split_epsilons[node.level]
+                * max(node.noisy_count - allocation.count_offsets[node.level], 1.0)
+                / (2 * slope)
+            )
             assert math.isclose(node.exponent_scale, expected, rel_tol=1e-12)
     assert report.tau_e == float(tree.noisy_count[1]) / 2**CONFIG.tau_r
 
@@ -88,8 +90,9 @@ def test_works_on_the_release_alone(run):
 
 def test_a_starved_budget_is_reported(run):
     data, _ = run
-    starved = dpm_jax.cluster(jax.random.key(0), data.points[:500], dpm_jax.Budget(0.5, 1e-6),
-                              bounds=data.bounds, config=CONFIG)
+    starved = dpm_jax.cluster(
+        jax.random.key(0), data.points[:500], dpm_jax.Budget(0.5, 1e-6), bounds=data.bounds, config=CONFIG
+    )
     report = explain(starved, CONFIG)
     assert report.max_reliable_k == 1 and report.budget_limited and "warning" in str(report)
 
@@ -106,14 +109,18 @@ def test_wrong_config_and_batches_are_rejected(run):
 def test_an_automatic_depth_is_read_from_the_result(run):
     """tau_r='auto': the depth comes from the tree, the run's budget is the ledger without the depth count."""
     data, _ = run
-    auto = dpm_jax.cluster(jax.random.key(3), data.points, BUDGET, bounds=data.bounds,
-                           config=dpm_jax.DPMConfig(tau_r="auto"))  # and the default cell grid
+    auto = dpm_jax.cluster(
+        jax.random.key(3), data.points, BUDGET, bounds=data.bounds, config=dpm_jax.DPMConfig(tau_r="auto")
+    )  # and the default cell grid
     report = explain(auto, dpm_jax.DPMConfig(tau_r="auto"))
     # the cell grid draws inside the node's cell: no split is outside the box
     assert {leaf.reason for leaf in report.leaves} <= {STOPPING_RULE, DEPTH_LIMIT}
     depth = int(math.log2(auto.tree.noisy_count.shape[0])) - 1
     assert len(report.split_epsilons) == depth and max(node.level for node in report.nodes) <= depth
     remaining = [entry for entry in auto.ledger if entry.name != "depth"]
-    allocation = allocate(dpm_jax.Budget(math.fsum(e.epsilon for e in remaining),
-                                         math.fsum(e.delta for e in remaining)), dpm_jax.DPMConfig(tau_r=depth), 3)
+    allocation = allocate(
+        dpm_jax.Budget(math.fsum(e.epsilon for e in remaining), math.fsum(e.delta for e in remaining)),
+        dpm_jax.DPMConfig(tau_r=depth),
+        3,
+    )
     assert report.count_offsets == allocation.count_offsets[:depth]

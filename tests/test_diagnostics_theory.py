@@ -34,8 +34,11 @@ def test_equation_21_margins():
     e0 = theory.central_emptiness(0)
     edge = (1 - threshold) / (1 - e0)
     assert 4.98 < edge < 4.99
-    assert theory.halting_margin(0, edge * 1.001, threshold, e0) > 0 > theory.halting_margin(0, edge * 0.999,
-                                                                                             threshold, e0)
+    assert (
+        theory.halting_margin(0, edge * 1.001, threshold, e0)
+        > 0
+        > theory.halting_margin(0, edge * 0.999, threshold, e0)
+    )
     # Figure 3 (m = 0): the lower bound (1 + (e_c(i) - 1) alpha) / 2**i on t_tau is negative for alpha = 5
     # from level 1 on, and positive at every level for alpha = 1.
     table = theory.central_emptiness_table(7)
@@ -63,8 +66,14 @@ def _generated_node(rng, grid=32):
 
 def _summary(c, e, threshold, t):
     halting, inner = c <= threshold, (c >= t) & (c > threshold)
-    return theory.NodeSummary(int(halting.sum()), int((~halting & ~inner).sum()), int(inner.sum()), threshold,
-                              float(e.min()), float(e[inner].max()) if inner.any() else 0.0)
+    return theory.NodeSummary(
+        int(halting.sum()),
+        int((~halting & ~inner).sum()),
+        int(inner.sum()),
+        threshold,
+        float(e.min()),
+        float(e[inner].max()) if inner.any() else 0.0,
+    )
 
 
 def test_lemma_bounds_bracket_the_exact_softmax_on_1000_generated_nodes():

@@ -75,9 +75,11 @@ def test_add_subtract_negate_on_int32_extremes():
     rng = np.random.default_rng(1)
     x, y = random_int32(rng, 600), random_int32(rng, 600)[::-1].copy()
     a, b = exact.from_int32(jnp.asarray(x, jnp.int32)), exact.from_int32(jnp.asarray(y, jnp.int32))
-    for got, expected in ((exact.add(a, b), x.astype(object) + y.astype(object)),
-                          (exact.subtract(a, b), x.astype(object) - y.astype(object)),
-                          (exact.negate(a), -x.astype(object))):
+    for got, expected in (
+        (exact.add(a, b), x.astype(object) + y.astype(object)),
+        (exact.subtract(a, b), x.astype(object) - y.astype(object)),
+        (exact.negate(a), -x.astype(object)),
+    ):
         assert_canonical(got)
         assert list(value(got)) == list(expected)
 
@@ -171,8 +173,18 @@ def test_to_float32_correctly_rounded_below_2_31():
     rng = np.random.default_rng(10)
     x = random_int32(rng, 2000).astype(object)
     # ties and near-ties above 2**24 (round half to even)
-    x[10:20] = [2**24 + 1, 2**24 + 3, 2**25 + 2, 2**25 + 6, -(2**24) - 1, 2**30 + 64, 2**30 + 192,
-                2**31 - 64, 2**31 - 65, -(2**31) + 64]
+    x[10:20] = [
+        2**24 + 1,
+        2**24 + 3,
+        2**25 + 2,
+        2**25 + 6,
+        -(2**24) - 1,
+        2**30 + 64,
+        2**30 + 192,
+        2**31 - 64,
+        2**31 - 65,
+        -(2**31) + 64,
+    ]
     expected = np.asarray([np.float32(float(v)) for v in x])
     got = np.asarray(exact.to_float32(make(x)))
     np.testing.assert_array_equal(got, expected)
@@ -284,12 +296,15 @@ class ExactUnderJitAndEager(chex.TestCase):
 
         @self.variant
         def chain(a, b, magnitude, shift):
-            return (exact.add(a, exact.negate(b)), exact.shift_right(magnitude, shift),
-                    exact.maximum(a, axis=-1), exact.mul_small(exact.from_int32(b.limbs[0]), 12345))
+            return (
+                exact.add(a, exact.negate(b)),
+                exact.shift_right(magnitude, shift),
+                exact.maximum(a, axis=-1),
+                exact.mul_small(exact.from_int32(b.limbs[0]), 12345),
+            )
 
         magnitude = np.abs(x - y) >> 2  # below 2**58: two limbs
-        total, shifted, largest, product = chain(make(x), make(y), make(magnitude),
-                                                 jnp.asarray(shifts, jnp.int32))
+        total, shifted, largest, product = chain(make(x), make(y), make(magnitude), jnp.asarray(shifts, jnp.int32))
         assert list(value(total)) == list(x - y)
         assert list(value(shifted)) == [int(v) >> int(s) for v, s in zip(magnitude, shifts)]
         assert list(value(largest)) == [max(x)]

@@ -22,20 +22,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpm_jax
-from dpm_jax.testing.fuzz import (INVALID_INPUTS, Scenario, call,
-                                  check_cluster_properties, points_for, public_bounds)
+from dpm_jax.testing.fuzz import INVALID_INPUTS, Scenario, call, check_cluster_properties, points_for, public_bounds
 
-CI_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=None,
-                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+CI_SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 CI_SCENARIOS = (
     Scenario(1, 1, dpm_jax.Budget(1.0, 1e-6), dpm_jax.DPMConfig(tau_r=1)),
     Scenario(2, 3, dpm_jax.Budget(0.05, 1e-9), dpm_jax.DPMConfig(tau_r=2, alpha=0.1, t=0.2, q=0.1)),
     Scenario(50, 200, dpm_jax.Budget(5.0, 0.5), dpm_jax.DPMConfig(tau_r=1, num_sigmas=20)),
-    Scenario(400, 4, dpm_jax.Budget(1e-3, 1e-6), dpm_jax.DPMConfig(
-        tau_r=3, tau_e=2.0, epsilon_shares=(0.1, 0.2, 0.3, 0.4), delta_shares=(0.5, 0.5))),
-    Scenario(3000, 2, dpm_jax.Budget(20.0, 1e-3), dpm_jax.DPMConfig(tau_r=2, sigma_step=0.01,
-                                                                     num_sigmas=5)),
+    Scenario(
+        400,
+        4,
+        dpm_jax.Budget(1e-3, 1e-6),
+        dpm_jax.DPMConfig(tau_r=3, tau_e=2.0, epsilon_shares=(0.1, 0.2, 0.3, 0.4), delta_shares=(0.5, 0.5)),
+    ),
+    Scenario(3000, 2, dpm_jax.Budget(20.0, 1e-3), dpm_jax.DPMConfig(tau_r=2, sigma_step=0.01, num_sigmas=5)),
 )
 
 
@@ -64,16 +71,19 @@ test_bounds_with_lo_not_below_hi_are_rejected = _ci_check("lo >= hi")
 test_centreness_needs_t_at_least_2q = _ci_check("t < 2q")
 
 
-@pytest.mark.parametrize("X,error", [
-    (np.zeros(5, np.float32), ValueError),  # rank 1
-    (np.zeros((2, 2, 2), np.float32), ValueError),  # rank 3
-    (np.zeros((0, 2), np.float32), ValueError),  # no points
-    (np.zeros((3, 0), np.float32), ValueError),  # no dimensions
-    (np.array([["a", "b"]]), TypeError),
-    (np.zeros((3, 2), bool), TypeError),
-    (np.zeros((3, 2), np.complex64), TypeError),
-    ("not an array", TypeError),
-])
+@pytest.mark.parametrize(
+    "X,error",
+    [
+        (np.zeros(5, np.float32), ValueError),  # rank 1
+        (np.zeros((2, 2, 2), np.float32), ValueError),  # rank 3
+        (np.zeros((0, 2), np.float32), ValueError),  # no points
+        (np.zeros((3, 0), np.float32), ValueError),  # no dimensions
+        (np.array([["a", "b"]]), TypeError),
+        (np.zeros((3, 2), bool), TypeError),
+        (np.zeros((3, 2), np.complex64), TypeError),
+        ("not an array", TypeError),
+    ],
+)
 def test_malformed_points_are_rejected(X, error):
     with pytest.raises(error):
         call(X=X)
@@ -85,38 +95,58 @@ def test_non_numeric_budget_is_rejected(epsilon, delta):
         dpm_jax.Budget(epsilon, delta)
 
 
-@pytest.mark.parametrize("bounds", [None, (0.0,), (0.0, 1.0, 2.0), (np.zeros(3), np.ones(3)),
-                                    (np.nan, 1.0), (0.0, np.inf), (np.zeros((2, 2)), 1.0)])
+@pytest.mark.parametrize(
+    "bounds",
+    [None, (0.0,), (0.0, 1.0, 2.0), (np.zeros(3), np.ones(3)), (np.nan, 1.0), (0.0, np.inf), (np.zeros((2, 2)), 1.0)],
+)
 def test_malformed_bounds_are_rejected(bounds):
     with pytest.raises(ValueError):
         call(bounds=bounds)
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(t=0.1, q=0.1),  # t < 2q
-    dict(q=0.5, t=1.0), dict(q=0.7, t=1.0), dict(q=0.0), dict(q=-0.1),  # q outside (0, 1/2)
-    dict(alpha=0.0), dict(alpha=-1.0),
-    dict(tau_r=0), dict(tau_r=-3),
-    dict(epsilon_shares=(0.25, 0.25, 0.25, 0.3)), dict(epsilon_shares=(0.5, 0.5, 0.0, 0.0)),
-    dict(epsilon_shares=(1.0,)), dict(delta_shares=(0.5, 0.6)), dict(delta_shares=(1.0, 0.0)),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(t=0.1, q=0.1),  # t < 2q
+        dict(q=0.5, t=1.0),
+        dict(q=0.7, t=1.0),
+        dict(q=0.0),
+        dict(q=-0.1),  # q outside (0, 1/2)
+        dict(alpha=0.0),
+        dict(alpha=-1.0),
+        dict(tau_r=0),
+        dict(tau_r=-3),
+        dict(epsilon_shares=(0.25, 0.25, 0.25, 0.3)),
+        dict(epsilon_shares=(0.5, 0.5, 0.0, 0.0)),
+        dict(epsilon_shares=(1.0,)),
+        dict(delta_shares=(0.5, 0.6)),
+        dict(delta_shares=(1.0, 0.0)),
+    ],
+)
 def test_invalid_config_is_rejected(kwargs):
     with pytest.raises(ValueError):
         dpm_jax.DPMConfig(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [dict(tau_r=2.5), dict(tau_r=True), dict(alpha="5"),
-                                    dict(t=float("nan"))])
+@pytest.mark.parametrize("kwargs", [dict(tau_r=2.5), dict(tau_r=True), dict(alpha="5"), dict(t=float("nan"))])
 def test_mistyped_config_is_rejected(kwargs):
     with pytest.raises((TypeError, ValueError)):
         dpm_jax.DPMConfig(**kwargs)
 
 
-@pytest.mark.parametrize("key", [
-    0, 1.5, None, "key", np.zeros(2, np.float32), np.zeros(3, np.uint32),
-    jax.random.split(jax.random.key(0), 2),  # a batch of keys: use jax.vmap
-    np.zeros((2, 2), np.uint32),
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        0,
+        1.5,
+        None,
+        "key",
+        np.zeros(2, np.float32),
+        np.zeros(3, np.uint32),
+        jax.random.split(jax.random.key(0), 2),  # a batch of keys: use jax.vmap
+        np.zeros((2, 2), np.uint32),
+    ],
+)
 def test_non_key_is_rejected(key):
     with pytest.raises(TypeError, match="PRNG key"):
         call(key=key)
@@ -138,4 +168,3 @@ def test_budgets_no_exact_sampler_can_certify_are_rejected(budget):
     with an uncharged delta (a count sampler at epsilon > 45 once added no noise)."""
     with pytest.raises(ValueError, match="delta|degenerate"):
         call(budget=budget)
-

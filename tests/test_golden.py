@@ -37,8 +37,9 @@ def current_outputs() -> dict[str, np.ndarray]:
     for name, (n, d, blobs, seed, config, keys) in CASES.items():
         data = synthetic_blobs(n=n, d=d, num_blobs=blobs, std=1.0, seed=seed)
         for k in keys:
-            result = dpm_jax.cluster(jax.random.key(k), data.points, dpm_jax.Budget(1.0, 1e-6),
-                                     bounds=data.bounds, config=config)
+            result = dpm_jax.cluster(
+                jax.random.key(k), data.points, dpm_jax.Budget(1.0, 1e-6), bounds=data.bounds, config=config
+            )
             for field in FIELDS:
                 outputs[f"{name}/{k}/{field}"] = np.asarray(getattr(result, field))
             for field in TREE_FIELDS:
@@ -50,9 +51,11 @@ def test_outputs_are_bit_identical_to_the_recorded_ones():
     recorded = np.load(GOLDEN)
     outputs = current_outputs()
     assert sorted(recorded.files) == sorted(outputs)
-    differing = [name for name in outputs
-                 if recorded[name].dtype != outputs[name].dtype
-                 or recorded[name].tobytes() != outputs[name].tobytes()]
+    differing = [
+        name
+        for name in outputs
+        if recorded[name].dtype != outputs[name].dtype or recorded[name].tobytes() != outputs[name].tobytes()
+    ]
     assert not differing, f"outputs changed: {differing}"
 
 

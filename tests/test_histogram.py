@@ -22,8 +22,11 @@ def test_level_histogram_counts_each_active_point_once_per_dimension():
     half_bins = rng.integers(0, 2 * max_splits, (n, d))
     node = rng.integers(0, nodes, n)
     active = rng.random(n) < 0.8
-    got = np.asarray(level_histogram(jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32),
-                                     jnp.asarray(active), nodes, max_splits))
+    got = np.asarray(
+        level_histogram(
+            jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active), nodes, max_splits
+        )
+    )
     np.testing.assert_array_equal(got, _loop_histogram(half_bins, node, active, nodes, max_splits))
 
 
@@ -36,16 +39,14 @@ def test_level_histogram_under_vmap_equals_each_call():
     node = rng.integers(0, nodes, (batch, n))
     active = rng.random((batch, n)) < 0.7
     shared = jax.vmap(level_histogram, in_axes=(None, 0, 0, None, None))(
-        jnp.asarray(half_bins[0], jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active),
-        nodes, max_splits)
+        jnp.asarray(half_bins[0], jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active), nodes, max_splits
+    )
     both = jax.vmap(level_histogram, in_axes=(0, 0, 0, None, None))(
-        jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active),
-        nodes, max_splits)
+        jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active), nodes, max_splits
+    )
     for b in range(batch):
-        np.testing.assert_array_equal(shared[b], _loop_histogram(half_bins[0], node[b], active[b],
-                                                                 nodes, max_splits))
-        np.testing.assert_array_equal(both[b], _loop_histogram(half_bins[b], node[b], active[b],
-                                                               nodes, max_splits))
+        np.testing.assert_array_equal(shared[b], _loop_histogram(half_bins[0], node[b], active[b], nodes, max_splits))
+        np.testing.assert_array_equal(both[b], _loop_histogram(half_bins[b], node[b], active[b], nodes, max_splits))
 
 
 def test_chunked_histogram_equals_one_scatter(monkeypatch):
@@ -55,8 +56,7 @@ def test_chunked_histogram_equals_one_scatter(monkeypatch):
     half_bins = rng.integers(0, 2 * max_splits, (n, d))
     node = rng.integers(0, nodes, n)
     active = rng.random(n) < 0.9
-    args = (jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active),
-            nodes, max_splits)
+    args = (jnp.asarray(half_bins, jnp.uint8), jnp.asarray(node, jnp.int32), jnp.asarray(active), nodes, max_splits)
     monkeypatch.setattr(histogram, "_CHUNK_ELEMENTS", 2 * n)
     chunked = np.asarray(level_histogram(*args))
     np.testing.assert_array_equal(chunked, _loop_histogram(half_bins, node, active, nodes, max_splits))
@@ -71,7 +71,7 @@ def _random_split(rng, n, width, parents):
     child_active = active & split[parent]
     child_node = 2 * parent + (go_right & split[parent])
     child_true = np.bincount(np.where(active, 2 * parent + go_right, 2 * width), minlength=2 * width + 1)
-    return parent, active, go_right, child_node, child_active, child_true[:2 * width]
+    return parent, active, go_right, child_node, child_active, child_true[: 2 * width]
 
 
 def test_children_histogram_equals_histogram_of_the_children():
@@ -79,11 +79,20 @@ def test_children_histogram_equals_histogram_of_the_children():
     n, d, width, max_splits = 400, 3, 8, 5
     half_bins = rng.integers(0, 2 * max_splits, (n, d))
     parent, active, go_right, child_node, child_active, child_true = _random_split(rng, n, width, 4)
-    parent_counts = level_histogram(jnp.asarray(half_bins, jnp.uint8), jnp.asarray(parent, jnp.int32),
-                                    jnp.asarray(active), width, max_splits)
-    got = np.asarray(children_histogram(parent_counts, jnp.asarray(child_true, jnp.int32),
-                                        jnp.asarray(half_bins, jnp.uint8), jnp.asarray(child_node, jnp.int32),
-                                        jnp.asarray(child_active), jnp.asarray(go_right), max_splits))
+    parent_counts = level_histogram(
+        jnp.asarray(half_bins, jnp.uint8), jnp.asarray(parent, jnp.int32), jnp.asarray(active), width, max_splits
+    )
+    got = np.asarray(
+        children_histogram(
+            parent_counts,
+            jnp.asarray(child_true, jnp.int32),
+            jnp.asarray(half_bins, jnp.uint8),
+            jnp.asarray(child_node, jnp.int32),
+            jnp.asarray(child_active),
+            jnp.asarray(go_right),
+            max_splits,
+        )
+    )
     expected = _loop_histogram(half_bins, child_node, child_active, width, max_splits)
     split_children = np.unique(child_node[child_active])  # other slots are inactive: any value
     np.testing.assert_array_equal(got[split_children], expected[split_children])
@@ -121,5 +130,6 @@ def test_cell_half_bin_indices_are_relative_to_each_points_node():
     points = jnp.asarray([[0.01], [0.49], [0.51], [0.99], [0.7], [-0.2], [1.3]], jnp.float32)
     node = jnp.asarray([0, 0, 1, 1, 1, 1, 0], jnp.int32)
     # the last two lie outside their cells (float rounding at a cut): nearest end half-bin
-    np.testing.assert_array_equal(np.asarray(histogram.cell_half_bin_indices(points, node, grid, 2))[:, 0],
-                                  [0, 3, 0, 3, 1, 0, 3])
+    np.testing.assert_array_equal(
+        np.asarray(histogram.cell_half_bin_indices(points, node, grid, 2))[:, 0], [0, 3, 0, 3, 1, 0, 3]
+    )

@@ -7,8 +7,7 @@ import pytest
 
 from dpm_jax import DPMConfig, exact
 from dpm_jax.mechanisms import em_weight_table
-from dpm_jax.interval import (estimate_split_interval_size, gap_counts_below, gaussian_gap_constant,
-                              interval_dimensions)
+from dpm_jax.interval import estimate_split_interval_size, gap_counts_below, gaussian_gap_constant, interval_dimensions
 
 
 @pytest.mark.parametrize("n", [2_000, 50_000])
@@ -52,8 +51,9 @@ def test_gap_counts_below_with_grouped_sorts_and_under_vmap():
     points = rng.uniform(0, 1, (150, 20)) ** 3
     mask = np.ones(150, bool)
     steps, count = np.asarray([0.0004, 0.001, 0.003], np.float32), 9
-    batched = jax.vmap(lambda step: gap_counts_below(jnp.asarray(points, jnp.float32), jnp.asarray(mask),
-                                                     step, count))(jnp.asarray(steps))
+    batched = jax.vmap(lambda step: gap_counts_below(jnp.asarray(points, jnp.float32), jnp.asarray(mask), step, count))(
+        jnp.asarray(steps)
+    )
     quantised = np.floor(points.astype(np.float32) * 2**30).astype(np.int64)
     gaps = np.diff(np.sort(quantised, axis=0), axis=0) / 2**30
     for member, step in enumerate(steps):
@@ -73,8 +73,9 @@ def test_estimate_finds_the_sigma_of_gaussian_data():
     points = jnp.asarray(rng.normal(0.5, 0.04, (20_000, 3)), jnp.float32)
     config = DPMConfig(sigma_step=0.005, num_sigmas=20)
     table = tuple(jnp.asarray(part) for part in em_weight_table())
-    beta, index = estimate_split_interval_size(jax.random.key(0), table, points,
-                                               jnp.ones(20_000, bool), 20_000.0, 50.0, config)
+    beta, index = estimate_split_interval_size(
+        jax.random.key(0), table, points, jnp.ones(20_000, bool), 20_000.0, 50.0, config
+    )
     assert abs(int(index) - 7) <= 1  # sigma = 0.005 * (index + 1) = 0.04
     assert float(beta) == pytest.approx(0.5 * 0.005 * (int(index) + 1))
 

@@ -8,8 +8,7 @@ from dpm_jax.keys import STREAMS, derive_key, key_from_seed
 
 
 def test_key_from_seed():
-    np.testing.assert_array_equal(jax.random.key_data(key_from_seed(123)),
-                                  jax.random.key_data(jax.random.key(123)))
+    np.testing.assert_array_equal(jax.random.key_data(key_from_seed(123)), jax.random.key_data(jax.random.key(123)))
     fresh = [jax.random.key_data(key_from_seed(None)) for _ in range(2)]
     assert not np.array_equal(*fresh)
     for seed, error in ((-1, ValueError), (2**32, ValueError), (True, TypeError), ("1", TypeError)):

@@ -76,8 +76,7 @@ def integer_histogram(values: np.ndarray, epsilon: float, mass: float = 1e-9):
     r = math.exp(-epsilon)
     m = max(1, math.ceil(math.log(1.0 / mass) / epsilon))
     ks = np.arange(-m, m + 1)
-    observed = np.array([np.sum(values < -m)] + [np.sum(values == k) for k in ks]
-                        + [np.sum(values > m)])
+    observed = np.array([np.sum(values < -m)] + [np.sum(values == k) for k in ks] + [np.sum(values > m)])
     tail = r ** (m + 1) / (1 + r)
     probability = np.concatenate([[tail], discrete_laplace_pmf(epsilon, ks), [tail]])
     return observed, probability
@@ -118,7 +117,7 @@ def test_geometric_digit_probabilities_are_exact_to_2_pow_minus_64():
         for i, threshold in enumerate(thresholds):
             p = 1 / (1 + mpmath.exp(mpmath.mpf(epsilon) * 2**i))
             error = mpmath.mpf(threshold) / mpmath.mpf(2) ** 64 - p
-            assert -mpmath.mpf(2) ** -64 < error <= 0
+            assert -(mpmath.mpf(2) ** -64) < error <= 0
 
 
 def test_digit_decomposition_reproduces_the_geometric_pmf():
@@ -175,8 +174,7 @@ def test_noisy_count_under_jit_and_vmap():
     out = f(keys, jnp.arange(4, dtype=jnp.int32))
     assert isinstance(out, exact.Int) and out.limbs[0].shape == (4,)
     # each lane equals the un-vmapped call with its own key
-    expected = [int(int_values(noisy_count(k, jnp.array([c], jnp.int32), 1.0))[0])
-                for k, c in zip(keys, range(4))]
+    expected = [int(int_values(noisy_count(k, jnp.array([c], jnp.int32), 1.0))[0]) for k, c in zip(keys, range(4))]
     np.testing.assert_array_equal(int_values(out), expected)
 
 
@@ -189,8 +187,9 @@ def test_count_epsilon_must_be_concrete_and_positive():
 
 
 # ------------------------------------------------------------------- count offset
-@pytest.mark.parametrize("epsilon,delta", [(1.0, 1e-6), (0.04, 6.7e-8), (0.3, 0.01), (2.5, 0.2),
-                                           (1e-3, 1e-9), (7.0, 1e-12)])
+@pytest.mark.parametrize(
+    "epsilon,delta", [(1.0, 1e-6), (0.04, 6.7e-8), (0.3, 0.01), (2.5, 0.2), (1e-3, 1e-9), (7.0, 1e-12)]
+)
 def test_count_offset_is_the_smallest_valid_integer(epsilon, delta):
     """P[Z > lambda] <= delta exactly, and lambda - 1 would not do (checked in 50 digits)."""
     mpmath.mp.dps = 50
@@ -231,8 +230,7 @@ def test_shifted_noisy_count_underestimates_with_probability_one_minus_delta(eps
 def test_allocation_uses_the_count_offset_of_the_count_mechanism():
     for budget, config in [(Budget(1.0, 1e-6), DPMConfig()), (Budget(0.3, 1e-3), DPMConfig(tau_r=3))]:
         allocation = allocate(budget, config, 2)
-        expected = tuple(count_offset(e, d) for e, d in
-                         zip(allocation.count_epsilons, allocation.count_deltas))
+        expected = tuple(count_offset(e, d) for e, d in zip(allocation.count_epsilons, allocation.count_deltas))
         assert allocation.count_offsets == expected
 
 
@@ -270,15 +268,13 @@ def integer_weights(scores, valid, epsilon, sensitivity):
 def dyadic_scale(scale) -> list:
     """c' = c_num 2**-(c_shift + F) per row, the base-2 exponent scale the weights realize."""
     numerator, shift = (np.asarray(a) for a in _scale_as_dyadic(jnp.asarray(scale)))
-    return [mpmath.mpf(int(n)) / mpmath.mpf(2) ** (int(s) + EM_FRACTION_BITS)
-            for n, s in zip(numerator, shift)]
+    return [mpmath.mpf(int(n)) / mpmath.mpf(2) ** (int(s) + EM_FRACTION_BITS) for n, s in zip(numerator, shift)]
 
 
 def ideal_law(scores, valid, base2_scale):
     """P(i) ∝ 2**(c G_i) over the valid candidates, 40 digits."""
     best = max(int(s) for s, v in zip(scores, valid) if v)
-    weights = [mpmath.power(2, -base2_scale * (best - int(s))) if v else mpmath.mpf(0)
-               for s, v in zip(scores, valid)]
+    weights = [mpmath.power(2, -base2_scale * (best - int(s))) if v else mpmath.mpf(0) for s, v in zip(scores, valid)]
     total = mpmath.fsum(weights)
     return [w / total for w in weights]
 
@@ -293,11 +289,15 @@ EM_ROWS = [  # (scores, valid); rows of M = 8
     ([0, 1, 2, 3, 10, -5, 7, 9], [True] * 8),
     ([5] * 8, [True, True, False, True, True, True, True, True]),  # ties and an invalid one
     ([0, 100, 200, 300, 400, 600, 800, 1000], [True] * 8),  # tiny probabilities, zero weights
-    ([2**50, 2**50 - 3, 2**50 - 40, -(2**50), 0, 2**50 - 300, 2**50 - 1, -3],
-     [True, True, True, True, False, True, True, True]),  # gaps of 2**51: weight exactly 0
-    ([-(2**40), -(2**40) + 7, -(2**40) - 11, 17, -(2**40), 3, 4, 5],
-     [True, True, True, False, True, False, False, False]),  # best candidate masked out
-    ([0, -2**29, 2**29, 2**30 - 1, -2**30 + 1, 12, 2**30 + 5, 2**30 - 60], [True] * 8),
+    (
+        [2**50, 2**50 - 3, 2**50 - 40, -(2**50), 0, 2**50 - 300, 2**50 - 1, -3],
+        [True, True, True, True, False, True, True, True],
+    ),  # gaps of 2**51: weight exactly 0
+    (
+        [-(2**40), -(2**40) + 7, -(2**40) - 11, 17, -(2**40), 3, 4, 5],
+        [True, True, True, False, True, False, False, False],
+    ),  # best candidate masked out
+    ([0, -(2**29), 2**29, 2**30 - 1, -(2**30) + 1, 12, 2**30 + 5, 2**30 - 60], [True] * 8),
 ]
 EM_SCORES = [row for row, _ in EM_ROWS]
 EM_VALID = np.array([valid for _, valid in EM_ROWS])
@@ -334,8 +334,7 @@ def test_em_dyadic_scale_is_the_requested_scale_rounded_down_to_15_bits():
     """c' <= c always (privacy); c' >= c (1 - 2**-14) (utility) while c 2**F < 2**15."""
     epsilons = np.array([0.011, 0.1, 0.7, 1.0, 3.0, 9.0])
     for sensitivity in (1e-3, 0.37, 5.0, 1000.0, 2.0**20):
-        scale = np.asarray(em_exponent_scale(epsilons, np.full(epsilons.shape, sensitivity,
-                                                                np.float32)))
+        scale = np.asarray(em_exponent_scale(epsilons, np.full(epsilons.shape, sensitivity, np.float32)))
         for c, c_prime in zip(scale, dyadic_scale(scale)):
             assert c_prime <= mpmath.mpf(float(c))
             if c * 2**EM_FRACTION_BITS < 2**15:
@@ -353,8 +352,7 @@ def test_em_large_exponent_scales_are_rounded_down_never_up():
     assert realized == mpmath.mpf(2**15 - 1) / 2**EM_FRACTION_BITS
 
 
-@pytest.mark.parametrize("epsilon,sensitivity", [(EM_EPSILON, EM_SENSITIVITY), (0.05, 1),
-                                                 (2.0, 3000)])
+@pytest.mark.parametrize("epsilon,sensitivity", [(EM_EPSILON, EM_SENSITIVITY), (0.05, 1), (2.0, 3000)])
 def test_em_realized_law_is_the_ideal_law_at_epsilon_minus_margin(epsilon, sensitivity):
     """(a) Realized law vs ideal P(i) ∝ exp(eps' G_i / (2 Delta)), eps' = eps - EM_EPSILON_MARGIN.
 
@@ -378,8 +376,7 @@ def test_em_realized_law_is_the_ideal_law_at_epsilon_minus_margin(epsilon, sensi
             best = max(s for s, v in zip(scores, valid) if v)
             # r_i: the scale's rounding moves candidate i by a factor in [1, e^r_i] before
             # normalization; R = ln sum_j q_j e^(r_j) bounds the normalizer's share
-            r = [rounding * math.log(2) * float(c) * (best - s) if v else 0.0
-                 for s, v in zip(scores, valid)]
+            r = [rounding * math.log(2) * float(c) * (best - s) if v else 0.0 for s, v in zip(scores, valid)]
             big_r = mpmath.log(mpmath.fsum(q_j * mpmath.exp(r_j) for q_j, r_j in zip(q, r)))
             tv_bound = mpmath.mpf(em_sampler_tv(m))
             for i, (p_i, q_i, w) in enumerate(zip(p, q, weights[row])):
@@ -402,13 +399,11 @@ def neighbours(scores, valid, sensitivity, rng):
         push = np.full(len(scores), -sensitivity, dtype=object)
         push[j] = sensitivity
         out += [scores + push, scores - push]
-    out += [scores + rng.integers(-sensitivity, sensitivity + 1, len(scores)).astype(object)
-            for _ in range(4)]
+    out += [scores + rng.integers(-sensitivity, sensitivity + 1, len(scores)).astype(object) for _ in range(4)]
     return out
 
 
-@pytest.mark.parametrize("epsilon,sensitivity", [(EM_EPSILON, EM_SENSITIVITY), (0.05, 1),
-                                                 (1.0, 1), (0.2, 2**20)])
+@pytest.mark.parametrize("epsilon,sensitivity", [(EM_EPSILON, EM_SENSITIVITY), (0.05, 1), (1.0, 1), (0.2, 2**20)])
 def test_em_neighbouring_scores_are_epsilon_delta_indistinguishable(epsilon, sensitivity):
     """(b) For every score vector and neighbour pair, the realized laws P, P' satisfy:
 
@@ -508,17 +503,19 @@ def test_select_with_bits_is_the_exact_inverse_cdf():
     valid_rows[-1] = False  # no valid candidate at all
     bits_direct = words_for(targets, bit_length, rng)
     bits_rejected = words_for(targets, bit_length, rng, tries_values=[rejected, targets])
-    never = words_for([total], bit_length, rng,
-                      tries_values=[[total + int(rng.integers(0, 2**bit_length - total))]
-                                    for _ in range(EM_TRIES)])
+    never = words_for(
+        [total],
+        bit_length,
+        rng,
+        tries_values=[[total + int(rng.integers(0, 2**bit_length - total))] for _ in range(EM_TRIES)],
+    )
     bits = jnp.concatenate([bits_direct, bits_rejected, never, never])
-    chosen = np.asarray(_select(bits, TABLE, scores_rows, jnp.asarray(valid_rows),
-                                jnp.full((2 * rows + 2,), scale[0])))
+    chosen = np.asarray(_select(bits, TABLE, scores_rows, jnp.asarray(valid_rows), jnp.full((2 * rows + 2,), scale[0])))
     np.testing.assert_array_equal(chosen[:rows], expected)
-    np.testing.assert_array_equal(chosen[rows:2 * rows], expected)
+    np.testing.assert_array_equal(chosen[rows : 2 * rows], expected)
     assert chosen[2 * rows] == first_positive
     assert chosen[2 * rows + 1] == 0
-    assert np.all(valid[chosen[:2 * rows + 1]])
+    assert np.all(valid[chosen[: 2 * rows + 1]])
     assert {w > 0 for w in weights} == {True, False}  # the case does have empty intervals
 
 
@@ -535,8 +532,11 @@ def test_exponential_mechanism_frequencies_match_the_integer_weights():
     draws = np.array([120_000, 40_000, 40_000])  # 200k in all
     batch = np.repeat(np.arange(3), draws)
     key = jax.random.key(31)
-    chosen = np.asarray(jax.jit(exponential_mechanism, static_argnums=(4, 5))(
-        key, TABLE, make_int(scores[batch]), jnp.asarray(valid[batch]), epsilon, sensitivity))
+    chosen = np.asarray(
+        jax.jit(exponential_mechanism, static_argnums=(4, 5))(
+            key, TABLE, make_int(scores[batch]), jnp.asarray(valid[batch]), epsilon, sensitivity
+        )
+    )
     weights, scale = integer_weights(scores, valid, epsilon, sensitivity)
     for row in range(3):
         observed = np.bincount(chosen[batch == row], minlength=5)
@@ -552,8 +552,7 @@ def test_exponential_mechanism_frequencies_match_the_integer_weights():
 def test_exponential_mechanism_refuses_epsilon_below_margin():
     scores = make_int(np.zeros((1, 3), int))
     with pytest.raises(ValueError, match="margin"):
-        exponential_mechanism(jax.random.key(0), TABLE, scores, jnp.ones((1, 3), bool),
-                              EM_EPSILON_MARGIN / 2, 1.0)
+        exponential_mechanism(jax.random.key(0), TABLE, scores, jnp.ones((1, 3), bool), EM_EPSILON_MARGIN / 2, 1.0)
 
 
 def test_em_weight_tables_are_exact_and_their_products_within_2_pow_minus_29():
@@ -584,10 +583,8 @@ def test_em_exponent_scale_never_exceeds_epsilon_minus_margin():
     for float64 inputs cast to float32 (the guard must cover the casts)."""
     mpmath.mp.dps = 50
     rng = np.random.default_rng(9)
-    epsilons = np.concatenate([[1e-5, 0.1, 0.3, 1 / 3, 0.7, 1.0, 2.0 / 3.0, 10.0],
-                               rng.uniform(1e-4, 10, 40)])
-    sensitivities = np.concatenate([[1e-3, 0.1, 1.0, 3.0, 7.0, 1e6],
-                                    np.exp(rng.uniform(-8, 15, 40))])
+    epsilons = np.concatenate([[1e-5, 0.1, 0.3, 1 / 3, 0.7, 1.0, 2.0 / 3.0, 10.0], rng.uniform(1e-4, 10, 40)])
+    sensitivities = np.concatenate([[1e-3, 0.1, 1.0, 3.0, 7.0, 1e6], np.exp(rng.uniform(-8, 15, 40))])
     ratios = np.concatenate([[1.0, 0.1, 1 / 3], rng.uniform(1e-3, 1, 40)])
     e, s, r = (a.ravel() for a in np.meshgrid(epsilons, sensitivities, ratios[:5], indexing="ij"))
     e2, s2, r2 = rng.choice(epsilons, 2000), rng.choice(sensitivities, 2000), rng.choice(ratios, 2000)
@@ -609,7 +606,7 @@ def discrete_gaussian_pmf(sigma: float, half_width: int) -> tuple[np.ndarray, li
     s2 = 2 * mpmath.mpf(sigma) ** 2
     total = mpmath.nsum(lambda k: mpmath.exp(-k * k / s2), [-mpmath.inf, mpmath.inf])
     ks = np.arange(-half_width, half_width + 1)
-    return ks, [mpmath.exp(-mpmath.mpf(int(k)) ** 2 / s2) / total for k in ks]
+    return ks, [mpmath.exp(-(mpmath.mpf(int(k)) ** 2) / s2) / total for k in ks]
 
 
 @pytest.mark.parametrize("sigma", [1.0, 3.5, 40.0])
@@ -622,9 +619,15 @@ def test_discrete_gaussian_matches_its_pmf(sigma):
     Power: the same draws reject sigma * 1.05.
     """
     table = discrete_gaussian_table(sigma)
-    draws = np.asarray(discrete_gaussian_noise(
-        jax.random.key(41), jnp.asarray(table.thresholds_high), jnp.asarray(table.thresholds_low),
-        table.support_min, (200_000,)))
+    draws = np.asarray(
+        discrete_gaussian_noise(
+            jax.random.key(41),
+            jnp.asarray(table.thresholds_high),
+            jnp.asarray(table.thresholds_low),
+            table.support_min,
+            (200_000,),
+        )
+    )
     assert draws.dtype == np.int32
     assert draws.min() >= table.support_min and draws.max() <= -table.support_min
     half = math.ceil(12 * sigma) + 2
@@ -633,7 +636,7 @@ def test_discrete_gaussian_matches_its_pmf(sigma):
     observed = np.array([np.sum(draws == k) for k in ks])
     assert observed.sum() == draws.size  # nothing beyond 12 sigma (probability < 1e-30)
     assert chi_square_pvalue(observed, pmf) > P_FAIL
-    wrong = np.exp(-ks.astype(float) ** 2 / (2 * (1.05 * sigma) ** 2))
+    wrong = np.exp(-(ks.astype(float) ** 2) / (2 * (1.05 * sigma) ** 2))
     assert chi_square_pvalue(observed, wrong / wrong.sum()) < P_FAIL
     positive, negative = int(np.sum(draws > 0)), int(np.sum(draws < 0))
     assert stats.binomtest(positive, positive + negative).pvalue > P_FAIL
@@ -714,7 +717,7 @@ def test_cdp_delta_is_a_valid_and_tight_conversion(sigma, epsilon):
     assert balle_wang_delta(epsilon, sigma, 1.0) <= delta
     assert exact_delta <= delta <= exact_delta * (1 + 1e-6)
     if epsilon > rho:
-        assert delta <= mpmath.exp(-(mpmath.mpf(epsilon) - rho) ** 2 / (4 * mpmath.mpf(rho)))
+        assert delta <= mpmath.exp(-((mpmath.mpf(epsilon) - rho) ** 2) / (4 * mpmath.mpf(rho)))
 
 
 def balle_wang_delta(epsilon: float, sigma: float, sensitivity: float) -> mpmath.mpf:
@@ -725,8 +728,7 @@ def balle_wang_delta(epsilon: float, sigma: float, sensitivity: float) -> mpmath
     return mpmath.ncdf(a - b) - mpmath.exp(epsilon) * mpmath.ncdf(-a - b)
 
 
-@pytest.mark.parametrize("epsilon,delta", [(0.6, 8e-7), (0.05, 1e-5), (1.0, 1e-10), (5.0, 1e-3),
-                                           (0.01, 0.5)])
+@pytest.mark.parametrize("epsilon,delta", [(0.6, 8e-7), (0.05, 1e-5), (1.0, 1e-10), (5.0, 1e-3), (0.01, 0.5)])
 def test_discrete_gaussian_multiplier_is_valid_and_minimal(epsilon, delta):
     """cdp_delta(1/(2 m^2), eps) <= delta at m, and > delta at m (1 - 1e-6); the exact
     (50-digit) Corollary 13 delta also holds at m; and m exceeds the analytic Gaussian's

@@ -22,8 +22,9 @@ def blobs():
 
 def _silhouette64(points, labels, num_labels, **kwargs):
     with jax.enable_x64(True):
-        return float(metrics.silhouette_score(jnp.asarray(points, jnp.float64), jnp.asarray(labels),
-                                              num_labels, **kwargs))
+        return float(
+            metrics.silhouette_score(jnp.asarray(points, jnp.float64), jnp.asarray(labels), num_labels, **kwargs)
+        )
 
 
 # ------------------------------------------------------------------ silhouette
@@ -50,7 +51,7 @@ def test_silhouette_hand_computed_two_clusters():
     points = np.array([[0.0], [1.0], [10.0], [11.0]])
     labels = np.array([0, 0, 1, 1])
     s_outer = (10.5 - 1.0) / 10.5  # points 0 and 11: distances 10, 11 to the other cluster
-    s_inner = (9.5 - 1.0) / 9.5    # points 1 and 10: distances 9, 10
+    s_inner = (9.5 - 1.0) / 9.5  # points 1 and 10: distances 9, 10
     assert _silhouette64(points, labels, 2) == pytest.approx((s_outer + s_inner) / 2, abs=1e-12)
 
 
@@ -71,8 +72,9 @@ def test_silhouette_mask_equals_subset(blobs):
     points, labels = blobs
     mask = np.arange(len(points)) % 3 != 0
     with jax.enable_x64(True):
-        masked = float(metrics.silhouette_score(jnp.asarray(points), jnp.asarray(labels), 8, jnp.asarray(mask),
-                                                chunk_size=64))
+        masked = float(
+            metrics.silhouette_score(jnp.asarray(points), jnp.asarray(labels), 8, jnp.asarray(mask), chunk_size=64)
+        )
     assert masked == pytest.approx(sklearn_silhouette(points[mask], labels[mask]), abs=1e-9)
 
 
@@ -104,15 +106,22 @@ def test_sampled_silhouette_follows_sklearn_sampling_rule(blobs):
 def test_sampled_silhouette_with_large_sample_is_exact(blobs):
     points, labels = blobs
     with jax.enable_x64(True):
-        sampled = float(metrics.sampled_silhouette_score(jax.random.key(0), jnp.asarray(points),
-                                                         jnp.asarray(labels), 8, 10_000))
+        sampled = float(
+            metrics.sampled_silhouette_score(jax.random.key(0), jnp.asarray(points), jnp.asarray(labels), 8, 10_000)
+        )
     assert sampled == pytest.approx(sklearn_silhouette(points, labels), abs=1e-9)
 
 
 def test_sampled_silhouette_differs_between_keys(blobs):
     points, labels = blobs
-    scores = {float(metrics.sampled_silhouette_score(jax.random.key(k), jnp.asarray(points, jnp.float32),
-                                                     jnp.asarray(labels), 8, 50)) for k in range(4)}
+    scores = {
+        float(
+            metrics.sampled_silhouette_score(
+                jax.random.key(k), jnp.asarray(points, jnp.float32), jnp.asarray(labels), 8, 50
+            )
+        )
+        for k in range(4)
+    }
     assert len(scores) > 1
 
 
@@ -188,8 +197,9 @@ def test_adjusted_rand_index_matches_sklearn_on_random_and_structured_labels():
         truth = rng.integers(0, classes, n)
         noisy = np.where(rng.random(n) < 0.3, rng.integers(0, clusters, n), truth % clusters)
         for labels in (noisy, rng.integers(0, clusters, n)):
-            assert _ari64(labels, truth, clusters, classes) == pytest.approx(adjusted_rand_score(truth, labels),
-                                                                              abs=1e-12)
+            assert _ari64(labels, truth, clusters, classes) == pytest.approx(
+                adjusted_rand_score(truth, labels), abs=1e-12
+            )
 
 
 def test_adjusted_rand_index_special_cases():
@@ -213,16 +223,16 @@ def test_adjusted_rand_index_is_symmetric_and_float32_close():
     a, b = rng.integers(0, 6, 5_000), rng.integers(0, 4, 5_000)
     b = np.where(rng.random(5_000) < 0.5, a % 4, b)
     assert _ari64(a, b, 6, 4) == pytest.approx(_ari64(b, a, 4, 6), abs=1e-12)
-    assert float(metrics.adjusted_rand_index(jnp.asarray(a), jnp.asarray(b), 6, 4)) == \
-        pytest.approx(_ari64(a, b, 6, 4), abs=1e-5)
+    assert float(metrics.adjusted_rand_index(jnp.asarray(a), jnp.asarray(b), 6, 4)) == pytest.approx(
+        _ari64(a, b, 6, 4), abs=1e-5
+    )
 
 
 # ------------------------------------------------------------- KMeans distance
 def test_kmeans_distance_hand_computed():
     centers = jnp.array([[0.0, 0.0], [3.0, 4.0], [jnp.nan, jnp.nan]])
     valid = jnp.array([True, True, False])
-    references = jnp.array([[[0.0, 0.0], [jnp.nan, jnp.nan]],
-                            [[3.0, 4.0], [0.0, 1.0]]])
+    references = jnp.array([[[0.0, 0.0], [jnp.nan, jnp.nan]], [[3.0, 4.0], [0.0, 1.0]]])
     reference_valid = jnp.array([[True, False], [True, True]])
     # Reference 0: distances 0 and 5 (mean 2.5); reference 1: 1 and 0 (mean 0.5).
     assert float(metrics.kmeans_distance(centers, valid, references, reference_valid)) == pytest.approx(1.5)
@@ -235,8 +245,9 @@ def test_kmeans_distance_zero_for_a_reference_and_one_across_the_box():
     reference_valid = jnp.ones((1, 2), bool)
     assert float(metrics.kmeans_distance(reference[0], jnp.ones(2, bool), reference, reference_valid)) == 0.0
     corner = jnp.array([[2.0, 2.0, 2.0]])
-    far = metrics.normalised_kmeans_distance(corner, jnp.ones(1, bool), reference[:, :1], reference_valid[:, :1],
-                                             (0.0, 2.0))
+    far = metrics.normalised_kmeans_distance(
+        corner, jnp.ones(1, bool), reference[:, :1], reference_valid[:, :1], (0.0, 2.0)
+    )
     assert float(far) == pytest.approx(1.0)
 
 
@@ -249,5 +260,6 @@ def test_metrics_compose_under_jit_and_vmap(blobs):
     points, labels = blobs
     points, labels = jnp.asarray(points, jnp.float32), jnp.asarray(labels)
     scores = jax.jit(jax.vmap(lambda key: metrics.sampled_silhouette_score(key, points, labels, 8, 60)))(
-        jax.random.split(jax.random.key(0), 3))
+        jax.random.split(jax.random.key(0), 3)
+    )
     assert scores.shape == (3,) and bool(jnp.all((scores > -1) & (scores <= 1)))

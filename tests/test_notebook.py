@@ -31,8 +31,9 @@ def test_quickstart_runs(tmp_path):
     assert len(parameters) == 1, "the notebook needs exactly one cell tagged 'parameters'"
     notebook.cells.insert(parameters[0] + 1, nbformat.v4.new_code_cell(SMALL))
 
-    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()  # raises CellExecutionError if any cell fails
 
     text = "\n".join(outputs_text(cell) for cell in notebook.cells if cell.cell_type == "code")
@@ -40,6 +41,9 @@ def test_quickstart_runs(tmp_path):
     assert "k = " in text and "total epsilon = 1" in text and "4 runs in" in text
     assert "balanced clusters separated" in text and "blobs need n * epsilon >=" in text  # the plan
     assert "leaves: " in text  # explain's reasons
-    figures = sum(output.get("output_type") == "display_data" and "image/png" in output.get("data", {})
-                  for cell in notebook.cells for output in cell.get("outputs", []))
+    figures = sum(
+        output.get("output_type") == "display_data" and "image/png" in output.get("data", {})
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+    )
     assert figures >= 4

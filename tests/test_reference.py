@@ -31,12 +31,14 @@ def test_jax_and_numpy_dpm_have_the_same_outcome_distribution(small_blobs, epsil
     X, bounds = small_blobs.points, small_blobs.bounds
     budget = dpm_jax.Budget(epsilon, 1e-6)
     results = jax.jit(jax.vmap(lambda k: dpm_jax.cluster(k, X, budget, bounds=bounds, config=SMALL_CONFIG)))(
-        jax.random.split(jax.random.key(11), RUNS))
+        jax.random.split(jax.random.key(11), RUNS)
+    )
     jax_k = np.asarray(results.k)
     jax_beta = np.asarray(results.split_interval_size[:, 0])
-    jax_accuracy = [majority_accuracy(small_blobs.labels,
-                                      _labels(X, np.asarray(results.centers[r])[np.asarray(results.valid[r])]))
-                    for r in range(RUNS)]
+    jax_accuracy = [
+        majority_accuracy(small_blobs.labels, _labels(X, np.asarray(results.centers[r])[np.asarray(results.valid[r])]))
+        for r in range(RUNS)
+    ]
 
     rng = np.random.default_rng(12)
     reference = [reference_dpm(rng, X, epsilon, 1e-6, bounds, SMALL_CONFIG) for _ in range(RUNS)]

@@ -5,8 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpm_jax.scoring import (boundary_statistics, candidate_statistics, exponent_ratio, score_coefficients,
-                             split_scores)
+from dpm_jax.scoring import boundary_statistics, candidate_statistics, exponent_ratio, score_coefficients, split_scores
 from dpm_jax.histogram import half_bin_indices, level_histogram
 from dpm_jax.eval.baselines.numpy_dpm import reference_scores
 
@@ -50,8 +49,16 @@ def test_split_scores_equal_the_big_int_formula(t, q, alpha):
         counts = random_histograms(rng, (6, 3, 32), high)
         totals = counts[:, 0].sum(-1)
         # N: the total, far below it (D < 0), far above it, 1, and the int32 maximum
-        size = np.asarray([max(totals[0], 1), max(totals[1] // 7, 1), totals[2] * 3 + 5, 1, 2**31 - 1,
-                           int(rng.integers(1, 2**31 - 1))])
+        size = np.asarray(
+            [
+                max(totals[0], 1),
+                max(totals[1] // 7, 1),
+                totals[2] * 3 + 5,
+                1,
+                2**31 - 1,
+                int(rng.integers(1, 2**31 - 1)),
+            ]
+        )
         got = as_int64(_scores(jnp.asarray(counts, jnp.int32), jnp.asarray(size[:, None], jnp.int32), c))
         np.testing.assert_array_equal(got, big_int_scores(counts, size[:, None], c))
 
@@ -89,8 +96,9 @@ def paper_scores(counts, n, t, q, alpha):
     interval = counts[..., 0::2] + counts[..., 1::2]
     distance = np.minimum(ranks, n - ranks)
     outer = (ranks <= n * q) | (ranks >= n - n * q)
-    centreness = np.where(outer, distance * t / (n * q),
-                          (t - 2 * q) / (1 - 2 * q) + distance * (1 - t) / (n / 2 - n * q))
+    centreness = np.where(
+        outer, distance * t / (n * q), (t - 2 * q) / (1 - 2 * q) + distance * (1 - t) / (n / 2 - n * q)
+    )
     return centreness + alpha * (1 - interval / n)
 
 
@@ -110,15 +118,16 @@ def test_integer_score_recovers_the_paper_score(t, q, alpha):
         counts = random_histograms(rng, (4, 3, 64), high)
         size = np.maximum(counts[:, 0].sum(-1), 1)  # N = n~ = the node's total
         size[1] = 2 * size[1] + 3  # n~ need not equal the data's count
-        got = recovered_scores(_scores(jnp.asarray(counts, jnp.int32), jnp.asarray(size[:, None], jnp.int32), c),
-                               size[:, None, None], c)
+        got = recovered_scores(
+            _scores(jnp.asarray(counts, jnp.int32), jnp.asarray(size[:, None], jnp.int32), c), size[:, None, None], c
+        )
         expected = paper_scores(counts, size[:, None, None].astype(np.float64), t, q, alpha)
         np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
         # where 0 <= r <= N and |s| <= N (a consistent node) the error is at most 1.5 2**-k
         ranks = np.cumsum(counts, -1)[..., 0::2]
         consistent = (ranks <= size[:, None, None]) & (counts.sum(-1, keepdims=True) <= size[:, None, None])
         assert consistent.mean() > 0.3
-        assert np.abs(got - expected)[consistent].max() <= 2.0 ** -c.scale_bits * 1.5
+        assert np.abs(got - expected)[consistent].max() <= 2.0**-c.scale_bits * 1.5
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -128,8 +137,14 @@ def test_histogram_scores_equal_reference_scores(seed):
     n, d = rng.integers(1, 400), rng.integers(1, 5)
     lower, upper = np.full(d, -10.0), np.full(d, 30.0)
     # a mixture with empty regions, duplicates and points exactly on the bounds
-    points = np.concatenate([rng.normal(0, 2, (n, d)), rng.normal(20, 1, (n // 2, d)),
-                             np.repeat(rng.normal(5, 1, (1, d)), 7, axis=0), [lower, upper]])
+    points = np.concatenate(
+        [
+            rng.normal(0, 2, (n, d)),
+            rng.normal(20, 1, (n // 2, d)),
+            np.repeat(rng.normal(5, 1, (1, d)), 7, axis=0),
+            [lower, upper],
+        ]
+    )
     points = np.clip(points, lower, upper)
     beta = [0.37 / 8, 0.05, 0.11][seed % 3]  # interval edges that are not dyadic
     num_splits = int(np.ceil(1 / beta - 1e-6))
@@ -158,9 +173,12 @@ def test_sensitivity_is_exact_for_every_node_size(t, q, alpha):
     """|G(D) - G(D')| <= a1 + a3 exactly, N fixed (public), incl. N = 1.6e7 and 2**31 - 1."""
     rng = np.random.default_rng(2)
     c = score_coefficients(t, q, alpha)
-    for high, sizes in ((3, [1, 2, 7, 40]), (2**14, [2**18, 2**19, 10**6, 16_000_000]),
-                        (2**19 + 3, [16_000_000, 16_777_217, 2**25, 2**31 - 1]),
-                        (2**25, [2**31 - 1, 2**30, 3, 2**31 - 2])):
+    for high, sizes in (
+        (3, [1, 2, 7, 40]),
+        (2**14, [2**18, 2**19, 10**6, 16_000_000]),
+        (2**19 + 3, [16_000_000, 16_777_217, 2**25, 2**31 - 1]),
+        (2**25, [2**31 - 1, 2**30, 3, 2**31 - 2]),
+    ):
         counts = random_histograms(rng, (4, 3, 64), high)
         counts = np.minimum(counts, (2**31 - 2) // 64)  # the neighbour's total stays in int32
         size = jnp.asarray(np.asarray(sizes)[:, None], jnp.int32)

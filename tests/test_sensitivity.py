@@ -24,15 +24,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpm_jax.interval import (PERCENTILE_SENSITIVITY, gap_counts_below, interval_utility,
-                              utility_sensitivity)
+from dpm_jax.interval import PERCENTILE_SENSITIVITY, gap_counts_below, interval_utility, utility_sensitivity
 from dpm_jax.scoring import score_coefficients, split_scores
 from dpm_jax.histogram import half_bin_indices
 
 BETAS = (0.5, 0.3, 1 / 7, 0.125, 0.1, 0.05)
 MAX_HALF_BINS = 2 * math.ceil(1 / min(BETAS))
 SCORE_PARAMS = [  # (t, q, alpha): defaults, the edge t = 2q, the widest t and q, tiny and big alpha
-    (0.3, 1 / 12, 5.0), (0.2, 0.1, 5.0), (1.0, 0.49, 1.0), (0.3, 1 / 12, 0.01), (0.3, 1 / 12, 100.0)]
+    (0.3, 1 / 12, 5.0),
+    (0.2, 0.1, 5.0),
+    (1.0, 0.49, 1.0),
+    (0.3, 1 / 12, 0.01),
+    (0.3, 1 / 12, 100.0),
+]
 
 
 def num_splits_for(beta: float) -> int:
@@ -44,7 +48,8 @@ def adversarial_points(rng, beta: float, existing: np.ndarray) -> list[np.ndarra
     d = existing.shape[1]
     j = rng.integers(0, num_splits_for(beta))
     choices = [
-        np.zeros(d), np.ones(d),  # on the bounds
+        np.zeros(d),
+        np.ones(d),  # on the bounds
         np.full(d, min((j + 0.5) * beta, 1.0)),  # exactly on a split position s_j
         np.full(d, min(j * beta, 1.0)),  # exactly on an interval edge
         np.full(d, min((j + 1) * beta, 1.0)),
@@ -61,8 +66,9 @@ def random_unit_points(rng, n: int, d: int, beta: float) -> np.ndarray:
     elif kind == 1:  # two tight clusters
         points = np.clip(rng.choice([0.2, 0.8], (n, 1)) + rng.normal(0, 0.02, (n, d)), 0, 1)
     elif kind == 2:  # on candidate positions and edges
-        grid = np.concatenate([(np.arange(num_splits_for(beta)) + 0.5) * beta,
-                               np.arange(num_splits_for(beta) + 1) * beta, [0.0, 1.0]])
+        grid = np.concatenate(
+            [(np.arange(num_splits_for(beta)) + 0.5) * beta, np.arange(num_splits_for(beta) + 1) * beta, [0.0, 1.0]]
+        )
         points = rng.choice(np.clip(grid, 0, 1), (n, d))
     else:  # heavy duplicates
         points = np.repeat(rng.random((1, d)), n, axis=0)
@@ -77,8 +83,9 @@ def half_bin_histogram(unit_points: np.ndarray, beta: float) -> np.ndarray:
     n, d = unit_points.shape
     padded = np.zeros((64, 3), np.float32)
     padded[:n, :d] = unit_points
-    bins = np.asarray(_half_bins(jnp.asarray(padded), jnp.float32(beta),
-                                 jnp.int32(num_splits_for(beta)), MAX_HALF_BINS // 2))[:n, :d]
+    bins = np.asarray(
+        _half_bins(jnp.asarray(padded), jnp.float32(beta), jnp.int32(num_splits_for(beta)), MAX_HALF_BINS // 2)
+    )[:n, :d]
     return np.stack([np.bincount(b, minlength=MAX_HALF_BINS) for b in bins.T])
 
 
@@ -92,20 +99,19 @@ def neighbour_score_cases(seed: int, trials: int):
         points = random_unit_points(rng, n, d, beta)
         for x in adversarial_points(rng, beta, points):
             neighbour = np.concatenate([points, x[None]])
-            noisy = [n + 1 + rng.integers(-30, 30), n, n + 1, 0.3, -12.0, 3 * n + 50,
-                     rng.uniform(1, 2 * n + 2)]
+            noisy = [n + 1 + rng.integers(-30, 30), n, n + 1, 0.3, -12.0, 3 * n + 50, rng.uniform(1, 2 * n + 2)]
             for nt in noisy:
                 hist_a.append(half_bin_histogram(points, beta))
                 hist_b.append(half_bin_histogram(neighbour, beta))
-                valid.append(np.broadcast_to(np.arange(MAX_HALF_BINS // 2) < num_splits_for(beta),
-                                             (d, MAX_HALF_BINS // 2)))
+                valid.append(
+                    np.broadcast_to(np.arange(MAX_HALF_BINS // 2) < num_splits_for(beta), (d, MAX_HALF_BINS // 2))
+                )
                 noisy_count.append(np.full(d, nt, np.float32))
                 sizes.append(n)
     pad = lambda arrays, fill: np.concatenate(
-        [np.pad(a, [(0, 3 - a.shape[0])] + [(0, 0)] * (a.ndim - 1), constant_values=fill)[None]
-         for a in arrays])
-    return (pad(hist_a, 0), pad(hist_b, 0), pad(valid, False), pad(noisy_count, 1.0),
-            np.asarray(sizes))
+        [np.pad(a, [(0, 3 - a.shape[0])] + [(0, 0)] * (a.ndim - 1), constant_values=fill)[None] for a in arrays]
+    )
+    return (pad(hist_a, 0), pad(hist_b, 0), pad(valid, False), pad(noisy_count, 1.0), np.asarray(sizes))
 
 
 @pytest.fixture(scope="module")
@@ -153,16 +159,18 @@ def test_gap_counts_and_utility_change_by_at_most_their_sensitivity():
         levels = np.sort(np.floor(points.astype(np.float32) * 2**30), axis=0)
         gaps = np.diff(levels, axis=0).reshape(-1) / 2**30
         gaps = gaps[gaps > 0]
-        step = (gaps[rng.integers(len(gaps))] / rng.integers(1, 6) if len(gaps) and trial % 2
-                else rng.uniform(1e-4, 0.05))
+        step = (
+            gaps[rng.integers(len(gaps))] / rng.integers(1, 6) if len(gaps) and trial % 2 else rng.uniform(1e-4, 0.05)
+        )
         # fixed padded shapes (one compilation per d); padding rows are masked out
         padded = np.zeros((48, d), np.float32)
         padded[:n] = points
         base_counts = count(jnp.asarray(padded), jnp.arange(48) < n, step, num_thresholds)
         base = exact_values(base_counts)
         if trial < 2:  # masking is removal: the same counts as the unpadded array
-            assert list(exact_values(gap_counts_below(jnp.asarray(points), jnp.ones(n, bool), step,
-                                                      num_thresholds))) == list(base)
+            assert list(
+                exact_values(gap_counts_below(jnp.asarray(points), jnp.ones(n, bool), step, num_thresholds))
+            ) == list(base)
         noisy_count = jnp.float32(n + rng.integers(-3, 4))
         for x in adversarial_points(rng, beta, points):
             padded[n] = x
@@ -170,8 +178,10 @@ def test_gap_counts_and_utility_change_by_at_most_their_sensitivity():
             change = np.abs(exact_values(added_counts) - base)
             assert np.all(change <= PERCENTILE_SENSITIVITY * d)
             largest = max(largest, int(change.max()))
-            utility_change = np.abs(exact_values(interval_utility(added_counts, noisy_count, 65.0, d))
-                                    - exact_values(interval_utility(base_counts, noisy_count, 65.0, d)))
+            utility_change = np.abs(
+                exact_values(interval_utility(added_counts, noisy_count, 65.0, d))
+                - exact_values(interval_utility(base_counts, noisy_count, 65.0, d))
+            )
             assert np.all(utility_change <= utility_sensitivity(d))
     assert largest >= PERCENTILE_SENSITIVITY  # attained: one gap split into two small ones
 
@@ -188,8 +198,10 @@ def test_interval_utility_sensitivity_holds_at_four_million_points():
     base = counts(jnp.asarray(points), jnp.asarray(mask), step, 59)
     added = counts(jnp.asarray(points), jnp.ones(n + 1, bool), step, 59)
     for noisy_count in (float(n), float(n) + 37.0):
-        change = np.abs(exact_values(interval_utility(added, jnp.float32(noisy_count), 65.0, d))
-                        - exact_values(interval_utility(base, jnp.float32(noisy_count), 65.0, d)))
+        change = np.abs(
+            exact_values(interval_utility(added, jnp.float32(noisy_count), 65.0, d))
+            - exact_values(interval_utility(base, jnp.float32(noisy_count), 65.0, d))
+        )
         assert change.max() <= utility_sensitivity(d)
     assert exact_values(base).max() > 2**22  # the counts are in the range where float32 failed
 

@@ -59,8 +59,7 @@ SCRIPT = textwrap.dedent("""
 def test_sharded_rows_give_the_release_of_one_device():
     # Long because: three compiles (one device, rows over 4 devices, a 2 x 2 mesh) in a fresh process.
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "IDENTICAL" in done.stdout
 
@@ -78,8 +77,9 @@ def test_automatic_axes_keeps_placement_and_values():
 
 def test_automatic_axes_is_a_no_op_on_automatic_meshes():
     mesh = jax.make_mesh((1,), ("rows",), axis_types=(jax.sharding.AxisType.Auto,))
-    sharded = jax.device_put(np.ones((4, 2), np.float32),
-                             jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows")))
+    sharded = jax.device_put(
+        np.ones((4, 2), np.float32), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows"))
+    )
     assert automatic_axes(sharded) is sharded
 
 
@@ -115,8 +115,16 @@ def test_two_processes_give_the_release_of_one_process_on_the_concatenated_rows(
     # Long because: two fresh processes compile the run (gloo collectives over loopback).
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     port = str(_free_port())
-    workers = [subprocess.Popen([sys.executable, "-c", PROCESS, str(i), port], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROCESS, str(i), port],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
     try:
         outputs = [worker.communicate(timeout=600) for worker in workers]
     finally:
@@ -127,8 +135,13 @@ def test_two_processes_give_the_release_of_one_process_on_the_concatenated_rows(
     digests = [line.split()[1] for out, _ in outputs for line in out.splitlines() if line.startswith("DIGEST")]
 
     data = synthetic_blobs(n=600, d=3, num_blobs=6, std=1.0, seed=3)
-    r = dpm_jax.cluster(jax.random.key(7), data.points, dpm_jax.Budget(1.0, 1e-6), bounds=data.bounds,
-                        config=dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10))
+    r = dpm_jax.cluster(
+        jax.random.key(7),
+        data.points,
+        dpm_jax.Budget(1.0, 1e-6),
+        bounds=data.bounds,
+        config=dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10),
+    )
     released = [r.centers, r.counts, r.valid, r.k, r.split_interval_size, r.leaf_node, *r.tree]
     expected = hashlib.sha256(b"".join(np.asarray(a).tobytes() for a in released)).hexdigest()
     assert digests == [expected, expected]

@@ -47,13 +47,16 @@ def fitted_model(**overrides) -> DPMClustering:
 def test_fit_reproduces_the_functional_api():
     """seed s gives jax.random.key(s); padding the rows to 256 must not change the release."""
     model = fitted_model()
-    result = dpm_jax.cluster(jax.random.key(PARAMS["seed"]), BLOBS.points,
-                             dpm_jax.Budget(PARAMS["epsilon"], PARAMS["delta"]), PARAMS["bounds"],
-                             config=dpm_jax.DPMConfig(tau_r=PARAMS["tau_r"]))
+    result = dpm_jax.cluster(
+        jax.random.key(PARAMS["seed"]),
+        BLOBS.points,
+        dpm_jax.Budget(PARAMS["epsilon"], PARAMS["delta"]),
+        PARAMS["bounds"],
+        config=dpm_jax.DPMConfig(tau_r=PARAMS["tau_r"]),
+    )
     valid = np.asarray(result.valid)
     assert model.n_clusters_ == int(result.k) == len(model.cluster_centers_) == len(model.counts_)
-    np.testing.assert_allclose(model.cluster_centers_, np.asarray(result.centers)[valid],
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(model.cluster_centers_, np.asarray(result.centers)[valid], rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(model.counts_, np.asarray(result.counts)[valid], rtol=1e-5, atol=1e-3)
     for fitted, direct in zip(model.split_tree_, result.tree):
         np.testing.assert_allclose(fitted, np.asarray(direct), rtol=1e-5, atol=1e-3)
@@ -79,14 +82,17 @@ def test_bounds_are_never_read_from_the_data():
         DPMClustering(seed=0).fit(BLOBS.points)
 
 
-@pytest.mark.parametrize("params, error", [
-    (dict(epsilon=0.0), ValueError),
-    (dict(delta=1.5), ValueError),
-    (dict(tau_r=0), ValueError),
-    (dict(q=0.4, t=0.3), ValueError),
-    (dict(seed=-1), ValueError),
-    (dict(seed=1.5), TypeError),
-])
+@pytest.mark.parametrize(
+    "params, error",
+    [
+        (dict(epsilon=0.0), ValueError),
+        (dict(delta=1.5), ValueError),
+        (dict(tau_r=0), ValueError),
+        (dict(q=0.4, t=0.3), ValueError),
+        (dict(seed=-1), ValueError),
+        (dict(seed=1.5), TypeError),
+    ],
+)
 def test_invalid_parameters_fail_at_fit(params, error):
     model = DPMClustering(**{**PARAMS, **params})  # scikit-learn validates in fit, not __init__
     with pytest.raises(error):

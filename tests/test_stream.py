@@ -27,9 +27,16 @@ def test_streamed_chunks_give_the_in_memory_release(small_blobs, budget, seed):
     # Long because: the streamed path compiles its per-chunk programs once per level count.
     points = small_blobs.points
     in_memory = dpm_jax.cluster(jax.random.key(seed), points, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG)
-    chunks = [points[i:i + 170] for i in range(0, len(points), 170)]  # 4 chunks, pieces of at most 128 rows
-    streamed = cluster_stream(jax.random.key(seed), chunks, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG,
-                              chunk_rows=128, column_bytes=4 * len(points))  # one sorted column per pass
+    chunks = [points[i : i + 170] for i in range(0, len(points), 170)]  # 4 chunks, pieces of at most 128 rows
+    streamed = cluster_stream(
+        jax.random.key(seed),
+        chunks,
+        budget,
+        bounds=small_blobs.bounds,
+        config=SMALL_CONFIG,
+        chunk_rows=128,
+        column_bytes=4 * len(points),
+    )  # one sorted column per pass
     assert_same_release(in_memory, streamed)
     assert int(in_memory.k) >= 2  # a real tree, not a lone root
 
@@ -37,23 +44,30 @@ def test_streamed_chunks_give_the_in_memory_release(small_blobs, budget, seed):
 def test_npy_path_memmap_and_factory_give_the_same_release(small_blobs, budget, tmp_path):
     path = tmp_path / "points.npy"
     np.save(path, small_blobs.points.astype(np.float64))  # not float32: converted per chunk
-    in_memory = dpm_jax.cluster(jax.random.key(2), small_blobs.points.astype(np.float64), budget,
-                                bounds=small_blobs.bounds, config=SMALL_CONFIG)
-    sources = {"path": str(path), "memmap": np.load(path, mmap_mode="r"),
-               "factory": lambda: (np.load(path, mmap_mode="r")[i:i + 250] for i in range(0, 600, 250))}
+    in_memory = dpm_jax.cluster(
+        jax.random.key(2), small_blobs.points.astype(np.float64), budget, bounds=small_blobs.bounds, config=SMALL_CONFIG
+    )
+    sources = {
+        "path": str(path),
+        "memmap": np.load(path, mmap_mode="r"),
+        "factory": lambda: (np.load(path, mmap_mode="r")[i : i + 250] for i in range(0, 600, 250)),
+    }
     for name, source in sources.items():
         # the same InsufficientBudgetWarning as cluster (600 points at epsilon = 1), from the released n~
         with pytest.warns(InsufficientBudgetWarning):
-            streamed = cluster_stream(jax.random.key(2), source, budget, bounds=small_blobs.bounds,
-                                      config=SMALL_CONFIG, chunk_rows=256)
+            streamed = cluster_stream(
+                jax.random.key(2), source, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG, chunk_rows=256
+            )
         assert_same_release(in_memory, streamed)
 
 
 @pytest.fixture
 def no_noise_drawn(monkeypatch):
     """Fails the test if the count noise (the run's first mechanism) is drawn."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("noise was drawn before the bad chunk was reported")
+
     monkeypatch.setattr(stream, "count_noise", refuse)
 
 
@@ -73,15 +87,23 @@ def test_nan_in_chunk_37_is_named_before_any_noise(no_noise_drawn, budget):
 
 def test_column_mismatch_is_named_before_any_noise(no_noise_drawn, budget):
     with pytest.raises(ChunkError, match="chunk 5 has 4 columns, the first chunk has 3"):
-        cluster_stream(jax.random.key(0), _chunks_with(5, np.zeros((10, 4), np.float32)), budget,
-                       bounds=(-1.0, 1.0), config=SMALL_CONFIG)
+        cluster_stream(
+            jax.random.key(0),
+            _chunks_with(5, np.zeros((10, 4), np.float32)),
+            budget,
+            bounds=(-1.0, 1.0),
+            config=SMALL_CONFIG,
+        )
 
 
-@pytest.mark.parametrize("source, message", [
-    (lambda: iter([]), "yielded no chunks"),
-    ([np.zeros((0, 3), np.float32)], "holds no rows"),
-    (lambda: iter([np.zeros(3, np.float32)]), r"chunk 0 .* shape \(rows, d\)"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (lambda: iter([]), "yielded no chunks"),
+        ([np.zeros((0, 3), np.float32)], "holds no rows"),
+        (lambda: iter([np.zeros(3, np.float32)]), r"chunk 0 .* shape \(rows, d\)"),
+    ],
+)
 def test_empty_or_shapeless_sources_are_refused(no_noise_drawn, budget, source, message):
     with pytest.raises(ChunkError, match=message):
         cluster_stream(jax.random.key(0), source, budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG)
@@ -95,7 +117,7 @@ def test_a_one_shot_iterator_is_refused_with_the_fix(budget):
 def test_a_file_that_disappears_mid_run_is_an_error_naming_the_chunk_and_pass(small_blobs, budget, tmp_path):
     paths = [tmp_path / f"part{i}.npy" for i in range(3)]
     for i, path in enumerate(paths):
-        np.save(path, small_blobs.points[200 * i:200 * (i + 1)])
+        np.save(path, small_blobs.points[200 * i : 200 * (i + 1)])
     calls = []
 
     def chunks():
@@ -105,8 +127,9 @@ def test_a_file_that_disappears_mid_run_is_an_error_naming_the_chunk_and_pass(sm
         return (np.load(path, mmap_mode="r") for path in paths)
 
     with pytest.raises(ChunkError, match=r"reading chunk 1 of the chunk factory failed in pass .*FileNotFoundError"):
-        cluster_stream(jax.random.key(0), chunks, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG,
-                       column_bytes=4 * 600)
+        cluster_stream(
+            jax.random.key(0), chunks, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG, column_bytes=4 * 600
+        )
 
 
 def test_a_source_that_changes_between_passes_is_an_error(small_blobs, budget):
@@ -123,8 +146,9 @@ def test_a_source_that_changes_between_passes_is_an_error(small_blobs, budget):
 
 def test_auto_depth_is_refused_with_the_alternative(budget):
     with pytest.raises(ValueError, match="recommended_tau_r"):
-        cluster_stream(jax.random.key(0), [np.zeros((5, 3))], budget, bounds=(-1.0, 1.0),
-                       config=dpm_jax.DPMConfig(tau_r="auto"))
+        cluster_stream(
+            jax.random.key(0), [np.zeros((5, 3))], budget, bounds=(-1.0, 1.0), config=dpm_jax.DPMConfig(tau_r="auto")
+        )
 
 
 def test_more_dimensions_than_algorithm_2_sorts_give_the_in_memory_release(budget):
@@ -135,8 +159,15 @@ def test_more_dimensions_than_algorithm_2_sorts_give_the_in_memory_release(budge
     config = dpm_jax.DPMConfig(tau_r=3, sigma_step=0.02, num_sigmas=10, split_grid="paper")
     assert config.interval_max_dims < 20
     in_memory = dpm_jax.cluster(jax.random.key(4), data.points, budget, bounds=data.bounds, config=config)
-    streamed = cluster_stream(jax.random.key(4), [data.points[:123], data.points[123:]], budget, bounds=data.bounds,
-                              config=config, chunk_rows=100, column_bytes=3 * 4 * 500)
+    streamed = cluster_stream(
+        jax.random.key(4),
+        [data.points[:123], data.points[123:]],
+        budget,
+        bounds=data.bounds,
+        config=config,
+        chunk_rows=100,
+        column_bytes=3 * 4 * 500,
+    )
     assert_same_release(in_memory, streamed)
 
 
@@ -146,8 +177,7 @@ def test_a_truncated_npy_file_is_named_before_any_noise(no_noise_drawn, budget, 
     with open(path, "r+b") as file:
         file.truncate(path.stat().st_size - 40)  # the last 3 rows and a third are gone
     with pytest.raises(ChunkError, match=r"ends after 96 of its 100 rows: the file is truncated"):
-        cluster_stream(jax.random.key(0), str(path), budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG,
-                       chunk_rows=32)
+        cluster_stream(jax.random.key(0), str(path), budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG, chunk_rows=32)
 
 
 # The default split grid (the cell grid) at a small depth, and on a public lattice: keys with k >= 4.
@@ -163,12 +193,15 @@ def test_the_default_cell_grid_gives_the_in_memory_release(small_blobs, budget, 
     with pytest.warns(InsufficientBudgetWarning):  # as cluster warns: 600 points at epsilon = 1
         in_memory = dpm_jax.cluster(jax.random.key(seed), points, budget, bounds=small_blobs.bounds, config=config)
     assert int(in_memory.k) >= 4  # a tree several levels deep, so routing through the cells is exercised
-    chunkings = {"one chunk": dict(data=points), "uneven": dict(data=[points[:170], points[170:201], points[201:]],
-                                                                chunk_rows=128)}
+    chunkings = {
+        "one chunk": dict(data=points),
+        "uneven": dict(data=[points[:170], points[170:201], points[201:]], chunk_rows=128),
+    }
     for name, chunking in chunkings.items():
         with pytest.warns(InsufficientBudgetWarning):
-            streamed = cluster_stream(jax.random.key(seed), config=config, budget=budget, bounds=small_blobs.bounds,
-                                      **chunking)
+            streamed = cluster_stream(
+                jax.random.key(seed), config=config, budget=budget, bounds=small_blobs.bounds, **chunking
+            )
         assert_same_release(in_memory, streamed)
 
 
@@ -183,6 +216,12 @@ def test_the_cell_grid_reads_the_data_tau_r_plus_3_times(small_blobs, budget):
 
     for split_grid in ("cell", "paper"):
         config = dpm_jax.DPMConfig(tau_r=4, split_grid=split_grid)
-        cluster_stream(jax.random.key(7), lambda: chunks(split_grid), budget, bounds=small_blobs.bounds,
-                       config=config, column_bytes=3 * 4 * 600)  # the paper grid: one pass for all 3 columns
+        cluster_stream(
+            jax.random.key(7),
+            lambda: chunks(split_grid),
+            budget,
+            bounds=small_blobs.bounds,
+            config=config,
+            column_bytes=3 * 4 * 600,
+        )  # the paper grid: one pass for all 3 columns
     assert reads == {"cell": 4 + 3, "paper": 4 + 4}

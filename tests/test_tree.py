@@ -21,8 +21,7 @@ def test_sibling_subtraction_gives_the_same_clustering(small_blobs, budget, monk
     # show that the two runs really are different programs.
     traced = []
     original = tree.children_histogram
-    monkeypatch.setattr(tree, "children_histogram",
-                        lambda *args: traced.append(1) or original(*args))
+    monkeypatch.setattr(tree, "children_histogram", lambda *args: traced.append(1) or original(*args))
     monkeypatch.setattr(tree, "_SIBLING_MIN_DIMS", 10**9)
     jax.clear_caches()
     direct = [run(k) for k in keys]
@@ -43,14 +42,15 @@ def test_sibling_subtraction_gives_the_same_clustering(small_blobs, budget, monk
 
 def test_tree_structure_is_consistent(small_blobs, budget):
     X = small_blobs.points
-    results = jax.vmap(lambda k: dpm_jax.cluster(k, X, budget, bounds=small_blobs.bounds,
-                                                 config=SMALL_CONFIG))(jax.random.split(jax.random.key(1), 8))
+    results = jax.vmap(lambda k: dpm_jax.cluster(k, X, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG))(
+        jax.random.split(jax.random.key(1), 8)
+    )
     tau_r = SMALL_CONFIG.tau_r
     for r in range(8):
         tree = jax.tree.map(lambda a: np.asarray(a[r]), results.tree)
         reached, is_split = tree.reached, tree.is_split
         assert reached[1] and not reached[0]
-        for node in range(1, 2 ** tau_r):
+        for node in range(1, 2**tau_r):
             # children are reached exactly when the node was split
             assert reached[2 * node] == reached[2 * node + 1] == is_split[node]
             assert not is_split[node] or reached[node]
@@ -61,8 +61,9 @@ def test_tree_structure_is_consistent(small_blobs, budget):
         leaves = reached & ~is_split
         assert leaves.sum() == int(results.k[r])
         assert set(np.asarray(results.leaf_node[r])[np.asarray(results.valid[r])]) == set(np.flatnonzero(leaves))
-        np.testing.assert_allclose(np.sort(np.asarray(results.counts[r])[np.asarray(results.valid[r])]),
-                                   np.sort(tree.noisy_count[leaves]))
+        np.testing.assert_allclose(
+            np.sort(np.asarray(results.counts[r])[np.asarray(results.valid[r])]), np.sort(tree.noisy_count[leaves])
+        )
 
 
 def test_points_follow_the_released_splits(small_blobs, budget):
@@ -82,11 +83,12 @@ def test_points_follow_the_released_splits(small_blobs, budget):
 def test_stopping_rule_tau_e(small_blobs, budget):
     """Split nodes have both children at or above tau_e = n~ / 2**tau_r (line 18)."""
     X = small_blobs.points
-    results = jax.vmap(lambda k: dpm_jax.cluster(k, X, budget, bounds=small_blobs.bounds,
-                                                 config=SMALL_CONFIG))(jax.random.split(jax.random.key(2), 8))
+    results = jax.vmap(lambda k: dpm_jax.cluster(k, X, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG))(
+        jax.random.split(jax.random.key(2), 8)
+    )
     for r in range(8):
         tree = jax.tree.map(lambda a: np.asarray(a[r]), results.tree)
-        tau_e = tree.noisy_count[1] / 2 ** SMALL_CONFIG.tau_r
+        tau_e = tree.noisy_count[1] / 2**SMALL_CONFIG.tau_r
         split = np.flatnonzero(tree.is_split)
         assert np.all(tree.noisy_count[2 * split] >= tau_e - 1e-3)
         assert np.all(tree.noisy_count[2 * split + 1] >= tau_e - 1e-3)
@@ -95,6 +97,7 @@ def test_stopping_rule_tau_e(small_blobs, budget):
 def test_stopping_rule_splits_exactly_when_both_children_reach_ceil_tau_e():
     """Line 18 on exact integers: split iff both noisy children >= ceil(tau_e), active nodes only."""
     from dpm_jax import exact
+
     children = jnp.asarray([5, 5, 5, 4, -3, 9, 2**31 - 1, 6], jnp.int32)
     active = jnp.asarray([True, True, True, False])
     split = tree.stopping_rule(exact.from_int32(children), active, jnp.int32(5))
@@ -108,7 +111,6 @@ def test_route_points_sends_the_split_position_itself_right():
     split_dim, split_index = jnp.asarray([0, 1], jnp.int32), jnp.asarray([1, 4], jnp.int32)
     go_right = tree.route_points(half_bins, point_node, split_dim, 2 * split_index + 1)
     np.testing.assert_array_equal(go_right, [False, True, False, True])
-
 
 
 def _grid_of_blobs(side: int, n: int, seed: int):
@@ -152,8 +154,7 @@ def test_cell_grid_splits_lie_inside_their_nodes_cells(small_blobs, budget):
     # it) strictly inside, at a boundary of its 2B equal half-bins: the grid is relative
     # to the cell, not to the bounds.
     config = dpm_jax.DPMConfig(tau_r=4, split_grid="cell", max_splits_per_dim=8)
-    result = dpm_jax.cluster(jax.random.key(2), small_blobs.points, budget, bounds=small_blobs.bounds,
-                             config=config)
+    result = dpm_jax.cluster(jax.random.key(2), small_blobs.points, budget, bounds=small_blobs.bounds, config=config)
     tree = jax.tree.map(np.asarray, result.tree)
     d = small_blobs.points.shape[1]
     cells = {1: (np.full(d, -100.0), np.full(d, 100.0))}
@@ -185,11 +186,15 @@ def test_split_dimension_half_bins_are_the_split_columns_of_the_level_half_bins(
     node = jnp.asarray(rng.integers(0, width, n), jnp.int32)
     split_dim = jnp.asarray(rng.integers(0, d, width), jnp.int32)
     bounds = (jnp.full(d, -3.0, jnp.float32), jnp.full(d, 5.0, jnp.float32))
-    configs = [dpm_jax.DPMConfig(tau_r=3, max_splits_per_dim=100), dpm_jax.DPMConfig(tau_r=3, lattice_step=0.25),
-               dpm_jax.DPMConfig(tau_r=3, split_grid="paper")]
+    configs = [
+        dpm_jax.DPMConfig(tau_r=3, max_splits_per_dim=100),
+        dpm_jax.DPMConfig(tau_r=3, lattice_step=0.25),
+        dpm_jax.DPMConfig(tau_r=3, split_grid="paper"),
+    ]
     for config in configs:
-        inputs = tree.point_inputs(unit, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07),
-                                   config)
+        inputs = tree.point_inputs(
+            unit, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07), config
+        )
         grid, _ = tree.level_grid(inputs, *cells)
         full = np.asarray(tree.level_half_bins(inputs, grid, node))
         column = np.asarray(tree.split_dimension_half_bins(inputs, grid, node, split_dim))

@@ -41,8 +41,9 @@ def test_vmapped_runs_equal_one_cluster_call_per_key(small_blobs, budget):
         alone = dpm_jax.cluster(key, small_blobs.points, budget, bounds=small_blobs.bounds, config=SMALL)
         np.testing.assert_array_equal(runs.split_interval_size[index], np.asarray(alone.split_interval_size))
         np.testing.assert_array_equal(runs.valid[index], np.asarray(alone.valid))
-        np.testing.assert_array_equal(runs.centers[index][runs.valid[index]],
-                                      np.asarray(alone.centers)[np.asarray(alone.valid)])
+        np.testing.assert_array_equal(
+            runs.centers[index][runs.valid[index]], np.asarray(alone.centers)[np.asarray(alone.valid)]
+        )
     assert not np.array_equal(runs.valid[0], runs.valid[1]) or not np.allclose(runs.centers[0], runs.centers[1])
 
 
@@ -56,8 +57,9 @@ def test_auto_depth_runs_key_by_key_padded_to_the_deepest_tree(small_blobs, budg
         np.testing.assert_array_equal(runs.valid[index, :slots], np.asarray(alone.valid))
         assert not np.any(runs.valid[index, slots:])  # padding is never a centre
         np.testing.assert_array_equal(runs.split_interval_size[index], np.asarray(alone.split_interval_size))
-        np.testing.assert_array_equal(runs.centers[index, :slots][runs.valid[index, :slots]],
-                                      np.asarray(alone.centers)[np.asarray(alone.valid)])
+        np.testing.assert_array_equal(
+            runs.centers[index, :slots][runs.valid[index, :slots]], np.asarray(alone.centers)[np.asarray(alone.valid)]
+        )
     assert np.all(np.isfinite(runs.centers))
 
 

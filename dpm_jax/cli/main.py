@@ -48,8 +48,12 @@ def depth(text: str) -> int | str:
 
 # Scalar hyper-parameters of DPMConfig exposed as options: (field, type, help).
 CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
-    ("tau_r", depth, "maximum recursion depth (at most 2**tau_r clusters), or 'auto': chosen from a "
-                     "noisy count of the rows, paid for in the ledger"),
+    (
+        "tau_r",
+        depth,
+        "maximum recursion depth (at most 2**tau_r clusters), or 'auto': chosen from a "
+        "noisy count of the rows, paid for in the ledger",
+    ),
     ("tau_e", float, "minimum noisy child size for a split (default n~ / 2**tau_r)"),
     ("alpha", float, "weight of emptiness in the split score (Definition 7)"),
     ("t", float, "centreness parameter t (Definition 6)"),
@@ -60,8 +64,11 @@ CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
     ("interval_factor", float, "split interval size = interval_factor * sigma* (Section 3.5)"),
     ("interval_max_dims", int, "Algorithm 2 uses at most this many randomly chosen dimensions"),
     ("max_splits_per_dim", int, "cap on the split candidates per dimension (beta >= range / cap)"),
-    ("split_grid", str, "where a node's split candidates lie: 'cell' (its own cell, default) or 'paper' "
-                        "(Algorithm 2's global grid)"),
+    (
+        "split_grid",
+        str,
+        "where a node's split candidates lie: 'cell' (its own cell, default) or 'paper' (Algorithm 2's global grid)",
+    ),
     ("lattice_step", float, "public lattice step of the data (e.g. 1 for integer features; cell grid only)"),
 )
 
@@ -92,23 +99,23 @@ def _check_writable(path: str | None) -> None:
         raise CommandError(f"cannot write {path}: it is a folder")
 
 
-
 def _status(message: str) -> None:
     print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
 
 def config_from_args(args: argparse.Namespace) -> DPMConfig:
     """The hyper-parameters given on the command line, the paper's defaults for the rest."""
-    overrides = {name: getattr(args, name) for name, _, _ in CONFIG_OPTIONS
-                 if getattr(args, name) is not None}
+    overrides = {name: getattr(args, name) for name, _, _ in CONFIG_OPTIONS if getattr(args, name) is not None}
     return DPMConfig(**overrides)
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
     if args.bounds is None:
-        raise CommandError("--bounds LO HI is required: the public range of the data, fixed "
-                           "without looking at it (reading it from the data would void the "
-                           "privacy guarantee)")
+        raise CommandError(
+            "--bounds LO HI is required: the public range of the data, fixed "
+            "without looking at it (reading it from the data would void the "
+            "privacy guarantee)"
+        )
     lower, upper = args.bounds
     if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
         raise CommandError(f"--bounds needs finite LO < HI, got {lower} {upper}")
@@ -117,17 +124,19 @@ def _run_cluster(args: argparse.Namespace) -> int:
     _check_writable(args.out)
     _check_writable(args.centers_csv)
 
-    under = (f"(epsilon={budget.epsilon:g}, delta={budget.delta:g})-DP"
-             + ("" if args.seed is not None else " with a fresh random seed"))
+    under = f"(epsilon={budget.epsilon:g}, delta={budget.delta:g})-DP" + (
+        "" if args.seed is not None else " with a fresh random seed"
+    )
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, like the status
         warnings.simplefilter("always")
         if args.stream:
             points = stream_points(args.input)
-            _status(f"streaming {args.input} ({len(points.columns)} columns) in chunks of {args.chunk_rows} rows; "
-                    f"clustering under {under}")
-            result = cluster_stream(key, points.data, budget, (lower, upper), config=config,
-                                    chunk_rows=args.chunk_rows)
+            _status(
+                f"streaming {args.input} ({len(points.columns)} columns) in chunks of {args.chunk_rows} rows; "
+                f"clustering under {under}"
+            )
+            result = cluster_stream(key, points.data, budget, (lower, upper), config=config, chunk_rows=args.chunk_rows)
         else:
             points = read_points(args.input)
             n, d = points.values.shape
@@ -140,17 +149,17 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
     text = json.dumps(release, indent=2, allow_nan=False) + "\n"
     if args.centers_csv is not None:
-        write_atomically(args.centers_csv,
-                          lambda f: write_centers_csv(f, points.columns, release["centers"]))
+        write_atomically(args.centers_csv, lambda f: write_centers_csv(f, points.columns, release["centers"]))
     if args.out is None:
         sys.stdout.write(text)
     else:
         write_atomically(args.out, lambda f: f.write(text))
     written = [p for p in (args.out, args.centers_csv) if p is not None]
-    _status(f"k={release['k']} clusters in {seconds:.1f} s (including compilation); "
-            f"ledger total epsilon={result.ledger.total_epsilon:.6g}, "
-            f"delta={result.ledger.total_delta:.3g}"
-            + (f"; wrote {', '.join(written)}" if written else ""))
+    _status(
+        f"k={release['k']} clusters in {seconds:.1f} s (including compilation); "
+        f"ledger total epsilon={result.ledger.total_epsilon:.6g}, "
+        f"delta={result.ledger.total_delta:.3g}" + (f"; wrote {', '.join(written)}" if written else "")
+    )
     return 0
 
 
@@ -193,8 +202,9 @@ def _run_bench(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as error:
         if error.name != "dpm_jax.eval.benchmark":
             raise
-        raise CommandError("the speed benchmark is not available in this installation "
-                           "(module dpm_jax.eval.benchmark is missing)") from None
+        raise CommandError(
+            "the speed benchmark is not available in this installation (module dpm_jax.eval.benchmark is missing)"
+        ) from None
     status = benchmark.main(list(args.bench_args))
     return 0 if status is None else int(status)
 
@@ -204,10 +214,16 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("DPM hyper-parameters (public; paper defaults)")
     for name, kind, text in CONFIG_OPTIONS:
         default = getattr(defaults, name)
-        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
-                           metavar=kind.__name__.upper(),
-                           help=text if default is None else
-                           f"{text} (default {default if isinstance(default, str) else format(default, 'g')})")
+        group.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=kind,
+            default=None,
+            metavar=kind.__name__.upper(),
+            help=text
+            if default is None
+            else f"{text} (default {default if isinstance(default, str) else format(default, 'g')})",
+        )
 
 
 def _seed(text: str) -> int:
@@ -220,49 +236,68 @@ def _seed(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dpm-jax`` (sub-commands cluster, plan, demo, bench)."""
     parser = _Parser(prog=PROG, description="Differentially private clustering with DPM.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     run = commands.add_parser(
-        "cluster", help="cluster a .npy, .csv or .parquet file under (epsilon, delta)-DP",
+        "cluster",
+        help="cluster a .npy, .csv or .parquet file under (epsilon, delta)-DP",
         description="Cluster the rows of INPUT and write the DP release (centres, noisy "
-                    "counts, split tree, privacy ledger) as JSON to --out or stdout.")
+        "counts, split tree, privacy ledger) as JSON to --out or stdout.",
+    )
     run.add_argument("input", metavar="INPUT", help="an (n, d) table: .npy, .csv (header optional), .parquet")
     run.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon > 0")
-    run.add_argument("--delta", type=float, required=True,
-                     help="total delta in (0, 1); well below 1/n, e.g. 1/(n sqrt n)")
-    run.add_argument("--bounds", type=float, nargs=2, metavar=("LO", "HI"), default=None,
-                     help="public range of every coordinate (required; never read it from the data)")
-    run.add_argument("--seed", type=_seed, default=None,
-                     help="integer seed for a reproducible run (keep it secret); default: fresh "
-                          "randomness from the operating system")
-    run.add_argument("--out", metavar="FILE", default=None,
-                     help="write the JSON release here (default stdout)")
-    run.add_argument("--centers-csv", metavar="FILE", default=None,
-                     help="also write the k centres as CSV")
-    run.add_argument("--stream", action="store_true",
-                     help="read .npy or .parquet in chunks (row groups) instead of loading it: for data "
-                          "larger than memory; the same release (dpm_jax.cluster_stream)")
-    run.add_argument("--chunk-rows", type=int, default=DEFAULT_CHUNK_ROWS,
-                     help=f"rows per chunk sent to the device with --stream (default {DEFAULT_CHUNK_ROWS})")
+    run.add_argument(
+        "--delta", type=float, required=True, help="total delta in (0, 1); well below 1/n, e.g. 1/(n sqrt n)"
+    )
+    run.add_argument(
+        "--bounds",
+        type=float,
+        nargs=2,
+        metavar=("LO", "HI"),
+        default=None,
+        help="public range of every coordinate (required; never read it from the data)",
+    )
+    run.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help="integer seed for a reproducible run (keep it secret); default: fresh "
+        "randomness from the operating system",
+    )
+    run.add_argument("--out", metavar="FILE", default=None, help="write the JSON release here (default stdout)")
+    run.add_argument("--centers-csv", metavar="FILE", default=None, help="also write the k centres as CSV")
+    run.add_argument(
+        "--stream",
+        action="store_true",
+        help="read .npy or .parquet in chunks (row groups) instead of loading it: for data "
+        "larger than memory; the same release (dpm_jax.cluster_stream)",
+    )
+    run.add_argument(
+        "--chunk-rows",
+        type=int,
+        default=DEFAULT_CHUNK_ROWS,
+        help=f"rows per chunk sent to the device with --stream (default {DEFAULT_CHUNK_ROWS})",
+    )
     _add_config_options(run)
     run.set_defaults(handler=_run_cluster)
 
     budget_plan = commands.add_parser(
-        "plan", help="print what a budget lets DPM do at a public size n (reads no data)",
+        "plan",
+        help="print what a budget lets DPM do at a public size n (reads no data)",
         description="Print dpm_jax.diagnostics.plan's report: per split level the budget and the exponential "
-                    "mechanism's exponent scale, the balanced clusters the budget separates, how one Gaussian "
-                    "cluster and uniform data halt, and a recommendation. Only public numbers go in.")
-    budget_plan.add_argument("--n", type=float, required=True,
-                             help="number of rows, declared public (or the released n~ of a run)")
+        "mechanism's exponent scale, the balanced clusters the budget separates, how one Gaussian "
+        "cluster and uniform data halt, and a recommendation. Only public numbers go in.",
+    )
+    budget_plan.add_argument(
+        "--n", type=float, required=True, help="number of rows, declared public (or the released n~ of a run)"
+    )
     budget_plan.add_argument("--d", type=int, required=True, help="number of columns")
     budget_plan.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon > 0")
     budget_plan.add_argument("--delta", type=float, required=True, help="total delta in (0, 1)")
     _add_config_options(budget_plan)
     budget_plan.set_defaults(handler=_run_plan)
 
-    demo = commands.add_parser(
-        "demo", help="cluster synthetic Gaussian blobs and print k, accuracy and the ledger")
+    demo = commands.add_parser("demo", help="cluster synthetic Gaussian blobs and print k, accuracy and the ledger")
     demo.add_argument("--n", type=int, default=100_000, help="number of points (default 100000, the paper's Synth-10d)")
     demo.add_argument("--d", type=int, default=10, help="dimensions (default 10)")
     demo.add_argument("--blobs", type=int, default=64, help="number of blobs (default 64)")
@@ -272,8 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(demo)
     demo.set_defaults(handler=_run_demo)
 
-    bench = commands.add_parser("bench", help="run the speed benchmark (arguments go to dpm_jax.eval.benchmark)",
-                                add_help=False)
+    bench = commands.add_parser(
+        "bench", help="run the speed benchmark (arguments go to dpm_jax.eval.benchmark)", add_help=False
+    )
     bench.set_defaults(handler=_run_bench)
     return parser
 

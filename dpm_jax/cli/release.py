@@ -26,8 +26,9 @@ def _to_list(array) -> list:
     return np.asarray(array).tolist()
 
 
-def release_to_dict(result: ClusterResult, budget: Budget, bounds: tuple[float, float],
-                    config: DPMConfig, columns: Sequence[str]) -> dict[str, Any]:
+def release_to_dict(
+    result: ClusterResult, budget: Budget, bounds: tuple[float, float], config: DPMConfig, columns: Sequence[str]
+) -> dict[str, Any]:
     """The JSON-ready release of one run: DP outputs and public inputs only.
 
     Contains the k valid centres, their noisy sizes, the heap id of each cluster's
@@ -40,13 +41,15 @@ def release_to_dict(result: ClusterResult, budget: Budget, bounds: tuple[float, 
     nodes = []
     for node in np.flatnonzero(tree.reached):
         split = bool(tree.is_split[node])
-        nodes.append(dict(
-            node=int(node),
-            noisy_count=float(tree.noisy_count[node]),
-            is_split=split,
-            split_dim=int(tree.split_dim[node]) if split else None,
-            split_position=float(tree.split_position[node]) if split else None,
-        ))
+        nodes.append(
+            dict(
+                node=int(node),
+                noisy_count=float(tree.noisy_count[node]),
+                is_split=split,
+                split_dim=int(tree.split_dim[node]) if split else None,
+                split_position=float(tree.split_position[node]) if split else None,
+            )
+        )
     return dict(
         columns=list(columns),
         k=int(result.k),

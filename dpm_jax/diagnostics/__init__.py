@@ -14,9 +14,31 @@ differentially private releases, so by post-processing they cost no privacy.
 
 from dpm_jax.diagnostics import separation, theory
 from dpm_jax.diagnostics.explain import Explanation, NodeExplanation, explain
-from dpm_jax.diagnostics.plan import (AlphaWindow, HaltingPrediction, InsufficientBudgetWarning, LevelPlan, Plan,
-                                      UniformPrediction, plan, recommended_tau_r, warn_if_insufficient)
+from dpm_jax.diagnostics.plan import (
+    AlphaWindow,
+    HaltingPrediction,
+    InsufficientBudgetWarning,
+    LevelPlan,
+    Plan,
+    UniformPrediction,
+    plan,
+    recommended_tau_r,
+    warn_if_insufficient,
+)
 
-__all__ = ["AlphaWindow", "Explanation", "HaltingPrediction", "InsufficientBudgetWarning", "LevelPlan",
-           "NodeExplanation", "Plan", "UniformPrediction", "explain", "plan", "recommended_tau_r", "separation",
-           "theory", "warn_if_insufficient"]
+__all__ = [
+    "AlphaWindow",
+    "Explanation",
+    "HaltingPrediction",
+    "InsufficientBudgetWarning",
+    "LevelPlan",
+    "NodeExplanation",
+    "Plan",
+    "UniformPrediction",
+    "explain",
+    "plan",
+    "recommended_tau_r",
+    "separation",
+    "theory",
+    "warn_if_insufficient",
+]

@@ -79,29 +79,41 @@ class Explanation(NamedTuple):
         return self.k >= self.max_reliable_k
 
     def __str__(self) -> str:
-        rows = [f"DPM result: k = {self.k}, released root size n~ = {self.nodes[0].noisy_count:,.0f}, "
-                f"tau_e = {self.tau_e:,.1f}",
-                f"{'node':>6} {'level':>5} {'n~':>10} {'B':>9}  {'draw':<12} outcome"]
+        rows = [
+            f"DPM result: k = {self.k}, released root size n~ = {self.nodes[0].noisy_count:,.0f}, "
+            f"tau_e = {self.tau_e:,.1f}",
+            f"{'node':>6} {'level':>5} {'n~':>10} {'B':>9}  {'draw':<12} outcome",
+        ]
         for node in self.nodes:
             scale = "-" if node.exponent_scale is None else f"{node.exponent_scale:.3g}"
             draw = "-" if node.near_random is None else ("near random" if node.near_random else "informative")
-            rows.append(f"{node.node:>6} {node.level:>5} {node.noisy_count:>10,.0f} {scale:>9}  {draw:<12} "
-                        f"{'leaf: ' + node.reason if node.is_leaf else 'split'}")
+            rows.append(
+                f"{node.node:>6} {node.level:>5} {node.noisy_count:>10,.0f} {scale:>9}  {draw:<12} "
+                f"{'leaf: ' + node.reason if node.is_leaf else 'split'}"
+            )
         reasons = [node.reason for node in self.leaves]
-        rows.append("leaves: " + ", ".join(f"{reasons.count(reason)} {reason}"
-                                           for reason in (STOPPING_RULE, EMPTY_CHILD, DEPTH_LIMIT)))
+        rows.append(
+            "leaves: "
+            + ", ".join(f"{reasons.count(reason)} {reason}" for reason in (STOPPING_RULE, EMPTY_CHILD, DEPTH_LIMIT))
+        )
         if self.budget_limited:
-            rows.append(f"warning: k = {self.k} is at the limit of what this budget separates at n~ "
-                        f"(about {self.max_reliable_k} balanced clusters); the data may hold more clusters, "
-                        "merged for lack of budget (dpm_jax.diagnostics.plan says what more epsilon buys)")
+            rows.append(
+                f"warning: k = {self.k} is at the limit of what this budget separates at n~ "
+                f"(about {self.max_reliable_k} balanced clusters); the data may hold more clusters, "
+                "merged for lack of budget (dpm_jax.diagnostics.plan says what more epsilon buys)"
+            )
         return "\n".join(rows)
 
 
 def _ledger_levels(ledger, tau_r: int) -> tuple[tuple[float, ...], tuple[float, ...], float]:
     """(epsilon_exp per level, lambda per level, the score's sensitivity) from the ledger's lines."""
     entries = {entry.name: entry for entry in ledger}
-    missing = [f"{kind}/level{level}" for level in range(tau_r) for kind in ("split", "count")
-               if f"{kind}/level{level}" not in entries]
+    missing = [
+        f"{kind}/level{level}"
+        for level in range(tau_r)
+        for kind in ("split", "count")
+        if f"{kind}/level{level}" not in entries
+    ]
     if missing:
         raise ValueError(f"the result's ledger lacks the lines {missing}: not a dpm_jax.cluster release")
     splits = tuple(entries[f"split/level{level}"].epsilon for level in range(tau_r))
@@ -141,8 +153,10 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     splits, offsets, sensitivity = _ledger_levels(result.ledger, tau_r)
     config = dataclasses.replace(config, tau_r=tau_r)
     if score_coefficients(config.t, config.q, config.alpha).sensitivity != sensitivity:
-        raise ValueError(f"config (t={config.t}, q={config.q}, alpha={config.alpha}) is not the run's: the "
-                         "ledger's split sensitivity differs; pass the DPMConfig the result was computed with")
+        raise ValueError(
+            f"config (t={config.t}, q={config.q}, alpha={config.alpha}) is not the run's: the "
+            "ledger's split sensitivity differs; pass the DPMConfig the result was computed with"
+        )
     d = int(np.shape(result.centers)[-1])
     reached, is_split = np.asarray(tree.reached), np.asarray(tree.is_split)
     split_dim, split_position = np.asarray(tree.split_dim), np.asarray(tree.split_position, np.float64)
@@ -158,9 +172,17 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
         reason = None
         if not is_split[node]:
             reason = DEPTH_LIMIT if level == tau_r else _stopping_reason(node, split_dim, split_position, lower, upper)
-        nodes.append(NodeExplanation(int(node), level, float(count[node]), scale,
-                                     None if scale is None else near_random(scale, candidates, config),
-                                     not is_split[node], reason))
+        nodes.append(
+            NodeExplanation(
+                int(node),
+                level,
+                float(count[node]),
+                scale,
+                None if scale is None else near_random(scale, candidates, config),
+                not is_split[node],
+                reason,
+            )
+        )
     entries = [entry for entry in result.ledger if entry.name != "depth"]  # the run's own budget
     run_budget = Budget(math.fsum(e.epsilon for e in entries), math.fsum(e.delta for e in entries))
     reliable = plan(max(root, 1.0), d, run_budget, config).max_reliable_k()

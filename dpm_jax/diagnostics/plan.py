@@ -37,9 +37,19 @@ from dpm_jax.budget import Budget, allocate
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.diagnostics import separation, theory
 
-__all__ = ["LevelPlan", "Plan", "HaltingPrediction", "UniformPrediction", "AlphaWindow", "plan",
-           "recommended_tau_r", "candidates_per_node", "near_random", "InsufficientBudgetWarning",
-           "warn_if_insufficient"]
+__all__ = [
+    "LevelPlan",
+    "Plan",
+    "HaltingPrediction",
+    "UniformPrediction",
+    "AlphaWindow",
+    "plan",
+    "recommended_tau_r",
+    "candidates_per_node",
+    "near_random",
+    "InsufficientBudgetWarning",
+    "warn_if_insufficient",
+]
 
 _MAX_RECOMMENDED_DEPTH = 12
 _BISECTION_STEPS = 40
@@ -217,17 +227,20 @@ class Plan(NamedTuple):
         the many empty candidates around a cluster halt its nodes sooner: fewer leaves.
         """
         if not 0 < sigma <= 1:
-            raise ValueError(f"sigma must be the cluster's standard deviation as a share of the range, in (0, 1], "
-                             f"got {sigma!r}")
+            raise ValueError(
+                f"sigma must be the cluster's standard deviation as a share of the range, in (0, 1], got {sigma!r}"
+            )
         config, threshold = self.config, self.root_threshold
-        half_width = (theory.GAUSSIAN_HALF_WIDTH if config.split_grid != CELL_GRID
-                      else 1.0 / (2.0 * config.max_splits_per_dim * sigma))
+        half_width = (
+            theory.GAUSSIAN_HALF_WIDTH
+            if config.split_grid != CELL_GRID
+            else 1.0 / (2.0 * config.max_splits_per_dim * sigma)
+        )
         table = theory.central_emptiness_table(config.tau_r, half_width)
         fresh = tuple(theory.halting_margin(i, config.alpha, threshold, table[0]) for i in range(config.tau_r))
         one_dim = tuple(theory.halting_margin(i, config.alpha, threshold, table[i]) for i in range(config.tau_r))
         first = lambda margins: next((i for i, m in enumerate(margins) if m > 0), config.tau_r)
-        return HaltingPrediction((1.0 - threshold) / (1.0 - table[0]), first(fresh), first(one_dim),
-                                 fresh, one_dim)
+        return HaltingPrediction((1.0 - threshold) / (1.0 - table[0]), first(fresh), first(one_dim), fresh, one_dim)
 
     def uniform_halting(self) -> UniformPrediction:
         """Uniform data: balanced halving until a child falls below tau_e (Section 2.2.1)."""
@@ -236,8 +249,14 @@ class Plan(NamedTuple):
         depth = tau_r if halvings >= tau_r else max(0, math.floor(halvings + 1e-9))
         return UniformPrediction(depth, halvings >= tau_r - 1e-9, math.isclose(halvings, tau_r))
 
-    def alpha_window(self, xi: float, level: int = 0, separator_centreness: float = 1.0,
-                     cluster_emptiness: float | None = None, margin: float | None = None) -> AlphaWindow:
+    def alpha_window(
+        self,
+        xi: float,
+        level: int = 0,
+        separator_centreness: float = 1.0,
+        cluster_emptiness: float | None = None,
+        margin: float | None = None,
+    ) -> AlphaWindow:
         """The alphas for which DPM prefers a (xi, rho)-separator with rho = beta (Section 4.3).
 
         A separator holding a share ``xi`` of the node's points in its interval has
@@ -269,47 +288,64 @@ class Plan(NamedTuple):
 
 def _report_lines(plan_: Plan) -> list[str]:
     config = plan_.config
-    rows = [f"DPM plan: n = {plan_.n:,.0f} (declared public), d = {plan_.d}, epsilon = {plan_.budget.epsilon:g}, "
-            f"delta = {plan_.budget.delta:g}, tau_r = {config.tau_r}, alpha = {config.alpha:g}, "
-            f"M = {plan_.candidates} split candidates per node",
-            f"{'level':>5} {'nodes':>6} {'n_l':>10} {'eps_exp':>9} {'eps_cnt':>9} {'lambda':>8} {'Delta_f':>10} "
-            f"{'B':>9} {'1/B':>8}  split"]
+    rows = [
+        f"DPM plan: n = {plan_.n:,.0f} (declared public), d = {plan_.d}, epsilon = {plan_.budget.epsilon:g}, "
+        f"delta = {plan_.budget.delta:g}, tau_r = {config.tau_r}, alpha = {config.alpha:g}, "
+        f"M = {plan_.candidates} split candidates per node",
+        f"{'level':>5} {'nodes':>6} {'n_l':>10} {'eps_exp':>9} {'eps_cnt':>9} {'lambda':>8} {'Delta_f':>10} "
+        f"{'B':>9} {'1/B':>8}  split",
+    ]
     for level in plan_.levels:
-        rows.append(f"{level.level:>5} {level.nodes:>6} {level.node_size:>10.1f} {level.split_epsilon:>9.4f} "
-                    f"{level.count_epsilon:>9.4f} {level.count_offset:>8.1f} {level.score_sensitivity:>10.3g} "
-                    f"{level.exponent_scale:>9.3g} {level.score_slack:>8.3g}  "
-                    f"{'near random' if level.near_random else 'informative'}")
+        rows.append(
+            f"{level.level:>5} {level.nodes:>6} {level.node_size:>10.1f} {level.split_epsilon:>9.4f} "
+            f"{level.count_epsilon:>9.4f} {level.count_offset:>8.1f} {level.score_sensitivity:>10.3g} "
+            f"{level.exponent_scale:>9.3g} {level.score_slack:>8.3g}  "
+            f"{'near random' if level.near_random else 'informative'}"
+        )
     reliable = plan_.max_reliable_k()
     most = min(2**config.tau_r, separation.MAX_MODEL_CLUSTERS)
-    rows.append(f"balanced clusters separated (E(k) >= {separation.RELIABLE_SHARE:g} k): up to k = {reliable}; "
-                f"{most} would need n * epsilon >= {plan_.min_n_epsilon(most):,.0f} "
-                f"(now {plan_.n * plan_.budget.epsilon:,.0f})")
+    rows.append(
+        f"balanced clusters separated (E(k) >= {separation.RELIABLE_SHARE:g} k): up to k = {reliable}; "
+        f"{most} would need n * epsilon >= {plan_.min_n_epsilon(most):,.0f} "
+        f"(now {plan_.n * plan_.budget.epsilon:,.0f})"
+    )
     halting = plan_.single_cluster_halting()
     outcome = "halts at the root" if halting.halts_at_root else f"splits into about {halting.leaves} leaves"
-    caveat = (f"; levels {plan_.useful_depth}.. are near random, where random empty splits halt nodes sooner"
-              if plan_.useful_depth < halting.depth else "")
+    caveat = (
+        f"; levels {plan_.useful_depth}.. are near random, where random empty splits halt nodes sooner"
+        if plan_.useful_depth < halting.depth
+        else ""
+    )
     spread = " (sd 5 % of the range)" if config.split_grid == CELL_GRID else ""
-    rows.append(f"one Gaussian cluster{spread}: {outcome} "
-                f"(alpha = {config.alpha:g}; halting at the root needs alpha > {halting.alpha_needed_at_root:.3g}"
-                f"{caveat})")
+    rows.append(
+        f"one Gaussian cluster{spread}: {outcome} "
+        f"(alpha = {config.alpha:g}; halting at the root needs alpha > {halting.alpha_needed_at_root:.3g}"
+        f"{caveat})"
+    )
     uniform = plan_.uniform_halting()
     if uniform.flagged:
-        rows.append("uniform data (no clusters): does not halt before the depth limit "
-                    f"({'on the boundary tau_e = n / 2**tau_r: ' if uniform.on_boundary else ''}"
-                    f"up to {2**config.tau_r} leaves); a larger tau_e or a smaller tau_r makes it halt")
+        rows.append(
+            "uniform data (no clusters): does not halt before the depth limit "
+            f"({'on the boundary tau_e = n / 2**tau_r: ' if uniform.on_boundary else ''}"
+            f"up to {2**config.tau_r} leaves); a larger tau_e or a smaller tau_r makes it halt"
+        )
     return rows + [f"recommendation: {_advice(plan_, reliable)}"]
 
 
 def _advice(plan_: Plan, reliable: int) -> str:
     depth, best = plan_.useful_depth, recommended_tau_r(plan_.n, plan_.d, plan_.budget, plan_.config)
     if reliable < 2:
-        return (f"this budget cannot separate even two clusters at n = {plan_.n:,.0f}: two need n * epsilon >= "
-                f"{plan_.min_n_epsilon(2):,.0f}; spend more epsilon or collect more data")
+        return (
+            f"this budget cannot separate even two clusters at n = {plan_.n:,.0f}: two need n * epsilon >= "
+            f"{plan_.min_n_epsilon(2):,.0f}; spend more epsilon or collect more data"
+        )
     if best == 0:
         return "even the root split is near random: more epsilon or more data is needed"
     if depth < plan_.config.tau_r:
-        return (f"levels {depth}..{plan_.config.tau_r - 1} draw near-random splits; tau_r = {best} gives their "
-                f"budget to levels that can use it")
+        return (
+            f"levels {depth}..{plan_.config.tau_r - 1} draw near-random splits; tau_r = {best} gives their "
+            f"budget to levels that can use it"
+        )
     return f"every level's split can carry signal; the deepest such tau_r is {best}"
 
 
@@ -328,8 +364,10 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
     if not isinstance(config, DPMConfig):
         raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
     if config.tau_r == AUTO_DEPTH:
-        raise ValueError(f"tau_r={AUTO_DEPTH!r}: plan a fixed depth (recommended_tau_r gives the one "
-                         "'auto' would choose from this n)")
+        raise ValueError(
+            f"tau_r={AUTO_DEPTH!r}: plan a fixed depth (recommended_tau_r gives the one "
+            "'auto' would choose from this n)"
+        )
     allocation = allocate(budget, config, d)
     candidates = candidates_per_node(d, config)
     levels = []
@@ -337,10 +375,19 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
         node_size = n / 2**level
         offset = allocation.count_offsets[level]
         scale = separation.exponent_scale(allocation.split_epsilons[level], node_size, offset, config)
-        levels.append(LevelPlan(level, 2**level, node_size, allocation.split_epsilons[level],
-                                allocation.count_epsilons[level + 1], offset,
-                                allocation.split_epsilons[level] / (2.0 * scale), scale,
-                                near_random(scale, candidates, config)))
+        levels.append(
+            LevelPlan(
+                level,
+                2**level,
+                node_size,
+                allocation.split_epsilons[level],
+                allocation.count_epsilons[level + 1],
+                offset,
+                allocation.split_epsilons[level] / (2.0 * scale),
+                scale,
+                near_random(scale, candidates, config),
+            )
+        )
     return Plan(float(n), d, budget, config, candidates, tuple(levels))
 
 
@@ -375,8 +422,12 @@ def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, wh
     budget_plan = plan(max(float(n), 1.0), d, budget, config)
     if budget_plan.separates(2):
         return False
-    warnings.warn(f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two "
-                  f"clusters at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= "
-                  f"{budget_plan.min_n_epsilon(2):,.0f}; print(dpm_jax.diagnostics.plan(n, d, budget, config)) "
-                  "for the report", InsufficientBudgetWarning, stacklevel=stacklevel + 1)
+    warnings.warn(
+        f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two "
+        f"clusters at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= "
+        f"{budget_plan.min_n_epsilon(2):,.0f}; print(dpm_jax.diagnostics.plan(n, d, budget, config)) "
+        "for the report",
+        InsufficientBudgetWarning,
+        stacklevel=stacklevel + 1,
+    )
     return True

@@ -57,8 +57,7 @@ def expected_clusters(k: int, n: float, allocation: Allocation, config: DPMConfi
         above = found
         found = np.ones(k + 1)
         for m in range(2, k + 1):
-            scale = exponent_scale(allocation.split_epsilons[level], m * n / k,
-                                   allocation.count_offsets[level], config)
+            scale = exponent_scale(allocation.split_epsilons[level], m * n / k, allocation.count_offsets[level], config)
             gaps = np.arange(1, m)
             # weights shifted by the largest centreness (1): no overflow at large B
             weights = np.exp(scale * (np.array([centreness(j / m, config.t, config.q) for j in gaps]) - 1.0))

@@ -42,9 +42,18 @@ import math
 from statistics import NormalDist
 from typing import NamedTuple, Sequence
 
-__all__ = ["central_emptiness", "central_emptiness_table", "halting_threshold", "halting_margin",
-           "centreness", "NodeSummary", "halt_lower_bound", "central_split_lower_bound",
-           "continue_lower_bound", "halting_bound"]
+__all__ = [
+    "central_emptiness",
+    "central_emptiness_table",
+    "halting_threshold",
+    "halting_margin",
+    "centreness",
+    "NodeSummary",
+    "halt_lower_bound",
+    "central_split_lower_bound",
+    "continue_lower_bound",
+    "halting_bound",
+]
 
 _NORMAL = NormalDist()
 GAUSSIAN_HALF_WIDTH = 0.25  # beta / (2 sigma) with beta = sigma / 2 (Algorithm 2 on one Gaussian)
@@ -123,14 +132,17 @@ def halt_lower_bound(node: NodeSummary, scale: float, alpha: float, t: float) ->
     """
     top = max(node.threshold + alpha, t + alpha, 1.0 + alpha * node.e_inner)
     numerator = node.halting * _weight(alpha * node.e_min, scale, top)
-    denominator = (node.halting * _weight(node.threshold + alpha, scale, top)
-                   + node.middle * _weight(t + alpha, scale, top)
-                   + node.inner * _weight(1.0 + alpha * node.e_inner, scale, top))
+    denominator = (
+        node.halting * _weight(node.threshold + alpha, scale, top)
+        + node.middle * _weight(t + alpha, scale, top)
+        + node.inner * _weight(1.0 + alpha * node.e_inner, scale, top)
+    )
     return numerator / denominator if denominator > 0 else 0.0
 
 
-def central_split_lower_bound(node: NodeSummary, scale: float, alpha: float, t: float, t_prime: float,
-                              central: int, between: int) -> float:
+def central_split_lower_bound(
+    node: NodeSummary, scale: float, alpha: float, t: float, t_prime: float, central: int, between: int
+) -> float:
     """Lemma 2.5, corrected: P[a t'-central split is drawn] >= e^{B (t' + alpha e_min)} / (upper bound).
 
     ``central`` = |W_>=t'| (at least one), ``between`` = |W_(t_tau, t')|. Upper
@@ -144,9 +156,11 @@ def central_split_lower_bound(node: NodeSummary, scale: float, alpha: float, t: 
     central_top = 1.0 + alpha * node.e_inner if t_prime >= t else max(t + alpha, 1.0 + alpha * node.e_inner)
     top = max(node.threshold + alpha, t_prime + alpha, central_top)
     numerator = _weight(t_prime + alpha * node.e_min, scale, top)
-    denominator = (node.halting * _weight(node.threshold + alpha, scale, top)
-                   + central * _weight(central_top, scale, top)
-                   + between * _weight(t_prime + alpha, scale, top))
+    denominator = (
+        node.halting * _weight(node.threshold + alpha, scale, top)
+        + central * _weight(central_top, scale, top)
+        + between * _weight(t_prime + alpha, scale, top)
+    )
     return numerator / denominator
 
 
@@ -159,9 +173,11 @@ def continue_lower_bound(node: NodeSummary, scale: float, alpha: float, t: float
     """
     top = alpha + node.threshold
     numerator = node.halting * _weight(alpha + node.threshold, scale, top)
-    denominator = (node.halting * _weight(alpha * node.e_min, scale, top)
-                   + node.middle * _weight(alpha * node.e_min + node.threshold, scale, top)
-                   + node.inner * _weight(alpha * node.e_min + t, scale, top))
+    denominator = (
+        node.halting * _weight(alpha * node.e_min, scale, top)
+        + node.middle * _weight(alpha * node.e_min + node.threshold, scale, top)
+        + node.inner * _weight(alpha * node.e_min + t, scale, top)
+    )
     if denominator <= 0:
         return 0.0
     return max(0.0, 1.0 - numerator / denominator)

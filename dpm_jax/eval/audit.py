@@ -110,22 +110,32 @@ class AuditResult(NamedTuple):
 
     def table(self) -> str:
         """A plain-text table of the per-event results."""
-        lines = [f"{'event':<34}{'count A':>9}{'count B':>9}  {'P_A interval':<21}"
-                 f"{'P_B interval':<21}{'eps_lb':>8}  direction"]
+        lines = [
+            f"{'event':<34}{'count A':>9}{'count B':>9}  {'P_A interval':<21}"
+            f"{'P_B interval':<21}{'eps_lb':>8}  direction"
+        ]
         for e in self.per_event:
-            lines.append(f"{e.name:<34.34}{e.count_a:>9}{e.count_b:>9}  "
-                         f"[{e.interval_a[0]:.4f}, {e.interval_a[1]:.4f}]  "
-                         f"[{e.interval_b[0]:.4f}, {e.interval_b[1]:.4f}]  "
-                         f"{e.epsilon_lower_bound:>7.3f}  {e.direction}")
-        lines.append(f"epsilon lower bound {self.epsilon_lower_bound:.4f} at confidence "
-                     f"{self.confidence} (delta={self.delta:g}, {self.num_runs} runs per data set)")
+            lines.append(
+                f"{e.name:<34.34}{e.count_a:>9}{e.count_b:>9}  "
+                f"[{e.interval_a[0]:.4f}, {e.interval_a[1]:.4f}]  "
+                f"[{e.interval_b[0]:.4f}, {e.interval_b[1]:.4f}]  "
+                f"{e.epsilon_lower_bound:>7.3f}  {e.direction}"
+            )
+        lines.append(
+            f"epsilon lower bound {self.epsilon_lower_bound:.4f} at confidence "
+            f"{self.confidence} (delta={self.delta:g}, {self.num_runs} runs per data set)"
+        )
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         """JSON-ready dictionary."""
-        return dict(epsilon_lower_bound=self.epsilon_lower_bound, num_runs=self.num_runs,
-                    confidence=self.confidence, delta=self.delta,
-                    per_event=[e._asdict() for e in self.per_event])
+        return dict(
+            epsilon_lower_bound=self.epsilon_lower_bound,
+            num_runs=self.num_runs,
+            confidence=self.confidence,
+            delta=self.delta,
+            per_event=[e._asdict() for e in self.per_event],
+        )
 
 
 # ---------------------------------------------------------------------- statistics
@@ -154,8 +164,9 @@ def _log_ratio_bound(p_high_lower: float, p_low_upper: float, delta: float) -> f
     return math.log((p_high_lower - delta) / p_low_upper)
 
 
-def epsilon_lower_bound(count_a: int, count_b: int, num_runs: int, delta: float = 0.0,
-                        level: float = 0.05) -> tuple[float, str, tuple, tuple]:
+def epsilon_lower_bound(
+    count_a: int, count_b: int, num_runs: int, delta: float = 0.0, level: float = 0.05
+) -> tuple[float, str, tuple, tuple]:
     """The best epsilon lower bound one event's counts give, over E / not E and directions.
 
     Args:
@@ -179,8 +190,9 @@ def epsilon_lower_bound(count_a: int, count_b: int, num_runs: int, delta: float 
 
 
 # ------------------------------------------------------------------------ sampling
-def _event_counter(mechanism: Mechanism, events: tuple[Event, ...], num_runs: int,
-                   batch_size: int) -> Callable[[jax.Array, Any], np.ndarray]:
+def _event_counter(
+    mechanism: Mechanism, events: tuple[Event, ...], num_runs: int, batch_size: int
+) -> Callable[[jax.Array, Any], np.ndarray]:
     """``count(key, dataset)``: how often each event occurs in ``num_runs`` runs.
 
     One jitted batch function serves both data sets (compiled once per shape).
@@ -208,9 +220,18 @@ def _event_counter(mechanism: Mechanism, events: tuple[Event, ...], num_runs: in
     return count
 
 
-def audit(key: jax.Array, mechanism: Mechanism, dataset_a: Any, dataset_b: Any,
-          events: Mapping[str, Event], num_runs: int, *, delta: float = 0.0,
-          confidence: float = 0.95, batch_size: int = 8192) -> AuditResult:
+def audit(
+    key: jax.Array,
+    mechanism: Mechanism,
+    dataset_a: Any,
+    dataset_b: Any,
+    events: Mapping[str, Event],
+    num_runs: int,
+    *,
+    delta: float = 0.0,
+    confidence: float = 0.95,
+    batch_size: int = 8192,
+) -> AuditResult:
     """Audit ``mechanism`` on the neighbouring data sets A and B (module docstring).
 
     Args:
@@ -247,9 +268,9 @@ def audit(key: jax.Array, mechanism: Mechanism, dataset_a: Any, dataset_b: Any,
     per_event = []
     for name, count_a, count_b in zip(names, counts_a, counts_b):
         bound, direction, interval_a, interval_b = epsilon_lower_bound(
-            int(count_a), int(count_b), int(num_runs), delta, level)
-        per_event.append(EventAudit(name, int(count_a), int(count_b), interval_a, interval_b,
-                                    bound, direction))
+            int(count_a), int(count_b), int(num_runs), delta, level
+        )
+        per_event.append(EventAudit(name, int(count_a), int(count_b), interval_a, interval_b, bound, direction))
     best = max(e.epsilon_lower_bound for e in per_event)
     return AuditResult(best, tuple(per_event), int(num_runs), float(confidence), float(delta))
 
@@ -301,8 +322,9 @@ def cluster_mechanism(budget: Budget, bounds, config: DPMConfig = DPMConfig()) -
     return mechanism
 
 
-def split_step_mechanism(noisy_count: int, epsilon: float, beta: float,
-                         config: DPMConfig = DPMConfig(), offset: float = 0.0) -> Mechanism:
+def split_step_mechanism(
+    noisy_count: int, epsilon: float, beta: float, config: DPMConfig = DPMConfig(), offset: float = 0.0
+) -> Mechanism:
     """One split choice of the tree, on the engine's own code path, for auditing.
 
     ``mechanism(key, unit_points) -> (dim, candidate)``: the half-bin histogram of
@@ -321,12 +343,12 @@ def split_step_mechanism(noisy_count: int, epsilon: float, beta: float,
     def mechanism(key, unit_points):
         n, d = unit_points.shape
         half_bins = histogram_lib.half_bin_indices(unit_points, beta, num_splits, num_splits)
-        histogram = histogram_lib.level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1,
-                                         num_splits)
+        histogram = histogram_lib.level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1, num_splits)
         bits = jax.random.bits(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
         count = exact.from_int32(jnp.full((1,), noisy_count, jnp.int32))
-        dim, candidate = tree.select_splits(bits, table, histogram, count, jnp.ones(1, bool),
-                                            jnp.ones(num_splits, bool), epsilon, offset, coefficients)
+        dim, candidate = tree.select_splits(
+            bits, table, histogram, count, jnp.ones(1, bool), jnp.ones(num_splits, bool), epsilon, offset, coefficients
+        )
         return dim[0], candidate[0]
 
     return mechanism
@@ -367,5 +389,3 @@ def center_in_box(lower, upper) -> Event:
 def both(first: Event, second: Event) -> Event:
     """The intersection of two events."""
     return lambda output: jnp.logical_and(first(output), second(output))
-
-

@@ -59,23 +59,38 @@ def _time(fn: Callable[[], object]) -> float:
 
 def machine_description() -> dict:
     """Where the numbers come from."""
-    return dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
-                cpu_count=os.cpu_count(), python=platform.python_version(), jax=jax.__version__,
-                backend=jax.default_backend(), devices=[str(d) for d in jax.devices()])
+    return dict(
+        platform=platform.platform(),
+        processor=platform.processor() or platform.machine(),
+        cpu_count=os.cpu_count(),
+        python=platform.python_version(),
+        jax=jax.__version__,
+        backend=jax.default_backend(),
+        devices=[str(d) for d in jax.devices()],
+    )
 
 
-def speed_benchmark(dataset: str, n: int = 100_000, repeats: int = 5, vmap_keys: int = 16,
-                    first_call: bool = True,
-                    baseline: Callable[[np.random.Generator, np.ndarray, float, float, tuple], object] | None = None,
-                    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr)) -> dict:
+def speed_benchmark(
+    dataset: str,
+    n: int = 100_000,
+    repeats: int = 5,
+    vmap_keys: int = 16,
+    first_call: bool = True,
+    baseline: Callable[[np.random.Generator, np.ndarray, float, float, tuple], object] | None = None,
+    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+) -> dict:
     """Time ``cluster`` on one synthetic data set; returns a JSON-ready dict."""
     d = DATASETS[dataset]
     delta = 1.0 / (n * math.sqrt(n))  # the paper's delta
     row: dict = dict(dataset=dataset, n=n, d=d, epsilon=1.0, delta=delta)
     if first_call:
         log(f"[{dataset}] first call in a fresh process ...")
-        out = subprocess.run([sys.executable, "-c", _FIRST_CALL.format(n=n, d=d, delta=delta)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", _FIRST_CALL.format(n=n, d=d, delta=delta)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         row["first_call_s"], row["import_and_data_s"] = map(float, out.stdout.split())
     data = synthetic_blobs(n=n, d=d, seed=42)
     budget = dpm_jax.Budget(1.0, delta)
@@ -114,8 +129,7 @@ def speed_benchmark(dataset: str, n: int = 100_000, repeats: int = 5, vmap_keys:
     return row
 
 
-def numpy_baseline(rng: np.random.Generator, points: np.ndarray, epsilon: float, delta: float,
-                   bounds: tuple) -> dict:
+def numpy_baseline(rng: np.random.Generator, points: np.ndarray, epsilon: float, delta: float, bounds: tuple) -> dict:
     """The sequential NumPy DPM (:mod:`dpm_jax.eval.baselines.numpy_dpm`) with the paper's defaults."""
     from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
 
@@ -130,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--vmap-keys", type=int, default=16)
     parser.add_argument("--no-first-call", action="store_true", help="skip the fresh-process timing")
-    parser.add_argument("--baseline", action="store_true",
-                        help="also time the sequential NumPy DPM (dpm_jax.eval.baselines.numpy_dpm)")
+    parser.add_argument(
+        "--baseline", action="store_true", help="also time the sequential NumPy DPM (dpm_jax.eval.baselines.numpy_dpm)"
+    )
     parser.add_argument("--out", default=None, help="write the JSON here")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.datasets.split(",") if name.strip()]
@@ -139,9 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"dpm-jax bench: unknown data set(s) {unknown}; choose from {sorted(DATASETS)}", file=sys.stderr)
         return 2
-    rows = [speed_benchmark(name, n=args.n, repeats=args.repeats, vmap_keys=args.vmap_keys,
-                            first_call=not args.no_first_call,
-                            baseline=numpy_baseline if args.baseline else None) for name in names]
+    rows = [
+        speed_benchmark(
+            name,
+            n=args.n,
+            repeats=args.repeats,
+            vmap_keys=args.vmap_keys,
+            first_call=not args.no_first_call,
+            baseline=numpy_baseline if args.baseline else None,
+        )
+        for name in names
+    ]
     report = dict(machine=machine_description(), results=rows)
     if args.out:
         write_json(args.out, report)

@@ -54,9 +54,24 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Dataset", "DATASETS", "ZOO", "synthetic_blobs", "paper_blobs", "digits", "china_pixels", "letters",
-           "grid_clusters", "sine_clusters", "unbalanced_clusters", "elongated_clusters", "two_clusters_high_dim",
-           "one_gaussian", "uniform_noise", "load_dataset"]
+__all__ = [
+    "Dataset",
+    "DATASETS",
+    "ZOO",
+    "synthetic_blobs",
+    "paper_blobs",
+    "digits",
+    "china_pixels",
+    "letters",
+    "grid_clusters",
+    "sine_clusters",
+    "unbalanced_clusters",
+    "elongated_clusters",
+    "two_clusters_high_dim",
+    "one_gaussian",
+    "uniform_noise",
+    "load_dataset",
+]
 
 
 class Dataset(NamedTuple):
@@ -74,8 +89,14 @@ class Dataset(NamedTuple):
     lattice: float | None = None
 
 
-def synthetic_blobs(n: int = 100_000, d: int = 10, num_blobs: int = 64, std: float = 1.0,
-                    box: tuple[float, float] = (-100.0, 100.0), seed: int = 42) -> Dataset:
+def synthetic_blobs(
+    n: int = 100_000,
+    d: int = 10,
+    num_blobs: int = 64,
+    std: float = 1.0,
+    box: tuple[float, float] = (-100.0, 100.0),
+    seed: int = 42,
+) -> Dataset:
     """Synth-{d}d of the paper: ``num_blobs`` Gaussian blobs with centres uniform in ``box``^d."""
     if n < 1 or d < 1 or num_blobs < 1:
         raise ValueError(f"need n, d, num_blobs >= 1, got n={n}, d={d}, num_blobs={num_blobs}")
@@ -86,8 +107,7 @@ def synthetic_blobs(n: int = 100_000, d: int = 10, num_blobs: int = 64, std: flo
     labels = np.repeat(np.arange(num_blobs), sizes)
     points = centers[labels] + std * rng.standard_normal((n, d))
     order = rng.permutation(n)
-    return Dataset(points[order].astype(np.float32), labels[order], box, centers,
-                   f"synth-{d}d")
+    return Dataset(points[order].astype(np.float32), labels[order], box, centers, f"synth-{d}d")
 
 
 def paper_blobs(d: int, n: int = 100_000, num_blobs: int = 64, seed: int = 42) -> Dataset:
@@ -102,8 +122,9 @@ def paper_blobs(d: int, n: int = 100_000, num_blobs: int = 64, seed: int = 42) -
     from sklearn.datasets import make_blobs
 
     box = (-100.0, 100.0)
-    points, labels, centers = make_blobs(n, d, centers=num_blobs, cluster_std=1.0, center_box=box,
-                                         random_state=seed, return_centers=True)
+    points, labels, centers = make_blobs(
+        n, d, centers=num_blobs, cluster_std=1.0, center_box=box, random_state=seed, return_centers=True
+    )
     return Dataset(points.astype(np.float32), labels, box, centers, f"synth-{d}d")
 
 
@@ -146,8 +167,10 @@ def letters(path: str | os.PathLike | None = None) -> Dataset:
     """
     path = Path(path or os.environ.get("DPM_JAX_LETTERS") or LETTERS_CSV)
     if not path.is_file():
-        raise FileNotFoundError(f"UCI Letters not found at {path}: pass path=, set DPM_JAX_LETTERS, or "
-                                "use a repository checkout (benchmarks/data/uci_letters.csv)")
+        raise FileNotFoundError(
+            f"UCI Letters not found at {path}: pass path=, set DPM_JAX_LETTERS, or "
+            "use a repository checkout (benchmarks/data/uci_letters.csv)"
+        )
     table = np.genfromtxt(path, delimiter=",", skip_header=1, dtype=str)
     labels = np.array([ord(letter) - ord("A") for letter in table[:, 0]])
     return Dataset(table[:, 1:].astype(np.float32), labels, (0.0, 15.0), None, "letters", lattice=1.0)
@@ -167,8 +190,15 @@ def _proportional_sizes(n: int, weights: np.ndarray) -> np.ndarray:
     return sizes
 
 
-def _gaussian_clusters(rng: np.random.Generator, n: int, centers: np.ndarray, scales: np.ndarray,
-                       bounds: tuple[float, float], name: str, weights: np.ndarray | None = None) -> Dataset:
+def _gaussian_clusters(
+    rng: np.random.Generator,
+    n: int,
+    centers: np.ndarray,
+    scales: np.ndarray,
+    bounds: tuple[float, float],
+    name: str,
+    weights: np.ndarray | None = None,
+) -> Dataset:
     """Gaussian clusters ``centre + scale @ z`` truncated to the box ``bounds``^d, in random order.
 
     ``scales`` (k, d, d) are square roots of the clusters' covariances; cluster sizes
@@ -208,8 +238,9 @@ def grid_clusters(n: int = 100_000, seed: int = 0) -> Dataset:
     spacing = 1e5
     ticks = (np.arange(10) + 0.5) * spacing
     centers = np.stack(np.meshgrid(ticks, ticks, indexing="ij"), axis=-1).reshape(100, 2)
-    return _gaussian_clusters(np.random.default_rng(seed), n, centers, _isotropic(spacing / 6, 100, 2),
-                              (0.0, 1e6), "zoo-grid")
+    return _gaussian_clusters(
+        np.random.default_rng(seed), n, centers, _isotropic(spacing / 6, 100, 2), (0.0, 1e6), "zoo-grid"
+    )
 
 
 SINE_AMPLITUDE = 3.5e5
@@ -226,12 +257,14 @@ def sine_clusters(n: int = 100_000, seed: int = 0) -> Dataset:
     _check_zoo_size(n, 100)
     x = (np.arange(100) + 0.5) * 1e4
     centers = np.stack([x, 5e5 + SINE_AMPLITUDE * np.sin(2 * np.pi * x / 1e6)], axis=1)
-    return _gaussian_clusters(np.random.default_rng(seed), n, centers, _isotropic(1e4 / 6, 100, 2),
-                              (0.0, 1e6), "zoo-sine")
+    return _gaussian_clusters(
+        np.random.default_rng(seed), n, centers, _isotropic(1e4 / 6, 100, 2), (0.0, 1e6), "zoo-sine"
+    )
 
 
-def _separated_centers(rng: np.random.Generator, num_clusters: int, d: int, low: float, high: float,
-                       min_distance: float) -> np.ndarray:
+def _separated_centers(
+    rng: np.random.Generator, num_clusters: int, d: int, low: float, high: float, min_distance: float
+) -> np.ndarray:
     """Centres uniform in [low, high]^d, each drawn again until it is ``min_distance`` from the earlier ones."""
     centers = []
     while len(centers) < num_clusters:
@@ -251,8 +284,9 @@ def unbalanced_clusters(n: int = 100_000, seed: int = 0) -> Dataset:
     _check_zoo_size(n, 44)
     rng = np.random.default_rng(seed)
     centers = _separated_centers(rng, 8, 2, -70.0, 70.0, 40.0)
-    return _gaussian_clusters(rng, n, centers, _isotropic(5.0, 8, 2), (-100.0, 100.0), "zoo-unbalanced",
-                              weights=np.tile([10.0, 1.0], 4))
+    return _gaussian_clusters(
+        rng, n, centers, _isotropic(5.0, 8, 2), (-100.0, 100.0), "zoo-unbalanced", weights=np.tile([10.0, 1.0], 4)
+    )
 
 
 ELONGATION = 10.0
@@ -270,8 +304,9 @@ def elongated_clusters(n: int = 100_000, seed: int = 0) -> Dataset:
     ticks = np.array([-60.0, 0.0, 60.0])
     centers = np.stack(np.meshgrid(ticks, ticks, indexing="ij"), axis=-1).reshape(9, 2)
     angles = rng.uniform(0.0, np.pi, 9)
-    rotations = np.stack([np.stack([np.cos(angles), -np.sin(angles)], -1),
-                          np.stack([np.sin(angles), np.cos(angles)], -1)], axis=1)
+    rotations = np.stack(
+        [np.stack([np.cos(angles), -np.sin(angles)], -1), np.stack([np.sin(angles), np.cos(angles)], -1)], axis=1
+    )
     scales = rotations * np.array([6.0, 6.0 / ELONGATION])  # columns: long axis, short axis
     return _gaussian_clusters(rng, n, centers, scales, (-100.0, 100.0), "zoo-elongated")
 
@@ -301,8 +336,9 @@ def one_gaussian(n: int = 100_000, d: int = 2, seed: int = 0) -> Dataset:
     _check_zoo_size(n, 1)
     if d < 1:
         raise ValueError(f"d must be >= 1, got {d}")
-    return _gaussian_clusters(np.random.default_rng(seed), n, np.zeros((1, d)), _isotropic(15.0, 1, d),
-                              (-100.0, 100.0), "zoo-one-gaussian")
+    return _gaussian_clusters(
+        np.random.default_rng(seed), n, np.zeros((1, d)), _isotropic(15.0, 1, d), (-100.0, 100.0), "zoo-one-gaussian"
+    )
 
 
 def uniform_noise(n: int = 100_000, d: int = 2, seed: int = 0) -> Dataset:
@@ -330,8 +366,11 @@ def _synth(d: int) -> Callable[[], Dataset]:
         try:
             return paper_blobs(d)
         except ImportError:
-            warnings.warn(f"scikit-learn is not installed: synth-{d}d falls back to synthetic_blobs, "
-                          "the same distribution with different numbers", stacklevel=3)
+            warnings.warn(
+                f"scikit-learn is not installed: synth-{d}d falls back to synthetic_blobs, "
+                "the same distribution with different numbers",
+                stacklevel=3,
+            )
             return synthetic_blobs(100_000, d)
 
     return load

@@ -103,8 +103,9 @@ class Assignment(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def assign_to_centers(points: jax.Array, centers: jax.Array, valid: jax.Array | None = None, *,
-                      chunk_size: int = DEFAULT_CHUNK_SIZE) -> Assignment:
+def assign_to_centers(
+    points: jax.Array, centers: jax.Array, valid: jax.Array | None = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> Assignment:
     """Label every point with its nearest valid centre (ties: the lowest index).
 
     Args:
@@ -134,13 +135,13 @@ def assign_to_centers(points: jax.Array, centers: jax.Array, valid: jax.Array | 
     labels = jax.lax.map(nearest, _chunks(points, chunk_size, 0.0)).reshape(-1)[:n]
     exact = jnp.sum((points - safe_centers[labels]) ** 2, axis=1)
     any_valid = jnp.any(valid)
-    return Assignment(jnp.where(any_valid, labels, 0),
-                      jnp.where(any_valid, exact, jnp.inf))
+    return Assignment(jnp.where(any_valid, labels, 0), jnp.where(any_valid, exact, jnp.inf))
 
 
 @functools.partial(jax.jit, static_argnames=("chunk_size",))
-def inertia(points: jax.Array, centers: jax.Array, valid: jax.Array | None = None, *,
-            chunk_size: int = DEFAULT_CHUNK_SIZE) -> jax.Array:
+def inertia(
+    points: jax.Array, centers: jax.Array, valid: jax.Array | None = None, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> jax.Array:
     """Sum of squared distances of the points to their nearest valid centre.
 
     Definition 10 with squared distances (see the module docstring), which is
@@ -150,8 +151,9 @@ def inertia(points: jax.Array, centers: jax.Array, valid: jax.Array | None = Non
 
 
 # ------------------------------------------------------------------ silhouette
-def _label_distance_sums(points: jax.Array, labels: jax.Array, mask: jax.Array, num_labels: int,
-                         chunk_size: int) -> jax.Array:
+def _label_distance_sums(
+    points: jax.Array, labels: jax.Array, mask: jax.Array, num_labels: int, chunk_size: int
+) -> jax.Array:
     """(n, num_labels): sum of distances from every point to the masked points of each label.
 
     Row blocks x column blocks of ``chunk_size`` points; each block's distances
@@ -178,9 +180,14 @@ def _label_distance_sums(points: jax.Array, labels: jax.Array, mask: jax.Array, 
 
 
 @functools.partial(jax.jit, static_argnames=("num_labels", "chunk_size"))
-def silhouette_score(points: jax.Array, labels: jax.Array, num_labels: int,
-                     mask: jax.Array | None = None, *,
-                     chunk_size: int = DEFAULT_CHUNK_SIZE) -> jax.Array:
+def silhouette_score(
+    points: jax.Array,
+    labels: jax.Array,
+    num_labels: int,
+    mask: jax.Array | None = None,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> jax.Array:
     """Mean silhouette coefficient (Definition 11), exact, in O(chunk_size^2) memory.
 
     Matches ``sklearn.metrics.silhouette_score(points[mask], labels[mask])``:
@@ -228,13 +235,19 @@ def silhouette_sample_indices(key: jax.Array, num_points: int, sample_size: int)
     NumPy's generators differ, so the *same seed* picks different points; the
     same indices give the same score.
     """
-    return jax.random.permutation(key, num_points)[:min(sample_size, num_points)]
+    return jax.random.permutation(key, num_points)[: min(sample_size, num_points)]
 
 
 @functools.partial(jax.jit, static_argnames=("num_labels", "sample_size", "chunk_size"))
-def sampled_silhouette_score(key: jax.Array, points: jax.Array, labels: jax.Array, num_labels: int,
-                             sample_size: int = 10_000, *,
-                             chunk_size: int = DEFAULT_CHUNK_SIZE) -> jax.Array:
+def sampled_silhouette_score(
+    key: jax.Array,
+    points: jax.Array,
+    labels: jax.Array,
+    num_labels: int,
+    sample_size: int = 10_000,
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> jax.Array:
     """Silhouette score of a uniform random subsample of ``sample_size`` points.
 
     Equals ``silhouette_score(points[idx], labels[idx], num_labels)`` with
@@ -248,8 +261,9 @@ def sampled_silhouette_score(key: jax.Array, points: jax.Array, labels: jax.Arra
 
 # -------------------------------------------------------------------- accuracy
 @functools.partial(jax.jit, static_argnames=("num_clusters", "num_classes"))
-def clustering_accuracy(cluster_labels: jax.Array, true_labels: jax.Array, num_clusters: int,
-                        num_classes: int) -> jax.Array:
+def clustering_accuracy(
+    cluster_labels: jax.Array, true_labels: jax.Array, num_clusters: int, num_classes: int
+) -> jax.Array:
     """Clustering accuracy (Definition 12): each cluster predicts its majority class.
 
     Args:
@@ -264,8 +278,9 @@ def clustering_accuracy(cluster_labels: jax.Array, true_labels: jax.Array, num_c
     return jnp.sum(majority) / cluster_labels.shape[0]
 
 
-def contingency_table(cluster_labels: jax.Array, true_labels: jax.Array, num_clusters: int,
-                      num_classes: int) -> jax.Array:
+def contingency_table(
+    cluster_labels: jax.Array, true_labels: jax.Array, num_clusters: int, num_classes: int
+) -> jax.Array:
     """(num_clusters, num_classes) int32 counts of the points of every (cluster, class) pair."""
     pair = cluster_labels.astype(jnp.int32) * num_classes + true_labels.astype(jnp.int32)
     contingency = jnp.zeros(num_clusters * num_classes, jnp.int32).at[pair].add(1)
@@ -279,8 +294,9 @@ def _pairs(counts: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("num_clusters", "num_classes"))
-def adjusted_rand_index(cluster_labels: jax.Array, true_labels: jax.Array, num_clusters: int,
-                        num_classes: int) -> jax.Array:
+def adjusted_rand_index(
+    cluster_labels: jax.Array, true_labels: jax.Array, num_clusters: int, num_classes: int
+) -> jax.Array:
     """Adjusted Rand index of two partitions (Hubert and Arabie, 1985), as scikit-learn computes it.
 
     With the contingency table n_ij, row sums a_i, column sums b_j and n points:
@@ -318,8 +334,9 @@ def bounds_diameter(bounds, dimensions: int) -> float:
 
 
 @jax.jit
-def kmeans_distance(centers: jax.Array, valid: jax.Array, reference_centers: jax.Array,
-                    reference_valid: jax.Array) -> jax.Array:
+def kmeans_distance(
+    centers: jax.Array, valid: jax.Array, reference_centers: jax.Array, reference_valid: jax.Array
+) -> jax.Array:
     """KMeans distance (Definition 9) of one clustering to a set of references.
 
     For every reference clustering C_i, the mean over the valid centres c of
@@ -342,15 +359,16 @@ def kmeans_distance(centers: jax.Array, valid: jax.Array, reference_centers: jax
 
     def to_reference(reference, reference_mask):
         differences = centers[:, None, :] - reference[None, :, :]  # (k, k_ref, d): centres only
-        distances = jnp.sqrt(jnp.sum(differences ** 2, axis=-1))
+        distances = jnp.sqrt(jnp.sum(differences**2, axis=-1))
         nearest = jnp.min(jnp.where(reference_mask[None, :], distances, jnp.inf), axis=1)
         return jnp.sum(jnp.where(valid, nearest, 0.0)) / jnp.sum(valid)
 
     return jnp.mean(jax.vmap(to_reference)(references, reference_valid))
 
 
-def normalised_kmeans_distance(centers: jax.Array, valid: jax.Array, reference_centers: jax.Array,
-                               reference_valid: jax.Array, bounds) -> jax.Array:
+def normalised_kmeans_distance(
+    centers: jax.Array, valid: jax.Array, reference_centers: jax.Array, reference_valid: jax.Array, bounds
+) -> jax.Array:
     """:func:`kmeans_distance` divided by :func:`bounds_diameter` (Table 2, "Norm. KMeans Dist.").
 
     0 means every centre coincides with a reference centre; a centre placed in the

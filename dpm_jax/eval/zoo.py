@@ -35,8 +35,17 @@ from dpm_jax.config import AUTO_DEPTH, CELL_GRID
 from dpm_jax.eval import metrics
 from dpm_jax.eval.datasets import Dataset
 
-__all__ = ["DPM_VARIANTS", "LATTICE_VARIANTS", "Centers", "paper_delta", "batchable", "with_public_lattice",
-           "variant_config", "run_dpm", "labelled_scores"]
+__all__ = [
+    "DPM_VARIANTS",
+    "LATTICE_VARIANTS",
+    "Centers",
+    "paper_delta",
+    "batchable",
+    "with_public_lattice",
+    "variant_config",
+    "run_dpm",
+    "labelled_scores",
+]
 
 DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
     "dpm": dpm_jax.DPMConfig(),  # the default config (the cell split grid)
@@ -87,8 +96,9 @@ def batchable(config: dpm_jax.DPMConfig) -> bool:
     return config.tau_r != AUTO_DEPTH
 
 
-def run_dpm(keys: jax.Array, points: np.ndarray, budget: dpm_jax.Budget, bounds: tuple[float, float],
-            config: dpm_jax.DPMConfig) -> Centers:
+def run_dpm(
+    keys: jax.Array, points: np.ndarray, budget: dpm_jax.Budget, bounds: tuple[float, float], config: dpm_jax.DPMConfig
+) -> Centers:
     """One :func:`dpm_jax.cluster` run per key of ``keys`` (shape (runs,)).
 
     Batchable configs run as one ``jax.vmap`` over the keys with the bounds traced,
@@ -116,6 +126,7 @@ _COMPILED: dict = {}
 def _vmapped(budget: dpm_jax.Budget, config: dpm_jax.DPMConfig):
     """The jitted, key-vmapped cluster program of one (budget, config), compiled once per shape."""
     if (budget, config) not in _COMPILED:
+
         def one(key, points, lower, upper):
             result = dpm_jax.cluster(key, points, budget, bounds=(lower, upper), config=config)
             return result.centers, result.valid, result.split_interval_size
@@ -124,8 +135,9 @@ def _vmapped(budget: dpm_jax.Budget, config: dpm_jax.DPMConfig):
     return _COMPILED[budget, config]
 
 
-def labelled_scores(points: np.ndarray, labels: np.ndarray, centers: np.ndarray, valid: np.ndarray,
-                    num_classes: int) -> dict[str, float]:
+def labelled_scores(
+    points: np.ndarray, labels: np.ndarray, centers: np.ndarray, valid: np.ndarray, num_classes: int
+) -> dict[str, float]:
     """Adjusted Rand index, accuracy and k of one clustering's centres against the true labels.
 
     Every point takes the label of its nearest valid centre; scores in float64.
@@ -133,9 +145,12 @@ def labelled_scores(points: np.ndarray, labels: np.ndarray, centers: np.ndarray,
     """
     with jax.enable_x64(True):
         slots = centers.shape[0]
-        assignment = metrics.assign_to_centers(jnp.asarray(points, jnp.float64), jnp.asarray(centers, jnp.float64),
-                                               jnp.asarray(valid))
+        assignment = metrics.assign_to_centers(
+            jnp.asarray(points, jnp.float64), jnp.asarray(centers, jnp.float64), jnp.asarray(valid)
+        )
         truth = jnp.asarray(labels)
-        return {"ari": float(metrics.adjusted_rand_index(assignment.labels, truth, slots, num_classes)),
-                "accuracy": float(metrics.clustering_accuracy(assignment.labels, truth, slots, num_classes)),
-                "k": int(np.sum(valid))}
+        return {
+            "ari": float(metrics.adjusted_rand_index(assignment.labels, truth, slots, num_classes)),
+            "accuracy": float(metrics.clustering_accuracy(assignment.labels, truth, slots, num_classes)),
+            "k": int(np.sum(valid)),
+        }

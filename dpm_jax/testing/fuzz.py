@@ -22,8 +22,16 @@ from hypothesis import strategies as st
 
 import dpm_jax
 
-__all__ = ["Scenario", "DTYPES", "VALUE_KINDS", "public_bounds", "points_for", "check_cluster_properties",
-           "call", "INVALID_INPUTS"]
+__all__ = [
+    "Scenario",
+    "DTYPES",
+    "VALUE_KINDS",
+    "public_bounds",
+    "points_for",
+    "check_cluster_properties",
+    "call",
+    "INVALID_INPUTS",
+]
 
 
 class Scenario(NamedTuple):
@@ -36,8 +44,16 @@ class Scenario(NamedTuple):
 
 
 DTYPES = (np.float16, np.float32, np.float64, np.int32, np.int64)
-VALUE_KINDS = ("uniform", "blobs", "constant columns", "duplicates", "on bounds",
-               "on candidates", "outside bounds", "huge magnitudes")
+VALUE_KINDS = (
+    "uniform",
+    "blobs",
+    "constant columns",
+    "duplicates",
+    "on bounds",
+    "on candidates",
+    "outside bounds",
+    "huge magnitudes",
+)
 
 
 # ----------------------------------------------------------------------- strategies
@@ -98,8 +114,9 @@ def check_cluster_properties(key, points, budget, bounds, config) -> dpm_jax.Clu
     """Run ``cluster`` and assert every property a valid call must have."""
     before = points.copy()
     result = dpm_jax.cluster(key, points, budget, bounds=bounds, config=config)
-    assert points.dtype == before.dtype and np.array_equal(points, before, equal_nan=True), \
+    assert points.dtype == before.dtype and np.array_equal(points, before, equal_nan=True), (
         "the caller's array was modified"
+    )
     d = points.shape[1]
     centers, counts = np.asarray(result.centers), np.asarray(result.counts)
     valid, k = np.asarray(result.valid), int(result.k)
@@ -137,8 +154,13 @@ _DEFAULT = object()
 def call(key=_DEFAULT, X=_DEFAULT, budget=_DEFAULT, bounds=_DEFAULT, **kwargs):
     """``cluster`` with valid arguments except the ones given."""
     pick = lambda value, default: default if value is _DEFAULT else value
-    return dpm_jax.cluster(pick(key, jax.random.key(0)), pick(X, GOOD_X), pick(budget, GOOD_BUDGET),
-                           bounds=pick(bounds, GOOD_BOUNDS), **kwargs)
+    return dpm_jax.cluster(
+        pick(key, jax.random.key(0)),
+        pick(X, GOOD_X),
+        pick(budget, GOOD_BUDGET),
+        bounds=pick(bounds, GOOD_BOUNDS),
+        **kwargs,
+    )
 
 
 def _non_finite_points(bad, row, col, dtype):
@@ -173,16 +195,26 @@ def _centreness_below_2q(q, slack):
 
 # name: (hypothesis strategies by argument, the check); wrap with ``given(**strategies)``.
 INVALID_INPUTS = {
-    "non-finite points": (dict(bad=st.sampled_from([np.nan, np.inf, -np.inf]), row=st.integers(0, 4),
-                               col=st.integers(0, 1),
-                               dtype=st.sampled_from([np.float16, np.float32, np.float64])),
-                          _non_finite_points),
-    "epsilon <= 0": (dict(epsilon=st.one_of(st.floats(max_value=0.0), st.just(math.inf), st.just(math.nan))),
-                     _non_positive_epsilon),
-    "delta outside (0, 1)": (dict(delta=st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0),
-                                                  st.just(math.nan))),
-                             _delta_outside_the_unit_interval),
-    "lo >= hi": (dict(lo=st.floats(-1e6, 1e6), gap=st.floats(0.0, 1e6), per_dim=st.booleans()),
-                 _bounds_with_lo_not_below_hi),
+    "non-finite points": (
+        dict(
+            bad=st.sampled_from([np.nan, np.inf, -np.inf]),
+            row=st.integers(0, 4),
+            col=st.integers(0, 1),
+            dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+        ),
+        _non_finite_points,
+    ),
+    "epsilon <= 0": (
+        dict(epsilon=st.one_of(st.floats(max_value=0.0), st.just(math.inf), st.just(math.nan))),
+        _non_positive_epsilon,
+    ),
+    "delta outside (0, 1)": (
+        dict(delta=st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0), st.just(math.nan))),
+        _delta_outside_the_unit_interval,
+    ),
+    "lo >= hi": (
+        dict(lo=st.floats(-1e6, 1e6), gap=st.floats(0.0, 1e6), per_dim=st.booleans()),
+        _bounds_with_lo_not_below_hi,
+    ),
     "t < 2q": (dict(q=st.floats(1e-3, 0.499), slack=st.floats(1e-6, 0.5)), _centreness_below_2q),
 }

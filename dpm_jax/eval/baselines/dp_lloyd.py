@@ -84,16 +84,16 @@ def _count_to_sum_ratio(dimensions: int, rho: float) -> float:
     return float(np.cbrt(4.0 * dimensions * rho**2))
 
 
-def su_num_iterations(epsilon: float, num_points: int, dimensions: int, num_clusters: int,
-                      rho: float = SU_RHO) -> int:
+def su_num_iterations(epsilon: float, num_points: int, dimensions: int, num_clusters: int, rho: float = SU_RHO) -> int:
     """Number of Lloyd iterations for DP-Lloyd (diffprivlib's rule).
 
     ``int(clip(epsilon / epsilon_m, 2, 7))`` with
     ``epsilon_m = sqrt(500 k^3 / n^2 * (d + cbrt(4 d rho^2))^3)``. ``num_points``
     must be public (a published size, or a noisy count paid for separately).
     """
-    epsilon_m = math.sqrt(500.0 * num_clusters**3 / num_points**2
-                          * (dimensions + _count_to_sum_ratio(dimensions, rho)) ** 3)
+    epsilon_m = math.sqrt(
+        500.0 * num_clusters**3 / num_points**2 * (dimensions + _count_to_sum_ratio(dimensions, rho)) ** 3
+    )
     return int(max(min(epsilon / epsilon_m, 7.0), 2.0))
 
 
@@ -124,8 +124,7 @@ class DPLloydBudget(NamedTuple):
         return math.fsum([self.count_epsilon, self.sum_epsilon] * self.num_iterations)
 
 
-def dp_lloyd_budget(epsilon: float, bounds, dimensions: int, num_iterations: int,
-                    rho: float = SU_RHO) -> DPLloydBudget:
+def dp_lloyd_budget(epsilon: float, bounds, dimensions: int, num_iterations: int, rho: float = SU_RHO) -> DPLloydBudget:
     """Split ``epsilon`` over ``num_iterations`` iterations and, within each, Su et al.'s ratio.
 
     Args:
@@ -147,13 +146,21 @@ def dp_lloyd_budget(epsilon: float, bounds, dimensions: int, num_iterations: int
     count_epsilon = per_iteration / (1.0 + ratio)
     sum_epsilon = per_iteration - count_epsilon
     l1_sensitivity = float(np.sum((upper - lower) / 2.0))
-    return DPLloydBudget(float(epsilon), int(num_iterations), count_epsilon, sum_epsilon,
-                         l1_sensitivity, 1.0 / count_epsilon, l1_sensitivity / sum_epsilon)
+    return DPLloydBudget(
+        float(epsilon),
+        int(num_iterations),
+        count_epsilon,
+        sum_epsilon,
+        l1_sensitivity,
+        1.0 / count_epsilon,
+        l1_sensitivity / sum_epsilon,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("num_clusters", "max_retries"))
-def separated_uniform_centers(key: jax.Array, num_clusters: int, lower: jax.Array, upper: jax.Array,
-                              max_retries: int = MAX_INIT_RETRIES) -> jax.Array:
+def separated_uniform_centers(
+    key: jax.Array, num_clusters: int, lower: jax.Array, upper: jax.Array, max_retries: int = MAX_INIT_RETRIES
+) -> jax.Array:
     """Data-independent initial centres, spread over the box (diffprivlib's initialisation).
 
     Starting from a separation p = min_j (hi_j - lo_j) / 2, centres are drawn one
@@ -177,8 +184,9 @@ def separated_uniform_centers(key: jax.Array, num_clusters: int, lower: jax.Arra
     def attempt(attempt_key, separation):
         def place(index, state):
             centers, placed_all = state
-            draws = jax.random.uniform(jax.random.fold_in(attempt_key, index), (max_retries, dimensions),
-                                       dtype=lower.dtype)
+            draws = jax.random.uniform(
+                jax.random.fold_in(attempt_key, index), (max_retries, dimensions), dtype=lower.dtype
+            )
             candidates = lower + separation + draws * (width - 2.0 * separation)
             distances = jnp.sqrt(jnp.sum((candidates[:, None, :] - centers[None, :, :]) ** 2, axis=-1))
             kept_before = jnp.arange(num_clusters)[None, :] < index
@@ -223,8 +231,9 @@ class DPLloydResult(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("num_clusters", "chunk_size"))
-def _dp_lloyd_arrays(key, points, lower, upper, count_noise_limbs, sum_noise_scale, *, num_clusters: int,
-                     chunk_size: int):
+def _dp_lloyd_arrays(
+    key, points, lower, upper, count_noise_limbs, sum_noise_scale, *, num_clusters: int, chunk_size: int
+):
     points = jnp.clip(points, lower, upper)  # per-record map: DP is unaffected
     middle = (lower + upper) / 2.0
     shifted = points - middle
@@ -267,9 +276,18 @@ def count_noise_of_iterations(key: jax.Array, budget: DPLloydBudget, num_cluster
     return exact.Int(tuple(jnp.stack([row.limbs[i] for row in rows]) for i in range(len(rows[0].limbs))))
 
 
-def dp_lloyd(key: jax.Array, points, num_clusters: int, epsilon: float, bounds, *,
-             num_iterations: int | None = None, num_points_public: int | None = None,
-             rho: float = SU_RHO, chunk_size: int = DEFAULT_CHUNK_SIZE) -> DPLloydResult:
+def dp_lloyd(
+    key: jax.Array,
+    points,
+    num_clusters: int,
+    epsilon: float,
+    bounds,
+    *,
+    num_iterations: int | None = None,
+    num_points_public: int | None = None,
+    rho: float = SU_RHO,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> DPLloydResult:
     """DP-Lloyd: (epsilon, 0)-DP k-means of ``points`` clipped to the public ``bounds``.
 
     Args:
@@ -292,12 +310,21 @@ def dp_lloyd(key: jax.Array, points, num_clusters: int, epsilon: float, bounds, 
     dimensions = points.shape[1]
     if num_iterations is None:
         if num_points_public is None:
-            raise ValueError("pass num_iterations, or num_points_public to use Su et al.'s rule "
-                             "(the true size of private data is not public)")
+            raise ValueError(
+                "pass num_iterations, or num_points_public to use Su et al.'s rule "
+                "(the true size of private data is not public)"
+            )
         num_iterations = su_num_iterations(epsilon, num_points_public, dimensions, num_clusters, rho)
     budget = dp_lloyd_budget(epsilon, bounds, dimensions, num_iterations, rho)
     lower, upper = (jnp.asarray(b) for b in broadcast_bounds(bounds, dimensions, np.float32))
     centers, noisy_counts, labels = _dp_lloyd_arrays(
-        key, points, lower, upper, count_noise_of_iterations(key, budget, num_clusters).limbs,
-        budget.sum_noise_scale, num_clusters=num_clusters, chunk_size=chunk_size)
+        key,
+        points,
+        lower,
+        upper,
+        count_noise_of_iterations(key, budget, num_clusters).limbs,
+        budget.sum_noise_scale,
+        num_clusters=num_clusters,
+        chunk_size=chunk_size,
+    )
     return DPLloydResult(centers, noisy_counts, labels, budget)

@@ -50,8 +50,9 @@ class KMeansResult(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("num_clusters", "num_local_trials"))
-def kmeans_plusplus(key: jax.Array, points: jax.Array, num_clusters: int,
-                    num_local_trials: int | None = None) -> jax.Array:
+def kmeans_plusplus(
+    key: jax.Array, points: jax.Array, num_clusters: int, num_local_trials: int | None = None
+) -> jax.Array:
     """Greedy k-means++ seeding: (num_clusters, d) initial centres drawn from ``points``.
 
     Args:
@@ -72,8 +73,9 @@ def kmeans_plusplus(key: jax.Array, points: jax.Array, num_clusters: int,
     def add_center(index, state):
         centers, closest = state
         cumulative = jnp.cumsum(closest)
-        targets = jax.random.uniform(jax.random.fold_in(rest_key, index), (num_local_trials,),
-                                     closest.dtype) * cumulative[-1]
+        targets = (
+            jax.random.uniform(jax.random.fold_in(rest_key, index), (num_local_trials,), closest.dtype) * cumulative[-1]
+        )
         candidates = jnp.minimum(jnp.searchsorted(cumulative, targets), n - 1)
         to_candidates = squared_distances(points[candidates], points)  # (trials, n)
         updated = jnp.minimum(closest[None, :], to_candidates)
@@ -85,8 +87,14 @@ def kmeans_plusplus(key: jax.Array, points: jax.Array, num_clusters: int,
 
 
 @functools.partial(jax.jit, static_argnames=("max_iterations", "chunk_size"))
-def lloyd(points: jax.Array, initial_centers: jax.Array, *, max_iterations: int = 300,
-          tolerance: float = 1e-4, chunk_size: int = DEFAULT_CHUNK_SIZE) -> KMeansResult:
+def lloyd(
+    points: jax.Array,
+    initial_centers: jax.Array,
+    *,
+    max_iterations: int = 300,
+    tolerance: float = 1e-4,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> KMeansResult:
     """Lloyd's algorithm from ``initial_centers`` (see the module docstring for the stopping rule)."""
     num_clusters = initial_centers.shape[0]
     threshold = tolerance * jnp.mean(jnp.var(points, axis=0))
@@ -94,8 +102,7 @@ def lloyd(points: jax.Array, initial_centers: jax.Array, *, max_iterations: int 
     def update(centers):
         labels = assign_to_centers(points, centers, chunk_size=chunk_size).labels
         sums = jax.ops.segment_sum(points, labels, num_segments=num_clusters)
-        counts = jax.ops.segment_sum(jnp.ones(points.shape[0], points.dtype), labels,
-                                     num_segments=num_clusters)
+        counts = jax.ops.segment_sum(jnp.ones(points.shape[0], points.dtype), labels, num_segments=num_clusters)
         return jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None], centers)
 
     def not_converged(state):
@@ -114,28 +121,43 @@ def lloyd(points: jax.Array, initial_centers: jax.Array, *, max_iterations: int 
 
 
 @functools.partial(jax.jit, static_argnames=("num_clusters", "num_runs", "max_iterations", "chunk_size"))
-def kmeans_runs(key: jax.Array, points: jax.Array, num_clusters: int, num_runs: int, *,
-                max_iterations: int = 300, tolerance: float = 1e-4,
-                chunk_size: int = DEFAULT_CHUNK_SIZE) -> KMeansResult:
+def kmeans_runs(
+    key: jax.Array,
+    points: jax.Array,
+    num_clusters: int,
+    num_runs: int,
+    *,
+    max_iterations: int = 300,
+    tolerance: float = 1e-4,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> KMeansResult:
     """``num_runs`` independent k-means++ / Lloyd runs under ``jax.vmap``.
 
     Run r uses ``jax.random.fold_in(key, r)``. Every field of the result has a
     leading axis of length ``num_runs``. Memory grows with ``num_runs`` times
     ``chunk_size * num_clusters`` for the distance blocks, plus n labels per run.
     """
+
     def one_run(run):
         seeds = kmeans_plusplus(jax.random.fold_in(key, run), points, num_clusters)
-        return lloyd(points, seeds, max_iterations=max_iterations, tolerance=tolerance,
-                     chunk_size=chunk_size)
+        return lloyd(points, seeds, max_iterations=max_iterations, tolerance=tolerance, chunk_size=chunk_size)
 
     return jax.vmap(one_run)(jnp.arange(num_runs))
 
 
-def kmeans(key: jax.Array, points: jax.Array, num_clusters: int, num_runs: int = 1, *,
-           max_iterations: int = 300, tolerance: float = 1e-4,
-           chunk_size: int = DEFAULT_CHUNK_SIZE) -> KMeansResult:
+def kmeans(
+    key: jax.Array,
+    points: jax.Array,
+    num_clusters: int,
+    num_runs: int = 1,
+    *,
+    max_iterations: int = 300,
+    tolerance: float = 1e-4,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> KMeansResult:
     """k-means with ``num_runs`` restarts (scikit-learn's ``n_init``); the lowest inertia wins."""
-    runs = kmeans_runs(key, points, num_clusters, num_runs, max_iterations=max_iterations,
-                       tolerance=tolerance, chunk_size=chunk_size)
+    runs = kmeans_runs(
+        key, points, num_clusters, num_runs, max_iterations=max_iterations, tolerance=tolerance, chunk_size=chunk_size
+    )
     best = jnp.argmin(runs.inertia)
     return jax.tree_util.tree_map(lambda field: field[best], runs)

@@ -53,8 +53,10 @@ def reference_scores(points, noisy_count, lower, upper, beta, num_splits, t, q, 
         border_distance = half - np.abs(rank - half)
         outer = (rank <= noisy_count * q) | (rank >= noisy_count - noisy_count * q)
         centreness = np.where(
-            outer, border_distance * t / (noisy_count * q),
-            (t - 2 * q) / (1 - 2 * q) + border_distance * (1 - t) / (half - noisy_count * q))
+            outer,
+            border_distance * t / (noisy_count * q),
+            (t - 2 * q) / (1 - 2 * q) + border_distance * (1 - t) / (half - noisy_count * q),
+        )
         scores[i] = centreness + alpha * emptiness
     return scores
 
@@ -76,8 +78,7 @@ def _budget_parts(epsilon, delta, config):
     eps_exp = epsilon * share_exp * split_weights / split_weights.sum()
     delta_cnt = delta * config.delta_shares[0] / (tau_r + 1)
     offsets = -np.log(2 * delta_cnt) / eps_cnt
-    return (epsilon * share_int, eps_cnt, eps_exp, epsilon * share_avg,
-            delta * config.delta_shares[1], offsets)
+    return (epsilon * share_int, eps_cnt, eps_exp, epsilon * share_avg, delta * config.delta_shares[1], offsets)
 
 
 def reference_interval_size(rng, points, lower, upper, noisy_count, epsilon, config):
@@ -126,8 +127,7 @@ def reference_dpm(rng: np.random.Generator, X, epsilon, delta, bounds, config):
 
     def split(S, n_S, level):  # lines 21-28
         sensitivity = (config.t / config.q + config.alpha) / max(n_S - offsets[level], 1.0)
-        scores = reference_scores(S, n_S, lower, upper, beta, num_splits, config.t, config.q,
-                                  config.alpha)
+        scores = reference_scores(S, n_S, lower, upper, beta, num_splits, config.t, config.q, config.alpha)
         i_star = _exponential(rng, scores, eps_exp[level], sensitivity)
         dim = i_star // num_splits  # the fixed line 24
         position = lower[dim] + ((i_star % num_splits) + 0.5) * beta * (upper[dim] - lower[dim])
@@ -140,7 +140,10 @@ def reference_dpm(rng: np.random.Generator, X, epsilon, delta, bounds, config):
     # The library's noise level in real arithmetic: its L2 sensitivity is the half-diagonal
     # of the unit box, sqrt(d) / 2, so each coordinate gets multiplier sqrt(d) / 2 ranges.
     sigma = discrete_gaussian_multiplier(eps_avg, delta_avg) * math.sqrt(d) / 2.0 * (upper - lower)
-    centers = np.array([middle + (np.sum(C - middle, axis=0) + rng.normal(0.0, sigma, d))
-                        / max(w, 1.0) for C, w in zip(clusters, weights)])
-    return dict(centers=np.clip(centers, lower, upper), counts=np.array(weights), k=len(clusters),
-                beta=beta)
+    centers = np.array(
+        [
+            middle + (np.sum(C - middle, axis=0) + rng.normal(0.0, sigma, d)) / max(w, 1.0)
+            for C, w in zip(clusters, weights)
+        ]
+    )
+    return dict(centers=np.clip(centers, lower, upper), counts=np.array(weights), k=len(clusters), beta=beta)

@@ -50,8 +50,14 @@ class KMeansReferences(NamedTuple):
         return int(self.num_clusters[0])
 
 
-def kmeans_references(key: jax.Array, points, candidate_num_clusters: Sequence[int], runs_per_k: int,
-                      num_references: int = 20, silhouette_sample_size: int = 10_000) -> KMeansReferences:
+def kmeans_references(
+    key: jax.Array,
+    points,
+    candidate_num_clusters: Sequence[int],
+    runs_per_k: int,
+    num_references: int = 20,
+    silhouette_sample_size: int = 10_000,
+) -> KMeansReferences:
     """Section 6.2's references: the ``num_references`` k-means runs with the best silhouette.
 
     Args:
@@ -77,8 +83,9 @@ def kmeans_references(key: jax.Array, points, candidate_num_clusters: Sequence[i
         runs_key, silhouette_key = jax.random.split(jax.random.fold_in(key, index))
         runs = kmeans_runs(runs_key, points, k, runs_per_k)
         for run in range(runs_per_k):
-            score = sampled_silhouette_score(jax.random.fold_in(silhouette_key, run), points,
-                                             runs.labels[run], k, silhouette_sample_size)
+            score = sampled_silhouette_score(
+                jax.random.fold_in(silhouette_key, run), points, runs.labels[run], k, silhouette_sample_size
+            )
             padded = np.full((max_k, points.shape[1]), np.nan)
             padded[:k] = np.asarray(runs.centers[run])
             all_centers.append(padded)
@@ -87,5 +94,6 @@ def kmeans_references(key: jax.Array, points, candidate_num_clusters: Sequence[i
     order = np.argsort(-np.asarray(all_scores), kind="stable")[:num_references]
     centers = np.stack(all_centers)[order]
     num_clusters = np.asarray(all_k)[order]
-    return KMeansReferences(centers, np.arange(max_k)[None, :] < num_clusters[:, None], num_clusters,
-                            np.asarray(all_scores)[order])
+    return KMeansReferences(
+        centers, np.arange(max_k)[None, :] < num_clusters[:, None], num_clusters, np.asarray(all_scores)[order]
+    )
