@@ -77,6 +77,8 @@ def reciprocal(x: jax.Array) -> jax.Array:
     rows): a per-point quotient could differ by an ulp between one device and four, or
     between the whole array and a chunk of it, and land in another bin. A product is
     correctly rounded everywhere, so with the divisor's reciprocal computed once, the
-    per-point results are the same in every program.
+    per-point results are the same in every program. ``x`` may also be a Python or
+    NumPy number (the auditor and the tests pass public scalars): it is divided as a
+    float32 on the device, as the engine's traced values are.
     """
-    return materialized(1.0 / x)
+    return materialized(1.0 / jnp.asarray(x, jnp.float32))
