@@ -369,7 +369,7 @@ def warning_cost_section(args) -> dict:
 
     data = synthetic_blobs(100_000, 10, num_blobs=64, seed=0)
     budget = dpm_jax.Budget(1.0, 1e-6)
-    checked = api._warn_if_starved
+    checked = api.warn_if_starved
 
     def call(key):
         return dpm_jax.cluster(jax.random.key(key), data.points, budget, bounds=data.bounds).centers.block_until_ready()
@@ -378,11 +378,11 @@ def warning_cost_section(args) -> dict:
     times = {"with the check": [], "without": []}
     for repeat in range(args.timing_calls):
         for name, hook in (("with the check", checked), ("without", lambda *a: None)):
-            api._warn_if_starved = hook
+            api.warn_if_starved = hook
             start = time.perf_counter()
             call(repeat)
             times[name].append(time.perf_counter() - start)
-    api._warn_if_starved = checked
+    api.warn_if_starved = checked
     medians = {name: float(np.median(values)) for name, values in times.items()}
     print(
         f"warm cluster call, Synth-10d 100k x 10: median {medians['with the check'] * 1e3:.1f} ms with the budget "

@@ -40,7 +40,7 @@ MUTATIONS = (
     Mutation(
         "averaging noise: half the discrete Gaussian's sigma on the device",
         "dpm_jax/api.py",
-        (("_gaussian_thresholds(averaging.sigma)", "_gaussian_thresholds(averaging.sigma / 2)"),),
+        (("gaussian_thresholds_on_device(averaging.sigma)", "gaussian_thresholds_on_device(averaging.sigma / 2)"),),
         ("tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_stream",),
     ),
     Mutation(

@@ -32,7 +32,14 @@ from dpm_jax import exact, interval, keys, tree
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
 from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
-from dpm_jax.budget import Allocation, Budget, allocate, count_entry, heap_count_epsilons
+from dpm_jax.budget import (
+    Allocation,
+    Budget,
+    allocate,
+    count_entry,
+    heap_count_epsilons,
+    validate_budget_and_config,
+)
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.depth import choose_depth
 from dpm_jax.diagnostics.plan import warn_if_insufficient
@@ -47,9 +54,20 @@ from dpm_jax.mechanisms import (
     discrete_gaussian_table,
     em_weight_table,
 )
-from dpm_jax.tree import SplitTree, build_tree, root_interval_size
+from dpm_jax.tree import Leaves, SplitTree, build_tree, root_interval_size
 
-__all__ = ["ClusterResult", "cluster", "build_ledger", "MAX_POINTS"]
+__all__ = [
+    "ClusterResult",
+    "cluster",
+    "build_ledger",
+    "MAX_POINTS",
+    "validate_key",
+    "validate_bounds",
+    "released_arrays",
+    "warn_if_starved",
+    "em_table_on_device",
+    "gaussian_thresholds_on_device",
+]
 
 MAX_POINTS = 2**31 - 1
 
@@ -101,7 +119,8 @@ def _is_tracer(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
-def _validate_key(key) -> None:
+def validate_key(key) -> None:
+    """A TypeError unless ``key`` is one JAX PRNG key (typed, or a legacy uint32 pair)."""
     if isinstance(key, jax.Array) or isinstance(key, np.ndarray):
         if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
             if key.shape == ():
@@ -161,7 +180,8 @@ def _all_finite_on_device(X: jax.Array) -> jax.Array:
     return jnp.all(jnp.isfinite(X))
 
 
-def _validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
+def validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
+    """(lower, upper) as (d,) float32 from public (lo, hi); a clear error for missing or bad bounds."""
     if bounds is None:
         raise ValueError(BOUNDS_REQUIRED)
     if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
@@ -222,14 +242,11 @@ def cluster(
     (over keys, data sets, masks). Value checks on X and bounds (NaN, lo < hi) run
     only when they are concrete, i.e. outside of jit/vmap tracing.
     """
-    _validate_key(key)
-    if not isinstance(budget, Budget):
-        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
-    if not isinstance(config, DPMConfig):
-        raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
+    validate_key(key)
+    validate_budget_and_config(budget, config)
     points = _validate_points(X)
     n, d = points.shape
-    lower, upper = _validate_bounds(bounds, d)
+    lower, upper = validate_bounds(bounds, d)
     mask = _validate_mask(point_mask, n)
 
     depth_entries = []
@@ -248,18 +265,18 @@ def cluster(
         mask,
         lower,
         upper,
-        _em_table(),
-        _gaussian_thresholds(averaging.sigma),
+        em_table_on_device(),
+        gaussian_thresholds_on_device(averaging.sigma),
         allocation=allocation,
         config=config,
         averaging=averaging,
     )
     result = ClusterResult(**arrays, ledger=ledger)
-    _warn_if_starved(result, budget, config, d)
+    warn_if_starved(result, budget, config, d)
     return result
 
 
-def _warn_if_starved(result: ClusterResult, budget: Budget, config: DPMConfig, d: int) -> None:
+def warn_if_starved(result: ClusterResult, budget: Budget, config: DPMConfig, d: int) -> None:
     """An InsufficientBudgetWarning when the plan cannot separate two clusters at the released size.
 
     The size is the released root count n~ (post-processing of the release: no privacy
@@ -297,7 +314,8 @@ def build_ledger(allocation: Allocation, config: DPMConfig, d: int, averaging: A
 
 
 @functools.lru_cache(maxsize=1)
-def _em_table():
+def em_table_on_device():
+    """The exponential mechanism's weight table (:func:`dpm_jax.mechanisms.em_weight_table`) on the device."""
     # Concrete device arrays even when cluster is called inside a caller's jit or vmap
     # (a staged constant would be a tracer, and caching it would leak it).
     with jax.ensure_compile_time_eval():
@@ -305,7 +323,8 @@ def _em_table():
 
 
 @functools.lru_cache(maxsize=8)
-def _gaussian_thresholds(sigma: float):
+def gaussian_thresholds_on_device(sigma: float):
+    """The discrete Gaussian sampler's inverse-CDF thresholds for ``sigma`` on the device."""
     table = discrete_gaussian_table(sigma)
     with jax.ensure_compile_time_eval():
         return jax.device_put(table.thresholds_high), jax.device_put(table.thresholds_low)
@@ -370,6 +389,15 @@ def _cluster_arrays(
         gaussian_thresholds,
         averaging,
     )
+    return dict(**released_arrays(tree, leaves, centers, beta, lower, upper), labels_nonprivate=leaves.point_slot)
+
+
+def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper) -> dict:
+    """The DP fields of a :class:`ClusterResult` from the tree, its leaves and their centres.
+
+    Shared by :func:`cluster` and :func:`dpm_jax.stream.cluster_stream`; all of it is
+    post-processing of released values.
+    """
     return dict(
         centers=centers,
         counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
@@ -378,5 +406,4 @@ def _cluster_arrays(
         tree=tree,
         split_interval_size=beta * (upper - lower),
         leaf_node=leaves.node,
-        labels_nonprivate=leaves.point_slot,
     )

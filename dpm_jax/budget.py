@@ -104,6 +104,14 @@ class Allocation(NamedTuple):
 _MAX_SAMPLER_SHARE = 0.01
 
 
+def validate_budget_and_config(budget, config) -> None:
+    """A TypeError unless ``budget`` is a :class:`Budget` and ``config`` a :class:`DPMConfig`."""
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
+    if not isinstance(config, DPMConfig):
+        raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
+
+
 @functools.lru_cache(maxsize=64)
 def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     """Split ``budget`` over DPM's mechanisms and levels for d dimensions; the parts add up to it.

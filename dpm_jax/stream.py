@@ -52,15 +52,16 @@ from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (
     MAX_POINTS,
     ClusterResult,
-    _em_table,
-    _gaussian_thresholds,
-    _validate_bounds,
-    _validate_key,
-    _warn_if_starved,
+    em_table_on_device,
+    gaussian_thresholds_on_device,
+    validate_bounds,
+    validate_key,
+    warn_if_starved,
     build_ledger,
+    released_arrays,
 )
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
-from dpm_jax.budget import Budget, allocate, heap_count_epsilons
+from dpm_jax.budget import Budget, allocate, heap_count_epsilons, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.histogram import level_histogram
 from dpm_jax.interval import (
@@ -275,11 +276,8 @@ def cluster_stream(
         source yields nothing or changes between passes. Shape and value errors are found
         in the first pass, before any noise is drawn; no partial result is ever returned.
     """
-    _validate_key(key)
-    if not isinstance(budget, Budget):
-        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
-    if not isinstance(config, DPMConfig):
-        raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
+    validate_key(key)
+    validate_budget_and_config(budget, config)
     if config.tau_r == AUTO_DEPTH:
         raise ValueError(
             f"cluster_stream does not support tau_r={AUTO_DEPTH!r}; choose tau_r with "
@@ -292,12 +290,12 @@ def cluster_stream(
     report("validation")
     rows = source.survey()
     n, d = sum(rows), source.d
-    lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in _validate_bounds(bounds, d))
+    lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in validate_bounds(bounds, d))
 
     allocation = allocate(budget, config, d)
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
     ledger = build_ledger(allocation, config, d, averaging)
-    em_table = _em_table()
+    em_table = em_table_on_device()
     noise, root_noisy_count = _root_count(key, jnp.int32(n), allocation=allocation)
     root_size = exact.to_float32(root_noisy_count)
     # Line 8: Algorithm 2 from sorted columns (the cell grid runs none: it reports its root's interval size).
@@ -406,22 +404,16 @@ def cluster_stream(
         leaves.valid,
         lower,
         upper,
-        _gaussian_thresholds(averaging.sigma),
+        gaussian_thresholds_on_device(averaging.sigma),
         averaging,
     )
     report(None)
     result = ClusterResult(
-        centers=centers,
-        counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
-        valid=leaves.valid,
-        k=jnp.sum(leaves.valid).astype(jnp.int32),
-        tree=tree,
-        split_interval_size=beta * (upper - lower),
-        leaf_node=leaves.node,
+        **released_arrays(tree, leaves, centers, beta, lower, upper),
         labels_nonprivate=None,
         ledger=ledger,
     )
-    _warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
+    warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
     return result
 
 

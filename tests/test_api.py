@@ -279,7 +279,7 @@ def _replayed_splits(key, points, result, config, allocation, offsets):
         counts = histogram.level_histogram(half_bins, jnp.zeros(len(points), jnp.int32), member_mask, 1, max_splits)
         return tree_lib.select_splits(
             node_bits,
-            dpm_jax.api._em_table(),
+            dpm_jax.api.em_table_on_device(),
             counts,
             exact.from_int32(count),
             jnp.ones(1, bool),

@@ -33,7 +33,7 @@ import math
 import warnings
 from typing import NamedTuple
 
-from dpm_jax.budget import Budget, allocate
+from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.diagnostics import separation, theory
 
@@ -359,10 +359,7 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
         raise ValueError(f"n must be a positive finite number (a public size), got {n!r}")
     if not (isinstance(d, int) and not isinstance(d, bool) and d >= 1):
         raise ValueError(f"d must be a positive integer, got {d!r}")
-    if not isinstance(budget, Budget):
-        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
-    if not isinstance(config, DPMConfig):
-        raise TypeError(f"config must be a dpm_jax.DPMConfig, got {type(config).__name__}")
+    validate_budget_and_config(budget, config)
     if config.tau_r == AUTO_DEPTH:
         raise ValueError(
             f"tau_r={AUTO_DEPTH!r}: plan a fixed depth (recommended_tau_r gives the one "
