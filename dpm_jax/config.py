@@ -97,6 +97,7 @@ class DPMConfig:
     max_splits_per_dim: int = 128
     split_grid: str = CELL_GRID
     lattice_step: float | None = None
+    split_window: int = 1
 
     def __post_init__(self):
         if isinstance(self.tau_r, str):
@@ -142,7 +143,7 @@ class DPMConfig:
         _check_shares("delta_shares", self.delta_shares, 2)
         if self.sigma_step <= 0:
             raise ValueError(f"sigma_step must be > 0, got {self.sigma_step}")
-        for name in ("num_sigmas", "interval_max_dims", "max_splits_per_dim"):
+        for name in ("num_sigmas", "interval_max_dims", "max_splits_per_dim", "split_window"):
             value = getattr(self, name)
             if value is None and name == "interval_max_dims":
                 continue

@@ -103,15 +103,21 @@ def candidate_statistics(half_bin_counts: jax.Array) -> tuple[jax.Array, jax.Arr
     return interval_counts, ranks
 
 
-def boundary_statistics(half_bin_counts: jax.Array) -> tuple[jax.Array, jax.Array]:
+def boundary_statistics(half_bin_counts: jax.Array, window: int = 1) -> tuple[jax.Array, jax.Array]:
     """The cell grid's candidates, one per half-bin boundary i = 1 .. 2B - 1, at index i - 1.
 
-    (..., 2B) int32 half-bin counts -> (interval counts |s_i| = half-bins i - 1 and i,
-    ranks r_i = half-bins 0 .. i - 1), each (..., 2B), exact; the last entry (i = 2B,
-    the cell's upper end) is no candidate (the caller masks it).
+    (..., 2B) int32 half-bin counts -> (interval counts |s_i| = half-bins i - window .. i + window - 1
+    that lie in the cell, ranks r_i = half-bins 0 .. i - 1), each (..., 2B), exact; the last
+    entry (i = 2B, the cell's upper end) is no candidate (the caller masks it). ``window`` = 1:
+    the two half-bins around the boundary. A node's points all lie in its cell, so the part of
+    a window outside the cell holds none of them: the clipped count is the true one.
     """
-    following = jnp.concatenate([half_bin_counts[..., 1:], jnp.zeros_like(half_bin_counts[..., :1])], axis=-1)
-    return half_bin_counts + following, exact.exact_cumsum(half_bin_counts)
+    inclusive = exact.exact_cumsum(half_bin_counts)  # S[j] = half-bins 0 .. j
+    size = half_bin_counts.shape[-1]
+    upper = inclusive[..., jnp.minimum(jnp.arange(size) + window, size - 1)]  # S[i + window - 1]
+    below = jnp.arange(size) - window  # S[i - window - 1], 0 where the window starts at the cell's end
+    lower = jnp.where(below >= 0, inclusive[..., jnp.maximum(below, 0)], 0)
+    return upper - lower, inclusive
 
 
 def split_scores(

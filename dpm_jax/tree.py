@@ -45,6 +45,7 @@ d * numSplits candidates, dim = i* // numSplits and s* = a + ((i* mod numSplits)
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -237,6 +238,7 @@ class _TreeInputs(NamedTuple):
     num_levels: int  # tau_r: levels that draw a split
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
     cell: bool  # the cell grid (DPMConfig.split_grid)
+    split_window: int  # half-bins on each side of a cell-grid candidate in its split interval
 
 
 def choose_splits(
@@ -275,7 +277,7 @@ def choose_splits(
             epsilon,
             offset,
             inputs.coefficients,
-            boundary_statistics if inputs.cell else candidate_statistics,
+            functools.partial(boundary_statistics, window=inputs.split_window) if inputs.cell else candidate_statistics,
         )
         return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0) for c, p in zip(chosen, picked))
 
@@ -673,6 +675,7 @@ def tree_inputs(
         # (measured at 10 and 100 dimensions, benchmarks/speed.py).
         use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and not cell,
         cell=cell,
+        split_window=config.split_window,
     )
 
 
