@@ -22,6 +22,7 @@ AUTO_DEPTH = "auto"  # DPMConfig(tau_r=AUTO_DEPTH): the depth chosen by dpm_jax.
 PAPER_GRID = "paper"  # one global grid of interval size beta from Algorithm 2 (the paper)
 CELL_GRID = "cell"  # a grid relative to every node's own cell (dpm_jax.histogram.cell_grid)
 SPLIT_GRIDS = (PAPER_GRID, CELL_GRID)
+_DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_grid.py and benchmarks/zoo.py
 
 
 def is_real_number(value) -> bool:
@@ -80,6 +81,17 @@ class DPMConfig:
         (k = 2). Without it (the default) every candidate strictly between two values is
         empty, so the draw among the gaps between values follows the centreness alone
         (balanced splits); see docs/privacy.md.
+      split_window: the split interval of a cell-grid candidate (only with
+        ``split_grid="cell"``): the ``split_window`` half-bins on each side of its
+        boundary, i.e. split_window / max_splits_per_dim of the node's cell (1/16 by
+        default), clipped to the cell. Its emptiness is what makes DPM stop: a node
+        holding one cluster stops only when the emptiest candidates are in its tails,
+        i.e. when the window at the cluster's centre holds at least 1/alpha of the
+        node's points (Definition 7). With one half-bin per side (1/128 of the cell) no
+        window at a cluster's centre holds that much once n~ resolves it, and the tree
+        splits single clusters down to tau_e (k = 76 on one Gaussian of 100,000
+        points); wider windows also merge clusters whose gap is narrower than the
+        window. Measured in docs/evaluation.md.
     """
 
     tau_r: int | str = 7
@@ -97,7 +109,7 @@ class DPMConfig:
     max_splits_per_dim: int = 128
     split_grid: str = CELL_GRID
     lattice_step: float | None = None
-    split_window: int = 1
+    split_window: int = _DEFAULT_SPLIT_WINDOW
 
     def __post_init__(self):
         if isinstance(self.tau_r, str):
@@ -149,6 +161,11 @@ class DPMConfig:
                 continue
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.split_window != _DEFAULT_SPLIT_WINDOW and self.split_grid != CELL_GRID:
+            raise ValueError(
+                f"split_window needs split_grid={CELL_GRID!r} (the paper's split interval is beta, from "
+                f"Algorithm 2), got split_window={self.split_window} with split_grid={self.split_grid!r}"
+            )
 
     @property
     def max_clusters(self) -> int:

@@ -46,6 +46,8 @@ def test_defaults_are_the_papers():
         (dict(split_grid="global"), "split_grid must be one of"),
         (dict(lattice_step=0.0), "lattice_step must be None or a positive"),
         (dict(lattice_step=1.0, split_grid="paper"), "lattice_step needs split_grid='cell'"),
+        (dict(split_window=0), "split_window"),
+        (dict(split_window=3, split_grid="paper"), "split_window needs split_grid='cell'"),
     ],
 )
 def test_invalid_values_raise_value_error(kwargs, message):

@@ -22,10 +22,12 @@ from dpm_jax.eval.datasets import synthetic_blobs
 
 GOLDEN = pathlib.Path(__file__).parent / "data" / "golden.npz"
 SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10, split_grid="paper")  # as conftest.py
-CELL_CONFIG = dpm_jax.DPMConfig(tau_r=4, split_grid="cell")
+CELL_CONFIG = dpm_jax.DPMConfig(tau_r=4, split_grid="cell", split_window=1)  # as recorded before split_window
+WINDOW_CONFIG = dpm_jax.DPMConfig(tau_r=4)  # the default cell grid, its split_window included
 CASES = {  # name: (n, d, num_blobs, seed, config, keys)
     "small_3d": (600, 3, 6, 3, SMALL_CONFIG, (0, 1, 2)),  # the paper's grid, recorded before the cell grid
     "cell_3d": (600, 3, 6, 3, CELL_CONFIG, (0, 1)),  # the cell grid (issue 14)
+    "window_3d": (600, 3, 6, 3, WINDOW_CONFIG, (0, 1)),  # the cell grid's default split_window
 }
 FIELDS = ("centers", "counts", "valid", "k", "split_interval_size", "leaf_node", "labels_nonprivate")
 TREE_FIELDS = ("noisy_count", "reached", "is_split", "split_dim", "split_position")

@@ -253,3 +253,19 @@ def test_boundary_statistics_count_the_two_half_bins_around_and_the_points_below
     added[1, 0, 4] += 1
     interval_b, ranks_b = (np.asarray(a) for a in boundary_statistics(jnp.asarray(added, jnp.int32)))
     assert np.abs(interval_b - interval).max() == 1 and np.abs(ranks_b - ranks).max() == 1
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 9, 12])
+def test_boundary_statistics_count_the_window_of_half_bins_inside_the_cell(window):
+    rng = np.random.default_rng(window)
+    counts = rng.integers(0, 50, (3, 2, 10))
+    interval, ranks = (np.asarray(a) for a in boundary_statistics(jnp.asarray(counts, jnp.int32), window))
+    for i in range(1, 10):  # boundary i: candidate index i - 1, window half-bins i - window .. i + window - 1
+        inside = counts[..., max(i - window, 0) : min(i + window, 10)].sum(-1)
+        np.testing.assert_array_equal(interval[..., i - 1], inside)
+        np.testing.assert_array_equal(ranks[..., i - 1], counts[..., :i].sum(-1))
+    # one added point changes every candidate's statistics by at most one: the EM's sensitivity is unchanged
+    added = counts.copy()
+    added[2, 1, 5] += 1
+    interval_b, ranks_b = (np.asarray(a) for a in boundary_statistics(jnp.asarray(added, jnp.int32), window))
+    assert np.abs(interval_b - interval).max() == 1 and np.abs(ranks_b - ranks).max() == 1

@@ -7,6 +7,7 @@ import numpy as np
 import dpm_jax
 from conftest import SMALL_CONFIG
 from dpm_jax import tree
+from dpm_jax.eval import datasets
 
 
 def test_sibling_subtraction_gives_the_same_clustering(small_blobs, budget, monkeypatch):
@@ -127,7 +128,8 @@ def test_cell_grid_separates_a_grid_of_blobs_where_the_papers_interval_size_fail
     # 36 blobs on a 6 x 6 grid: every marginal holds 6 blobs, so Algorithm 2's single
     # Gaussian model inflates sigma and the paper's global grid is too coarse to split
     # between neighbours at depth; the cell grid refines with every cell. Observed over
-    # these 8 fixed keys: paper ARI 0.20..0.34, k 6..13; cell ARI 0.60..0.78, k 26..37.
+    # these 8 fixed keys: paper ARI 0.20..0.34, k 6..13; cell ARI 0.67..0.91, k 28..35
+    # (0.60..0.78, k 26..37 with split_window=1).
     # The outcome is deterministic for these keys; for other keys the medians would cross
     # the thresholds only if half of the 8 runs fell beyond the extremes observed here.
     from sklearn.metrics import adjusted_rand_score
@@ -147,6 +149,27 @@ def test_cell_grid_separates_a_grid_of_blobs_where_the_papers_interval_size_fail
         medians[grid] = (np.median(aris), np.median(ks))
     assert medians["paper"][0] < 0.45 and medians["paper"][1] <= 18, medians
     assert medians["cell"][0] > 0.55 and medians["cell"][1] >= 24, medians  # most of the 36 blobs
+
+
+def test_cell_grid_window_stops_on_one_gaussian_where_a_narrow_window_splits_it():
+    # Long because: two programs compiled under vmap over 8 keys (~10 s of CPU).
+    # One Gaussian (n = 20,000, epsilon = 1): the right answer is one cluster. With the
+    # default split_window the central windows hold more than 1/alpha of the node's points,
+    # so the emptiest candidates lie in the tails and the root's split leaves an empty child
+    # (the stopping rule). With one half-bin per side (1/128 of the cell) a central window
+    # holds ~1% of the points, the centre wins and the tree splits the Gaussian down to tau_e.
+    # Observed over these 8 fixed keys: default k = 1 in all runs; split_window=1 k 13..20.
+    # Deterministic for these keys. At tau_r = 7 the same keys give k = 1 in 6 runs and 2 in
+    # 2, so a run with k > 2 at tau_r = 5 would take a far rarer draw than any observed.
+    data = datasets.one_gaussian(20_000)
+    budget, keys = dpm_jax.Budget(1.0, 20_000**-1.5), jax.random.split(jax.random.key(0), 8)
+    found = {}
+    for window in (dpm_jax.DPMConfig().split_window, 1):
+        config = dpm_jax.DPMConfig(tau_r=5, split_window=window)
+        results = jax.vmap(lambda k: dpm_jax.cluster(k, data.points, budget, bounds=data.bounds, config=config))(keys)
+        found[window] = np.asarray(results.k)
+    assert np.all(found[dpm_jax.DPMConfig().split_window] <= 2), found
+    assert np.median(found[1]) >= 8, found  # the narrow window over-splits: the test can tell them apart
 
 
 def test_cell_grid_splits_lie_inside_their_nodes_cells(small_blobs, budget):

@@ -49,6 +49,7 @@ __all__ = [
 
 DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
     "dpm": dpm_jax.DPMConfig(),  # the default config (the cell split grid)
+    "dpm-narrow": dpm_jax.DPMConfig(split_window=1),  # the cell grid before split_window (one half-bin per side)
     "dpm-paper": dpm_jax.DPMConfig(split_grid="paper"),  # the published global grid (Algorithm 2's beta)
     "dpm-auto-depth": dpm_jax.DPMConfig(tau_r=AUTO_DEPTH),  # depth from a noisy count (dpm_jax.depth)
 }
