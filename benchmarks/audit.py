@@ -84,7 +84,7 @@ def split_step(epsilon: float, runs: int, confidence: float):
     """One split choice from library pieces, public n~ = 72, alpha = 0.01 (see tests)."""
     points = np.concatenate([np.full(66, 0.5), np.full(6, 1.0)]).astype(np.float32)[:, None]
     a, b = points, np.concatenate([points, np.zeros((1, 1), np.float32)])
-    mechanism = audit_lib.split_step_mechanism(72, epsilon, 0.125, dpm_jax.DPMConfig(alpha=0.01))
+    mechanism = audit_lib.split_step_mechanism(72, epsilon, 0.125, dpm_jax.DPMConfig(alpha=0.01, split_grid="paper"))
     events = {"a lower candidate": lambda out: out[1] < 4, "candidate 0": lambda out: out[1] == 0}
     return epsilon, audit_lib.audit(
         jax.random.key(2),

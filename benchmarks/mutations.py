@@ -72,6 +72,12 @@ MUTATIONS = (
         ("tests/test_audit.py::test_split_step_audit_stays_below_the_claim",),
     ),
     Mutation(
+        "scores: the cell grid's window counts every point twice (sensitivity 2 a3)",
+        "dpm_jax/scoring.py",
+        (("return upper - lower, inclusive", "return 2 * (upper - lower), inclusive"),),
+        ("tests/test_scoring.py::test_boundary_statistics_count_the_window_of_half_bins_inside_the_cell",),
+    ),
+    Mutation(
         "scores: Lemma 5's n~ - lambda becomes n~ + lambda",
         "dpm_jax/scoring.py",
         (("ratio = jnp.maximum(noisy_count - offset, 1.0)", "ratio = jnp.maximum(noisy_count + offset, 1.0)"),),

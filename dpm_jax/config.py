@@ -5,8 +5,10 @@ defaults are those of Section 6.1 of the DPM paper ("DPM: Clustering Sensitive D
 tau_r = 7, tau_e = n~ / 2**tau_r, t = 0.3, q = 1/12, alpha = 5 (Section 5.2),
 epsilon = 0.04 eps_int + 0.18 eps_cnt + 0.18 eps_exp + 0.6 eps_avg and
 delta = 0.2 delta_cnt + 0.8 delta_avg. One default is not the paper's: the split
-candidates follow each node's own cell (``split_grid="cell"``), which clustered better on every
-benchmark of benchmarks/split_grid.py; ``split_grid="paper"`` is the published design.
+candidates follow each node's own cell (``split_grid="cell"``), with a split interval of
+``split_window`` half-bins on each side (measured against the published design and
+other windows in docs/evaluation.md). ``split_grid="paper"`` is the published design,
+bit for bit.
 """
 
 from __future__ import annotations
@@ -83,15 +85,16 @@ class DPMConfig:
         (balanced splits); see docs/privacy.md.
       split_window: the split interval of a cell-grid candidate (only with
         ``split_grid="cell"``): the ``split_window`` half-bins on each side of its
-        boundary, i.e. split_window / max_splits_per_dim of the node's cell (1/16 by
-        default), clipped to the cell. Its emptiness is what makes DPM stop: a node
-        holding one cluster stops only when the emptiest candidates are in its tails,
-        i.e. when the window at the cluster's centre holds at least 1/alpha of the
-        node's points (Definition 7). With one half-bin per side (1/128 of the cell) no
-        window at a cluster's centre holds that much once n~ resolves it, and the tree
-        splits single clusters down to tau_e (k = 76 on one Gaussian of 100,000
-        points); wider windows also merge clusters whose gap is narrower than the
-        window. Measured in docs/evaluation.md.
+        boundary, i.e. split_window / max_splits_per_dim of the node's cell (6/128 =
+        3/64 by default), clipped to the cell. Its emptiness is what makes DPM stop:
+        a node holding one cluster stops only when the emptiest candidates are in the
+        cluster's tails (a split there leaves a child below tau_e), i.e. when the
+        window at the centre holds more than about 1/alpha of the node's points
+        (Definition 7). With one half-bin per side (1/128 of the cell) it holds ~1%,
+        the central cut wins once n~ resolves the difference, and the tree splits one
+        Gaussian of 100,000 points into k = 75 clusters; wider windows stop there
+        (k = 1) but merge clusters whose gap is narrower than the window. Measured in
+        docs/evaluation.md (benchmarks/zoo.py, benchmarks/split_grid.py).
     """
 
     tau_r: int | str = 7

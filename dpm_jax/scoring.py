@@ -28,10 +28,10 @@ rounding anywhere, for every n up to 2**31 - 1 (|G| < 2**46, exact in two 30-bit
 
 The cell grid (``DPMConfig.split_grid="cell"``, :mod:`dpm_jax.histogram`) puts a
 candidate at *every* inner boundary between half-bins, i = 1 .. 2B - 1, with the
-split interval of the two half-bins around it (:func:`boundary_statistics`):
-|s_i| = half-bins i - 1 and i, r(s_i) = half-bins 0 .. i - 1. A point lies in one
-half-bin, so both statistics still change by at most one per candidate and the
-sensitivity above holds unchanged.
+split interval of the w = ``DPMConfig.split_window`` half-bins on each side of it,
+clipped to the cell (:func:`boundary_statistics`): |s_i| = half-bins i - w .. i + w - 1,
+r(s_i) = half-bins 0 .. i - 1. A point lies in one half-bin, so both statistics still
+change by at most one per candidate and the sensitivity above holds unchanged.
 
 Deviation from Definition 5, stated: the split interval is half-open, so every
 point lies in exactly one interval per dimension (the closed intervals of the paper

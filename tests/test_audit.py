@@ -164,18 +164,26 @@ def test_substituted_restores_the_library():
             pass
 
 
-def split_step_audit() -> audit_lib.AuditResult:
-    """One split choice of the tree, on the engine's path (``tree.select_splits``: integer
-    scores, the exact exponential mechanism), public n~ = 72, 8 candidates, alpha = 0.01
-    so that the centreness carries the score. A: 66 points at 0.5 and 6 at the upper
-    bound; B adds one at the lower bound, which raises every rank by one: the 4 lower
-    candidates (rank 0 -> 1) gain a1 ~ Delta_G, the 4 upper ones (distance 6 -> 5 from
-    the top) lose as much. The event "a lower candidate" then has log-ratio ~ eps
-    (correct) or 2 eps (the exponent doubled: Delta_f halved, or the factor 2 dropped)."""
+# The split-step construction: public n~ = 72, alpha = 0.01 so that the centreness carries
+# the score. A: 66 points at 0.5 and 6 at the upper bound; B adds one at the lower bound,
+# which raises every rank by one: the candidates below 0.5 (rank 0 -> 1) gain a1 ~ Delta_G,
+# those above (distance 6 -> 5 from the top) lose as much. The event "a candidate below 0.5"
+# then has log-ratio ~ eps (correct) or 2 eps (the exponent doubled: Delta_f halved, or the
+# factor 2 dropped). Per grid: the config and the last candidate index below 0.5.
+SPLIT_STEP_GRIDS = {
+    "paper": (dpm_jax.DPMConfig(alpha=0.01, split_grid="paper"), 3),  # 8 candidates of beta = 1/8: 0..3 below
+    "cell": (dpm_jax.DPMConfig(alpha=0.01), 126),  # the default: boundaries 1..255 of the root cell, 1..127 below
+}
+
+
+def split_step_audit(grid: str) -> audit_lib.AuditResult:
+    """One split choice of the tree on the engine's path (``tree.choose_splits`` on the level's
+    own grid and histogram), the construction above."""
+    config, last_lower = SPLIT_STEP_GRIDS[grid]
     points = np.concatenate([np.full(66, 0.5), np.full(6, 1.0)]).astype(np.float32)[:, None]
     a, b = points, np.concatenate([points, np.zeros((1, 1), np.float32)])
-    mechanism = audit_lib.split_step_mechanism(72, CLAIMED.epsilon, 0.125, dpm_jax.DPMConfig(alpha=0.01))
-    events = {"a lower candidate": lambda out: out[1] < 4}
+    mechanism = audit_lib.split_step_mechanism(72, CLAIMED.epsilon, 0.125, config)
+    events = {"a candidate below 0.5": lambda out: out[1] <= last_lower}
     return audit_lib.audit(
         jax.random.key(2),
         mechanism,
@@ -183,23 +191,25 @@ def split_step_audit() -> audit_lib.AuditResult:
         b,
         events,
         100_000,
-        delta=mechanisms.em_sampler_tv(8) * (1 + math.e),
+        delta=mechanisms.em_sampler_tv(config.candidates_per_dim) * (1 + math.e),
         confidence=CONFIDENCE,
     )
 
 
-def test_split_step_audit_stays_below_the_claim():
-    result = split_step_audit()
+@pytest.mark.parametrize("grid", SPLIT_STEP_GRIDS)
+def test_split_step_audit_stays_below_the_claim(grid):
+    result = split_step_audit(grid)
     assert 0.7 < result.epsilon_lower_bound <= CLAIMED.epsilon
 
 
-def test_audit_catches_halved_split_sensitivity():
+@pytest.mark.parametrize("grid", SPLIT_STEP_GRIDS)
+def test_audit_catches_halved_split_sensitivity(grid):
     """Delta_f halved, i.e. the exponent per score unit doubled (which is also what
     dropping the factor 2 of Definition 4, the paper's erratum, does)."""
     original = mechanisms.em_exponent_scale
     doubled = lambda epsilon, sensitivity, ratio=1.0: 2.0 * original(epsilon, sensitivity, ratio)
     with substituted(original, doubled):
-        assert split_step_audit().epsilon_lower_bound > CLAIMED.epsilon
+        assert split_step_audit(grid).epsilon_lower_bound > CLAIMED.epsilon
 
 
 @pytest.mark.parametrize("factor", [1.0, 2.0])

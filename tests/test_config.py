@@ -23,6 +23,7 @@ def test_defaults_are_the_papers():
     assert config.finest_interval == 1 / 128
     # Not the paper's: the split candidates follow each node's cell (issue 14); "paper" is selectable.
     assert config.split_grid == "cell" and config.candidates_per_dim == 256 and config.lattice_step is None
+    assert config.split_window == 6  # the library's choice, not the paper's (its interval is Algorithm 2's beta)
     assert DPMConfig(split_grid="paper").candidates_per_dim == 128
 
 

@@ -31,6 +31,7 @@ public n~) so that the exponential mechanism can be audited on its own.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -44,7 +45,6 @@ from dpm_jax import histogram as histogram_lib
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
 from dpm_jax.eval.bounds import broadcast_bounds
-from dpm_jax.scoring import score_coefficients
 
 __all__ = [
     "AuditResult",
@@ -327,27 +327,40 @@ def split_step_mechanism(
 ) -> Mechanism:
     """One split choice of the tree, on the engine's own code path, for auditing.
 
-    ``mechanism(key, unit_points) -> (dim, candidate)``: the half-bin histogram of
-    the points (``histogram.half_bin_indices`` and ``histogram.level_histogram``, one node), then
-    exactly the function the tree calls for a level's split choice,
-    ``tree.select_splits`` (integer scores, the exact exponential mechanism), with the
-    *public* released count ``noisy_count`` and the level's ``offset`` lambda (looked up at
-    call time, so a test can substitute a broken variant of any piece). Conditioned
-    on n~, the tree's split choice is this mechanism; its claim is (epsilon, delta)-DP
-    with the sampler's delta :func:`dpm_jax.mechanisms.em_sampler_tv` (1 + e^epsilon).
+    ``mechanism(key, unit_points) -> (dim, candidate)``: the root level of the tree for one
+    node, step by step as :func:`dpm_jax.tree.split_level` runs it: the run's inputs
+    (``tree.point_inputs``), the level's grid and half-bins (``tree.level_grid``,
+    ``tree.level_half_bins``: the paper's global grid of interval size ``beta``, or the
+    root's cell with ``config.split_window``), the histogram (``histogram.level_histogram``)
+    and the split choice (``tree.choose_splits``: integer scores, the exact exponential
+    mechanism), with the *public* released count ``noisy_count`` and the level's ``offset``
+    lambda (looked up at call time, so a test can substitute a broken variant of any piece).
+    Conditioned on n~, the tree's split choice is this mechanism; its claim is
+    (epsilon, delta)-DP with the sampler's delta :func:`dpm_jax.mechanisms.em_sampler_tv`
+    (1 + e^epsilon) for the config's candidates.
     """
-    num_splits = math.ceil(1.0 / beta - 1e-6)
-    coefficients = score_coefficients(config.t, config.q, config.alpha)
+    config = dataclasses.replace(config, tau_r=1)  # one level, one node slot
     table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
 
     def mechanism(key, unit_points):
         n, d = unit_points.shape
-        half_bins = histogram_lib.half_bin_indices(unit_points, beta, num_splits, num_splits)
-        histogram = histogram_lib.level_histogram(half_bins, jnp.zeros(n, jnp.int32), jnp.ones(n, bool), 1, num_splits)
+        count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
+        inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(beta), config)
+        grid, candidate_valid = tree.level_grid(inputs, *tree.root_cells(inputs))
+        point_node, point_active = jnp.zeros(n, jnp.int32), jnp.ones(n, bool)
+        half_bins = tree.level_half_bins(inputs, grid, point_node)
+        histogram = histogram_lib.level_histogram(half_bins, point_node, point_active, 1, config.max_splits_per_dim)
         bits = jax.random.bits(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
-        count = exact.from_int32(jnp.full((1,), noisy_count, jnp.int32))
-        dim, candidate = tree.select_splits(
-            bits, table, histogram, count, jnp.ones(1, bool), jnp.ones(num_splits, bool), epsilon, offset, coefficients
+        dim, candidate = tree.choose_splits(
+            inputs,
+            jnp.int32(0),
+            histogram,
+            tree.root_node_counts(count, 1),
+            jnp.ones(1, bool),
+            candidate_valid,
+            bits,
+            epsilon,
+            offset,
         )
         return dim[0], candidate[0]
 
