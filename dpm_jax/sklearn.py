@@ -66,7 +66,8 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         reproducible (``jax.random.key(seed)``). Keep a seed secret: whoever knows it
         can remove the noise.
       tau_r, tau_e, alpha, t, q, epsilon_shares, delta_shares, percentile, sigma_step,
-        num_sigmas, interval_factor, interval_max_dims, max_splits_per_dim, split_grid, lattice_step:
+        num_sigmas, interval_factor, interval_max_dims, max_splits_per_dim, split_grid, lattice_step,
+        split_window:
         the hyper-parameters of :class:`dpm_jax.DPMConfig` (paper defaults, Section 6.1, except
         the split grid); all public.
 
@@ -105,6 +106,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         max_splits_per_dim: int = _DEFAULTS.max_splits_per_dim,
         split_grid: str = _DEFAULTS.split_grid,
         lattice_step: float | None = _DEFAULTS.lattice_step,
+        split_window: int = _DEFAULTS.split_window,
     ):
         self.epsilon = epsilon
         self.delta = delta
@@ -125,6 +127,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         self.max_splits_per_dim = max_splits_per_dim
         self.split_grid = split_grid
         self.lattice_step = lattice_step
+        self.split_window = split_window
 
     def dpm_config(self) -> DPMConfig:
         """The :class:`dpm_jax.DPMConfig` of the current parameters (validated there)."""

@@ -307,6 +307,7 @@ def test_config_options_are_dpm_config_fields():
         split_grid="paper"
     )
     assert config_from_args(build_parser().parse_args(["demo", "--lattice-step", "1"])).lattice_step == 1.0
+    assert config_from_args(build_parser().parse_args(["demo", "--split-window", "1"])).split_window == 1
 
 
 def test_cluster_with_an_automatic_depth_lists_the_depth_count_first(tmp_path, capsys):

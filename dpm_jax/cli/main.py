@@ -70,6 +70,12 @@ CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
         "where a node's split candidates lie: 'cell' (its own cell, default) or 'paper' (Algorithm 2's global grid)",
     ),
     ("lattice_step", float, "public lattice step of the data (e.g. 1 for integer features; cell grid only)"),
+    (
+        "split_window",
+        int,
+        "half-bins on each side of a candidate in its split interval (cell grid only; default 6; 1 for many small "
+        "clusters)",
+    ),
 )
 
 
