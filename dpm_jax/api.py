@@ -89,7 +89,8 @@ class ClusterResult:
       valid: (2**tau_r,) bool, marks the real clusters.
       k: number of clusters found (int32 scalar).
       tree: the split tree (:class:`dpm_jax.tree.SplitTree`).
-      split_interval_size: (d,) beta in data units (Algorithm 2; the cell grid: the root cell's).
+      split_interval_size: (d,) beta in data units (Algorithm 2; the cell grid: two of the root
+        cell's half-bins, range / max_splits_per_dim).
       leaf_node: (2**tau_r,) heap id in ``tree`` of each cluster (0 where not valid).
     NOT differentially private (a function of each individual point):
       labels_nonprivate: (n,) cluster slot of every input point; do not publish.

@@ -514,9 +514,12 @@ def _children_cells(
 
 
 def root_interval_size(lower: jax.Array, upper: jax.Array, config: DPMConfig) -> jax.Array:
-    """(d,) the cell grid's split interval size at the root (two half-bins), a fraction of the range.
+    """(d,) the cell grid's interval size at the root, two half-bins, a fraction of the range.
 
-    Public: a function of the bounds and the config; reported as the run's interval size.
+    Reported as the run's ``split_interval_size`` so that range / it is the number of candidates
+    per dimension at the root, as for the paper's beta; a candidate's emptiness window spans
+    2 ``split_window`` half-bins (:func:`dpm_jax.scoring.boundary_statistics`). Public: a function
+    of the bounds and the config.
     """
     lattice_unit = _lattice_unit(lower, upper, config)
     root_lower, root_upper = root_cell(lower.shape[0], lattice_unit)
