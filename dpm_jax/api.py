@@ -349,7 +349,6 @@ def _cluster_arrays(
     # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
-    unit_points = to_unit_range(points, lower, upper)  # per-record map: DP is unaffected
 
     # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
     # exact integers.
@@ -364,7 +363,7 @@ def _cluster_arrays(
         beta, _ = estimate_split_interval_size(
             derive_key(key, keys.INTERVAL),
             em_table,
-            unit_points,
+            to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
             mask,
             exact.to_float32(root_noisy_count),
             allocation.interval_epsilon,
@@ -375,7 +374,7 @@ def _cluster_arrays(
         derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
     )
     tree, leaves = build_tree(
-        split_bits, noise, em_table, unit_points, mask, lower, upper, root_noisy_count, beta, allocation, config
+        split_bits, noise, em_table, points, mask, lower, upper, root_noisy_count, beta, allocation, config
     )
     # Line 11.
     centers = leaf_centers(

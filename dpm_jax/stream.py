@@ -547,9 +547,9 @@ def _add(total, part):
 
 
 def _piece_inputs(piece, public, config: DPMConfig):
-    """The tree's inputs for a piece: its points scaled to the bounds, binned as in :func:`dpm_jax.tree.build_tree`."""
+    """The tree's inputs for a piece, binned as in :func:`dpm_jax.tree.build_tree`."""
     em_table, lower, upper, root_noisy_count, beta = public
-    return point_inputs(to_unit_range(piece, lower, upper), em_table, lower, upper, root_noisy_count, beta, config)
+    return point_inputs(piece, em_table, lower, upper, root_noisy_count, beta, config)
 
 
 def _route(inputs, valid, routes: _Routes, num_levels):

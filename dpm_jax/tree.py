@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact, keys
-from dpm_jax._arrays import materialized
+from dpm_jax._arrays import bin_dtype, materialized, to_unit_range
 from dpm_jax.histogram import (
     CellGrid,
     cell_grid,
@@ -77,6 +77,7 @@ from dpm_jax.scoring import (
 
 _SIBLING_MIN_DIMS = 32
 _SELECT_CHUNK = 8  # nodes scored per loop step (a power of two)
+_BIN_BLOCK_ROWS = 2**16  # rows binned per loop step (:func:`_by_row_blocks`)
 
 __all__ = [
     "SplitTree",
@@ -224,7 +225,7 @@ class _TreeInputs(NamedTuple):
     """The public per-run quantities every level reads (fixed before the scan)."""
 
     half_bins: jax.Array | None  # (n, d) half-bin index of every coordinate (paper grid)
-    unit_points: jax.Array | None  # (n, d) points in unit coordinates (cell grid)
+    points: jax.Array | None  # (n, d) points in data units (cell grid), scaled to the unit range block by block
     lattice_unit: jax.Array | None  # (d,) lattice step in units of the range (cell grid), or None
     em_table: tuple  # the exponential mechanism's weight table on the device
     candidate_valid: jax.Array | None  # (B,) bool: candidates inside the bounds (paper grid)
@@ -400,7 +401,11 @@ def level_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.
     streamed passes both call it, so their histograms and routes agree bit for bit."""
     if grid is None:
         return inputs.half_bins
-    return cell_half_bin_indices(inputs.unit_points, point_node, grid, inputs.max_splits)
+
+    def bins(points, node):
+        return cell_half_bin_indices(to_unit_range(points, inputs.lower, inputs.upper), node, grid, inputs.max_splits)
+
+    return _by_row_blocks(bins, inputs.points.shape[1], inputs.max_splits, inputs.points, point_node)
 
 
 def split_dimension_half_bins(
@@ -409,16 +414,40 @@ def split_dimension_half_bins(
     """(n, 1) every point's half-bin in its node's split dimension: column ``split_dim[node]`` of
     :func:`level_half_bins`, binned alone (the same arithmetic per coordinate, so the same bins);
     all that routing reads (:func:`route_points` with dimension 0)."""
-    rows, point_dim = jnp.arange(point_node.shape[0]), split_dim[point_node]
     if grid is None:
-        return inputs.half_bins[rows, point_dim][:, None]
+        return inputs.half_bins[jnp.arange(point_node.shape[0]), split_dim[point_node]][:, None]
     pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
-    return cell_half_bin_indices(
-        inputs.unit_points[rows, point_dim][:, None],
-        point_node,
-        CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used)),
-        inputs.max_splits,
-    )
+    split_grid = CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used))
+
+    def bins(points, node):
+        column = to_unit_range(points, inputs.lower, inputs.upper)[jnp.arange(node.shape[0]), split_dim[node]][:, None]
+        return cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
+
+    return _by_row_blocks(bins, 1, inputs.max_splits, inputs.points, point_node)
+
+
+def _by_row_blocks(bins, columns: int, max_splits: int, points: jax.Array, point_node: jax.Array) -> jax.Array:
+    """(n, columns) ``bins(points, point_node)`` computed _BIN_BLOCK_ROWS rows at a time.
+
+    Why: binning a coordinate gathers its node's cell (lower end, scale, half-bins used)
+    per point, and XLA's CPU backend materialises each gather as an (n, d) buffer, as it
+    would the (n, d) unit coordinates read by every level of the scan: 4 bytes per
+    coordinate each, several times the data. In blocks they stay block-sized and only
+    the bins (1 byte per coordinate) are written. The bins of a row depend on that row
+    alone, so they are the same whatever the blocks; the last block may overlap the one
+    before it and rewrites the same bins.
+    """
+    n = points.shape[0]
+    block = min(n, _BIN_BLOCK_ROWS)
+
+    def bin_block(index, out):
+        start = jnp.minimum(index * block, n - block)
+        part = bins(
+            jax.lax.dynamic_slice_in_dim(points, start, block), jax.lax.dynamic_slice_in_dim(point_node, start, block)
+        )
+        return jax.lax.dynamic_update_slice_in_dim(out, part, start, axis=0)
+
+    return jax.lax.fori_loop(0, -(-n // block), bin_block, jnp.zeros((n, columns), bin_dtype(2 * max_splits)))
 
 
 class DrawnSplit(NamedTuple):
@@ -561,7 +590,7 @@ def build_tree(
     split_bits: jax.Array,
     count_noise: exact.Int,
     em_table,
-    unit_points: jnp.ndarray,
+    points: jnp.ndarray,
     point_mask: jnp.ndarray,
     lower: jnp.ndarray,
     upper: jnp.ndarray,
@@ -581,7 +610,7 @@ def build_tree(
       count_noise: (2**(tau_r+1),) exact integer noise of the count mechanism of every
         node, each drawn with its level's epsilon_cnt; node 1's is the root count's.
       em_table: the exponential mechanism's weight table on the device.
-      unit_points: (n, d) points scaled to [0, 1] by the public bounds.
+      points: (n, d) points in data units (scaled to [0, 1] by the public bounds where read).
       point_mask: (n,) bool, padding points are False.
       lower, upper: (d,) public bounds (to report split positions in data units).
       root_noisy_count: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
@@ -589,9 +618,9 @@ def build_tree(
       allocation: the per-level budgets and offsets.
       config: hyper-parameters.
     """
-    n = unit_points.shape[0]
+    n = points.shape[0]
     tau_r = config.tau_r
-    inputs = point_inputs(unit_points, em_table, lower, upper, root_noisy_count, beta, config)
+    inputs = point_inputs(points, em_table, lower, upper, root_noisy_count, beta, config)
     width, max_splits = inputs.width, inputs.max_splits
     randomness = padded_randomness(split_bits, count_noise, width)
 
@@ -628,7 +657,7 @@ def candidate_count(beta, config: DPMConfig) -> jax.Array:
 
 
 def point_inputs(
-    unit_points: jax.Array,
+    points: jax.Array,
     em_table,
     lower: jax.Array,
     upper: jax.Array,
@@ -636,17 +665,18 @@ def point_inputs(
     beta,
     config: DPMConfig,
 ) -> _TreeInputs:
-    """:func:`tree_inputs` for these points (unit coordinates): every point's half-bins on the paper
-    grid (once per run), the points themselves on the cell grid (binned per level)."""
+    """:func:`tree_inputs` for these points (data units): every point's half-bins on the paper grid
+    (once per run), the points themselves on the cell grid (binned per level)."""
     if config.split_grid == CELL_GRID:
-        return tree_inputs(None, unit_points, em_table, lower, upper, root_noisy_count, beta, config)
+        return tree_inputs(None, points, em_table, lower, upper, root_noisy_count, beta, config)
+    unit_points = to_unit_range(points, lower, upper)
     half_bins = half_bin_indices(unit_points, beta, candidate_count(beta, config), config.max_splits_per_dim)
     return tree_inputs(half_bins, None, em_table, lower, upper, root_noisy_count, beta, config)
 
 
 def tree_inputs(
     half_bins,
-    unit_points,
+    points,
     em_table,
     lower: jax.Array,
     upper: jax.Array,
@@ -661,7 +691,7 @@ def tree_inputs(
     tau_e = root_noisy_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
     return _TreeInputs(
         half_bins=half_bins,
-        unit_points=unit_points,
+        points=points,
         lattice_unit=_lattice_unit(lower, upper, config),
         em_table=em_table,
         candidate_valid=None if cell else jnp.arange(max_splits) < candidate_count(beta, config),

@@ -197,13 +197,16 @@ def test_cell_grid_splits_lie_inside_their_nodes_cells(small_blobs, budget):
     assert checked >= 3
 
 
-def test_split_dimension_half_bins_are_the_split_columns_of_the_level_half_bins():
+def test_split_dimension_half_bins_are_the_split_columns_of_the_level_half_bins(monkeypatch):
     # Routing (the streamed passes) bins only each point's split dimension; it must give the
     # bins of the full binning that the level's histogram counted, or a point would be
-    # routed to a child other than the one its node's counts assumed.
+    # routed to a child other than the one its node's counts assumed. Both bin in blocks of
+    # rows (the last overlapping the one before here: 4000 rows in blocks of 1500), which must
+    # give the bins of the whole array binned at once.
+    monkeypatch.setattr(tree, "_BIN_BLOCK_ROWS", 1500)
     rng = np.random.default_rng(5)
     n, d, width = 4000, 5, 4
-    unit = jnp.asarray(rng.uniform(-0.05, 1.05, (n, d)), jnp.float32)  # some outside their cells: end bins
+    points = jnp.asarray(rng.uniform(-3.4, 5.4, (n, d)), jnp.float32)  # some outside the bounds and cells: end bins
     lower = jnp.asarray(rng.uniform(0, 0.5, (width, d)), jnp.float32)
     cells = (lower, lower + jnp.asarray(rng.uniform(0.01, 0.5, (width, d)), jnp.float32))
     node = jnp.asarray(rng.integers(0, width, n), jnp.int32)
@@ -216,10 +219,15 @@ def test_split_dimension_half_bins_are_the_split_columns_of_the_level_half_bins(
     ]
     for config in configs:
         inputs = tree.point_inputs(
-            unit, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07), config
+            points, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07), config
         )
         grid, _ = tree.level_grid(inputs, *cells)
         full = np.asarray(tree.level_half_bins(inputs, grid, node))
         column = np.asarray(tree.split_dimension_half_bins(inputs, grid, node, split_dim))
         assert column.shape == (n, 1) and len(np.unique(column)) > 10, config  # many distinct bins compared
         np.testing.assert_array_equal(column[:, 0], full[np.arange(n), np.asarray(split_dim)[np.asarray(node)]])
+        if grid is not None:  # the cell grid bins per level, in blocks: the whole array at once gives the same
+            whole = dpm_jax.histogram.cell_half_bin_indices(
+                dpm_jax._arrays.to_unit_range(points, *bounds), node, grid, config.max_splits_per_dim
+            )
+            np.testing.assert_array_equal(full, np.asarray(whole))
