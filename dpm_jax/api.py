@@ -41,7 +41,7 @@ from dpm_jax.budget import (
     validate_budget_and_config,
 )
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.depth import choose_depth
+from dpm_jax.depth import choose_depth, count_points
 from dpm_jax.diagnostics.plan import warn_if_insufficient
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
@@ -252,7 +252,7 @@ def cluster(
 
     depth_entries = []
     if config.tau_r == AUTO_DEPTH:  # one noisy count, then the depth (dpm_jax.depth)
-        config, budget, depth_entry = choose_depth(key, mask, budget, config, d)
+        config, budget, depth_entry = choose_depth(key, count_points(mask), budget, config, d)
         depth_entries.append(depth_entry)
     allocation = allocate(budget, config, d)
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)

@@ -31,30 +31,46 @@ from dpm_jax.diagnostics import recommended_tau_r
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import count_sampler_tv, noisy_count
 
-__all__ = ["AUTO_DEPTH_EPSILON_SHARE", "choose_depth"]
+__all__ = ["AUTO_DEPTH_EPSILON_SHARE", "choose_depth", "count_points"]
 
 AUTO_DEPTH_EPSILON_SHARE = 0.02  # noise scale 50 / epsilon points: ample for a depth
+_UNDER_TRACING = (
+    f"tau_r={AUTO_DEPTH!r} releases a noisy count on the host to fix the program's "
+    "shapes, so it cannot run under jax.jit or jax.vmap; choose tau_r outside, e.g. "
+    "with dpm_jax.diagnostics.recommended_tau_r"
+)
+
+
+def count_points(point_mask) -> int:
+    """The exact number of points (True entries of the (n,) mask), on the host: what the count reads.
+
+    A mask under a caller's ``jax.jit`` or ``jax.vmap`` has no value yet: a clear error.
+    """
+    if isinstance(point_mask, jax.core.Tracer):
+        raise ValueError(_UNDER_TRACING)
+    return int(np.sum(np.asarray(point_mask), dtype=np.int64))
 
 
 def choose_depth(
-    key: jax.Array, point_mask: jax.Array, budget: Budget, config: DPMConfig, d: int
+    key: jax.Array, num_points: int, budget: Budget, config: DPMConfig, d: int
 ) -> tuple[DPMConfig, Budget, LedgerEntry]:
     """(config with the chosen tau_r, the budget left for the run, the count's ledger line).
 
+    ``num_points`` is the exact number of points (:func:`count_points` of the in-memory mask,
+    the rows of the validation pass of :func:`dpm_jax.stream.cluster_stream`): the same
+    integer gives the same noisy count and depth in both paths.
+
     Privacy: (epsilon_depth, tv (1 + e^epsilon_depth))-DP for the noisy count
-    (:func:`dpm_jax.mechanisms.noisy_count`); the depth is post-processing of it.
+    (:func:`dpm_jax.mechanisms.noisy_count`, sensitivity 1: adding or removing one point
+    changes ``num_points`` by one); the depth is post-processing of it.
     """
     if config.tau_r != AUTO_DEPTH:
         raise ValueError(f"choose_depth is for tau_r={AUTO_DEPTH!r}, got {config.tau_r!r}")
-    if isinstance(key, jax.core.Tracer) or isinstance(point_mask, jax.core.Tracer):
-        raise ValueError(
-            f"tau_r={AUTO_DEPTH!r} releases a noisy count on the host to fix the program's "
-            "shapes, so it cannot run under jax.jit or jax.vmap; choose tau_r outside, e.g. "
-            "with dpm_jax.diagnostics.recommended_tau_r"
-        )
+    if isinstance(key, jax.core.Tracer):
+        raise ValueError(_UNDER_TRACING)
     epsilon = budget.epsilon * AUTO_DEPTH_EPSILON_SHARE
     delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
-    released = noisy_count(keys.derive_key(key, keys.DEPTH), np.sum(np.asarray(point_mask), dtype=np.int64), epsilon)
+    released = noisy_count(keys.derive_key(key, keys.DEPTH), np.int64(num_points), epsilon)
     released_count = float(exact.to_float32(released))  # post-processing of the released integer
     remaining = Budget(budget.epsilon - epsilon, budget.delta - delta)
     base = dataclasses.replace(config, tau_r=DPMConfig().tau_r)

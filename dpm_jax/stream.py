@@ -63,6 +63,7 @@ from dpm_jax.api import (
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
 from dpm_jax.budget import Budget, allocate, heap_count_epsilons, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.depth import choose_depth
 from dpm_jax.histogram import level_histogram
 from dpm_jax.interval import (
     counts_from_gap_histogram,
@@ -72,6 +73,7 @@ from dpm_jax.interval import (
     select_interval_size,
 )
 from dpm_jax.keys import derive_key
+from dpm_jax.ledger import Ledger
 from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise, count_noise
 from dpm_jax.tree import (
     DrawnSplit,
@@ -260,8 +262,9 @@ def cluster_stream(
     """:func:`dpm_jax.cluster` on data read in chunks (out of core); the same release for the same key.
 
     Args:
-      key, budget, bounds, config: as for :func:`dpm_jax.cluster` (``tau_r="auto"`` is not
-        supported here: choose tau_r with :func:`dpm_jax.diagnostics.recommended_tau_r`).
+      key, budget, bounds, config: as for :func:`dpm_jax.cluster`; with ``tau_r="auto"`` the
+        depth's noisy count (:func:`dpm_jax.depth.choose_depth`) reads the number of rows the
+        validation pass counted, the exact integer ``cluster`` counts.
       data: a 2-D array or memmap, a ``.npy`` path, a sequence of 2-D arrays (the chunks),
         or a function returning a fresh iterable of chunks (called once per pass).
       chunk_rows: rows sent to the device at once (memory: about 10 bytes per coordinate).
@@ -278,11 +281,6 @@ def cluster_stream(
     """
     validate_key(key)
     validate_budget_and_config(budget, config)
-    if config.tau_r == AUTO_DEPTH:
-        raise ValueError(
-            f"cluster_stream does not support tau_r={AUTO_DEPTH!r}; choose tau_r with "
-            "dpm_jax.diagnostics.recommended_tau_r"
-        )
     if int(chunk_rows) < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     source = _Chunks(data, int(chunk_rows))
@@ -292,9 +290,13 @@ def cluster_stream(
     n, d = sum(rows), source.d
     lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in validate_bounds(bounds, d))
 
+    depth_entries = []
+    if config.tau_r == AUTO_DEPTH:  # the rows counted by the validation pass: cluster's count and depth
+        config, budget, depth_entry = choose_depth(key, n, budget, config, d)
+        depth_entries.append(depth_entry)
     allocation = allocate(budget, config, d)
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-    ledger = build_ledger(allocation, config, d, averaging)
+    ledger = Ledger([*depth_entries, *build_ledger(allocation, config, d, averaging)])
     em_table = em_table_on_device()
     noise, root_noisy_count = _root_count(key, jnp.int32(n), allocation=allocation)
     root_size = exact.to_float32(root_noisy_count)

@@ -144,11 +144,23 @@ def test_a_source_that_changes_between_passes_is_an_error(small_blobs, budget):
         cluster_stream(jax.random.key(0), chunks, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG)
 
 
-def test_auto_depth_is_refused_with_the_alternative(budget):
-    with pytest.raises(ValueError, match="recommended_tau_r"):
-        cluster_stream(
-            jax.random.key(0), [np.zeros((5, 3))], budget, bounds=(-1.0, 1.0), config=dpm_jax.DPMConfig(tau_r="auto")
-        )
+def test_auto_depth_streams_the_in_memory_release(small_blobs):
+    """tau_r="auto": the depth's noisy count reads the rows of the validation pass, so the depth,
+    the ledger (its "depth" line first) and the whole release are cluster's with the same key."""
+    config = dpm_jax.DPMConfig(tau_r="auto")
+    budget = dpm_jax.Budget(10.0, 1e-6)  # n * epsilon = 6000: depth 4 here, 1 on 60 rows
+    points = small_blobs.points
+    for seed in (0, 5):
+        key = jax.random.key(seed)
+        in_memory = dpm_jax.cluster(key, points, budget, bounds=small_blobs.bounds, config=config)
+        chunks = [points[i : i + 250] for i in range(0, len(points), 250)]
+        streamed = cluster_stream(key, chunks, budget, bounds=small_blobs.bounds, config=config, chunk_rows=128)
+        assert streamed.ledger[0].name == "depth"
+        assert_same_release(in_memory, streamed)
+    assert in_memory.centers.shape[0] == 2**4
+    # The depth follows the number of rows streamed: a shallower tree on a tenth of them.
+    few = cluster_stream(jax.random.key(0), points[:60], budget, bounds=small_blobs.bounds, config=config)
+    assert few.centers.shape[0] < in_memory.centers.shape[0]
 
 
 def test_more_dimensions_than_algorithm_2_sorts_give_the_in_memory_release(budget):
