@@ -32,6 +32,7 @@ from dpm_jax import exact, interval, keys, tree
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
 from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
+from dpm_jax.cache import library_programs
 from dpm_jax.budget import (
     Allocation,
     Budget,
@@ -221,6 +222,7 @@ def _validate_mask(point_mask, n: int) -> jax.Array:
     return jnp.asarray(point_mask, bool)
 
 
+@library_programs()  # the compilation cache holds the library's programs only (dpm_jax.cache)
 def cluster(
     key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(), point_mask: Any = None
 ) -> ClusterResult:

@@ -61,6 +61,7 @@ from dpm_jax.api import (
     released_arrays,
 )
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
+from dpm_jax.cache import library_programs
 from dpm_jax.budget import Budget, allocate, heap_count_epsilons, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.depth import choose_depth
@@ -248,6 +249,7 @@ def _check_chunk(chunk, index: int, d: int, pass_name: str, finite_rows: int = 0
     return int(shape[0])
 
 
+@library_programs()  # the compilation cache holds the library's programs only (dpm_jax.cache)
 def cluster_stream(
     key: jax.Array,
     data: Any,

@@ -1,4 +1,5 @@
-"""The persistent compilation cache (dpm_jax.cache): on by default, opt-out, never in the tests.
+"""The persistent compilation cache (dpm_jax.cache): on by default for the library's programs only,
+opt-out, never in the tests.
 
 Each case runs in a fresh process with its own temporary cache directory (the
 choice is made at import), so the user's cache is neither read nor written.
@@ -89,3 +90,52 @@ def test_enable_and_disable_from_code(tmp_path):
     finally:
         cache.disable_compilation_cache()
     assert cache.compilation_cache_dir() is None
+
+
+CLOSED_OVER = textwrap.dedent("""
+    import pathlib, sys, zlib, jax, jax.numpy as jnp, numpy as np
+    import dpm_jax
+    X = np.random.default_rng(7).uniform(-1, 1, (500, 3)).astype(np.float32)
+    config = dpm_jax.DPMConfig(tau_r=3)
+    run = lambda key: dpm_jax.cluster(key, X, dpm_jax.Budget(1.0, 1e-6), bounds=(-1.0, 1.0), config=config)
+    jax.jit(lambda s: jnp.sum(jnp.asarray(X) * s))(1.0)  # a caller's program closing over X
+    jax.jit(lambda key: run(key).centers)(jax.random.key(0))  # ... that also calls cluster
+    run(jax.random.key(0))  # the library's own programs, X an argument
+    try:
+        import zstandard
+        unpack = lambda raw: zstandard.ZstdDecompressor().decompress(raw, max_output_size=2**30)
+    except ImportError:
+        unpack = zlib.decompress  # JAX compresses entries with zstandard when installed, else zlib
+    entries = [path for path in pathlib.Path(sys.argv[1]).iterdir() if path.is_file()]
+    rows = X.tobytes()[4000:4064]  # 16 coordinates of the data, a byte string no program would hold otherwise
+    print(len(entries), sum(rows in unpack(path.read_bytes()) for path in entries),
+          any(path.name.startswith("jit__cluster_arrays") for path in entries))
+""")
+
+
+def test_programs_closing_over_data_are_never_written_to_the_librarys_cache(tmp_path):
+    # Long because: three fresh processes, each compiling cluster twice (under the caller's jit and alone).
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    entries, holding_data, engine_cached = _run(
+        CLOSED_OVER.replace("sys.argv[1]", repr(str(ours))), DPM_JAX_CACHE_DIR=str(ours)
+    )
+    assert int(entries) >= 1 and engine_cached == "True"  # the library's programs are cached...
+    assert int(holding_data) == 0  # ... the caller's, which hold X as a constant, are not
+    # The detector finds the data where JAX caches every program (the caller's own configuration):
+    # a closed-over array is written to the cache, which is why the library scopes its cache.
+    entries, holding_data, _ = _run(
+        CLOSED_OVER.replace("sys.argv[1]", repr(str(theirs))),
+        JAX_COMPILATION_CACHE_DIR=str(theirs),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    )
+    assert int(holding_data) >= 2  # both of the caller's programs
+    # After cluster returns, the cache is off again for the process's other programs.
+    out = _run(
+        "import jax, dpm_jax; from dpm_jax.eval.datasets import synthetic_blobs; "
+        "data = synthetic_blobs(n=100, d=2, num_blobs=2, std=1.0, seed=1); "
+        "dpm_jax.cluster(jax.random.key(0), data.points, dpm_jax.Budget(1.0, 1e-6), bounds=data.bounds, "
+        "config=dpm_jax.DPMConfig(tau_r=2)); "
+        "print(jax.config.jax_compilation_cache_dir, dpm_jax.cache.compilation_cache_dir())",
+        DPM_JAX_CACHE_DIR=str(tmp_path / "third"),
+    )
+    assert out == ["None", str(tmp_path / "third")]
