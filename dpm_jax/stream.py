@@ -13,7 +13,7 @@ No per-point state is kept between passes: each pass routes every chunk from the
 through the splits released so far (lines 26-27), so memory is bounded by the chunk size
 and the tree. Both split grids (``DPMConfig.split_grid``) bin and route a chunk with the
 in-memory tree's own functions (:func:`dpm_jax.tree.level_grid`,
-:func:`dpm_jax.tree.level_half_bins`): on the cell grid every level bins the chunk
+:func:`dpm_jax.tree.level_counts`): on the cell grid every level bins the chunk
 relative to its nodes' cells, which are public (the bounds cut by the released splits)
 and carried from level to level, and a point is routed at each level by its half-bin on
 that level's grid, the one its node's histogram counted it in. The exception to the
@@ -65,7 +65,6 @@ from dpm_jax.cache import library_programs
 from dpm_jax.budget import Budget, allocate, heap_count_epsilons, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.depth import choose_depth
-from dpm_jax.histogram import level_histogram
 from dpm_jax.interval import (
     counts_from_gap_histogram,
     first_gap_threshold,
@@ -84,7 +83,7 @@ from dpm_jax.tree import (
     count_children,
     drawn_split,
     level_grid,
-    level_half_bins,
+    level_counts,
     level_randomness,
     next_point_nodes,
     padded_randomness,
@@ -93,8 +92,7 @@ from dpm_jax.tree import (
     root_cells,
     root_interval_size,
     root_node_counts,
-    route_points,
-    split_dimension_half_bins,
+    route_on_split_dimensions,
     tree_inputs,
 )
 
@@ -563,29 +561,21 @@ def _route(inputs, valid, routes: _Routes, num_levels):
     def one_level(level, state):
         node, active = state
         grid, _ = level_grid(inputs, routes.cell_lower[level], routes.cell_upper[level])
-        go_right = _go_right(inputs, grid, node, routes.split_dim[level], routes.first_right[level])
+        go_right = route_on_split_dimensions(inputs, grid, node, routes.split_dim[level], routes.first_right[level])
         return next_point_nodes(node, active, go_right, routes.is_split[level])
 
     return jax.lax.fori_loop(0, num_levels, one_level, (jnp.zeros(valid.shape[0], jnp.int32), valid))
 
 
-def _go_right(inputs, grid, node, split_dim, first_right):
-    """Lines 26-27 on the half-bins of the split dimensions alone (a tenth of the binning at d = 10)."""
-    bins = split_dimension_half_bins(inputs, grid, node, split_dim)
-    return route_points(bins, node, jnp.zeros_like(split_dim), first_right)
-
-
-def _histogram(inputs, cells, point_node, point_active, width: int):
+def _histogram(inputs, cells, point_node, point_active):
     """(width, d, 2B) half-bin counts of the active points on the grid of ``cells``."""
     grid, _ = level_grid(inputs, *cells)
-    return level_histogram(
-        level_half_bins(inputs, grid, point_node), point_node, point_active, width, inputs.max_splits
-    )
+    return level_counts(inputs, grid, point_node, point_active)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
 def _root_histogram_of_chunk(piece, valid, public, routes, cells, *, width: int, config: DPMConfig):
-    return _histogram(_piece_inputs(piece, public, config), cells, jnp.zeros(piece.shape[0], jnp.int32), valid, width)
+    return _histogram(_piece_inputs(piece, public, config), cells, jnp.zeros(piece.shape[0], jnp.int32), valid)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config", "next_histogram"))
@@ -606,12 +596,12 @@ def _children_of_chunk(
     inputs = _piece_inputs(piece, public, config)
     node, active = _route(inputs, valid, routes, level)
     grid, _ = level_grid(inputs, *cells)
-    go_right = _go_right(inputs, grid, node, split_dim, split.first_right)
+    go_right = route_on_split_dimensions(inputs, grid, node, split_dim, split.first_right)
     child_true = count_children(node, active, go_right, width)
     if not next_histogram:
         return child_true, None
     child = 2 * node + go_right.astype(jnp.int32)  # the local index on the next level, if split
-    return child_true, _histogram(inputs, (split.cell_lower, split.cell_upper), child, active, width)
+    return child_true, _histogram(inputs, (split.cell_lower, split.cell_upper), child, active)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))

@@ -13,17 +13,18 @@ deepest), so they are compiled once and cost what the level's nodes need.
 
 One level is :func:`split_level`, a :class:`LevelState` in and the next one out
 with the level's :class:`LevelRelease`, in the order of the paper's lines:
-  1. half-bin counts per (node, dimension), (nodes, d, 2B) (:mod:`dpm_jax.histogram`):
-     one scatter-add of the active points' half-bin indices or, with many
-     dimensions, the parent level's counts minus the histogram of each node's
-     smaller sibling;
+  1. half-bin counts per (node, dimension), (nodes, d, 2B) (:mod:`dpm_jax.histogram`,
+     :func:`level_counts`): one scatter-add of the active points' half-bin indices
+     (on the cell grid binned and counted block by block) or, with many dimensions,
+     the parent level's counts minus the histogram of each node's smaller sibling;
   2-3. :func:`choose_splits` (lines 22-25): scores for every (node, dimension,
      candidate) and the exponential mechanism per node (:func:`select_splits`) with
      epsilon_exp_l on the exact integer scores of :mod:`dpm_jax.scoring`
      (sensitivity a1 + a3), its exponent scaled by min(1, max(n~ - lambda_l, 1) / N)
      as Lemma 5's Delta_f = (t/q + alpha) / (n~ - lambda_l) prescribes;
   4. :func:`route_points` (lines 26-27): the points of each node go to child
-     2i + (x[dim*] >= s*);
+     2i + (x[dim*] >= s*), from the half-bins of the split dimensions alone
+     (:func:`route_on_split_dimensions`);
   5. :func:`count_children` and noisy child counts with epsilon_cnt_{l+1}, added in
      exact integer arithmetic (:func:`dpm_jax.mechanisms.add_count_noise`, lines
      16-17); :func:`stopping_rule` (line 18): a node whose two children both reach
@@ -104,7 +105,8 @@ __all__ = [
     "assemble_tree",
     "root_cells",
     "level_grid",
-    "level_half_bins",
+    "level_counts",
+    "route_on_split_dimensions",
     "split_dimension_half_bins",
     "DrawnSplit",
     "drawn_split",
@@ -330,19 +332,14 @@ def split_level(
     # root's built before the scan) with sibling subtraction, else one histogram here;
     # on the cell grid, of every point's half-bin in its own node's cell.
     grid, candidate_valid = level_grid(inputs, state.cell_lower, state.cell_upper)
-    half_bins = level_half_bins(inputs, grid, state.point_node)
-    counts = (
-        state.counts
-        if inputs.use_siblings
-        else level_histogram(half_bins, state.point_node, state.point_active, width, inputs.max_splits)
-    )
+    counts = state.counts if inputs.use_siblings else level_counts(inputs, grid, state.point_node, state.point_active)
     # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
     split_dim, split_index = choose_splits(
         inputs, level, counts, state.noisy_count, state.node_active, candidate_valid, level_bits, epsilon, offset
     )
     # 4. route the points (lines 26-27).
     split = drawn_split(inputs, grid, state.cell_lower, state.cell_upper, split_dim, split_index)
-    go_right = route_points(half_bins, state.point_node, split_dim, split.first_right)
+    go_right = route_on_split_dimensions(inputs, grid, state.point_node, split_dim, split.first_right)
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
     release, child_exact = release_level(
@@ -395,59 +392,76 @@ def level_grid(inputs: _TreeInputs, cell_lower: jax.Array, cell_upper: jax.Array
     return grid, jnp.arange(2 * inputs.max_splits) + 1 < grid.used[..., None]
 
 
-def level_half_bins(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array) -> jax.Array:
-    """(n, d) half-bin of every coordinate on its node's grid: the run's global one (paper grid) or
-    its node's cell's (cell grid). The one binning of a level's points: the in-memory tree and the
-    streamed passes both call it, so their histograms and routes agree bit for bit."""
+def level_counts(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array, point_active: jax.Array):
+    """(width, d, 2B) half-bin counts of the active points of every node on the level's grid: the
+    run's global half-bins (paper grid) or every point's half-bin in its node's cell (cell grid).
+
+    The one histogram of a level: the in-memory tree and the streamed passes both call it, so
+    their counts agree bit for bit. On the cell grid the points are binned and counted block by
+    block (:func:`_over_row_blocks`), so their (n, d) bins are never stored; the counts are
+    exact integers, the same whatever the blocks.
+    """
+    width, max_splits = inputs.width, inputs.max_splits
     if grid is None:
-        return inputs.half_bins
+        return level_histogram(inputs.half_bins, point_node, point_active, width, max_splits)
 
-    def bins(points, node):
-        return cell_half_bin_indices(to_unit_range(points, inputs.lower, inputs.upper), node, grid, inputs.max_splits)
+    def add_block(counts, start, fresh, points, node, active):
+        bins = cell_half_bin_indices(to_unit_range(points, inputs.lower, inputs.upper), node, grid, max_splits)
+        return counts + level_histogram(bins, node, active & fresh, width, max_splits)
 
-    return _by_row_blocks(bins, inputs.points.shape[1], inputs.max_splits, inputs.points, point_node)
+    initial = jnp.zeros((width, inputs.points.shape[1], 2 * max_splits), jnp.int32)
+    return _over_row_blocks(add_block, initial, inputs.points, point_node, point_active)
+
+
+def route_on_split_dimensions(
+    inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array, split_dim: jax.Array, first_right: jax.Array
+) -> jax.Array:
+    """Lines 26-27 (:func:`route_points`) on the half-bins of each point's split dimension alone
+    (:func:`split_dimension_half_bins`): a tenth of a level's binning at d = 10."""
+    bins = split_dimension_half_bins(inputs, grid, point_node, split_dim)
+    return route_points(bins, point_node, jnp.zeros_like(split_dim), first_right)
 
 
 def split_dimension_half_bins(
     inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array, split_dim: jax.Array
 ) -> jax.Array:
-    """(n, 1) every point's half-bin in its node's split dimension: column ``split_dim[node]`` of
-    :func:`level_half_bins`, binned alone (the same arithmetic per coordinate, so the same bins);
-    all that routing reads (:func:`route_points` with dimension 0)."""
+    """(n, 1) every point's half-bin in its node's split dimension, the one :func:`level_counts`
+    counted it in, binned alone (the same arithmetic per coordinate, so the same bin); all that
+    routing reads (:func:`route_points` with dimension 0)."""
     if grid is None:
         return inputs.half_bins[jnp.arange(point_node.shape[0]), split_dim[point_node]][:, None]
     pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
     split_grid = CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used))
 
-    def bins(points, node):
-        column = to_unit_range(points, inputs.lower, inputs.upper)[jnp.arange(node.shape[0]), split_dim[node]][:, None]
-        return cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
+    def bin_block(out, start, fresh, points, node):
+        unit = to_unit_range(points, inputs.lower, inputs.upper)
+        column = unit[jnp.arange(node.shape[0]), split_dim[node]][:, None]
+        bins = cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
+        return jax.lax.dynamic_update_slice_in_dim(out, bins, start, axis=0)  # an overlap rewrites the same bins
 
-    return _by_row_blocks(bins, 1, inputs.max_splits, inputs.points, point_node)
+    initial = jnp.zeros((point_node.shape[0], 1), bin_dtype(2 * inputs.max_splits))
+    return _over_row_blocks(bin_block, initial, inputs.points, point_node)
 
 
-def _by_row_blocks(bins, columns: int, max_splits: int, points: jax.Array, point_node: jax.Array) -> jax.Array:
-    """(n, columns) ``bins(points, point_node)`` computed _BIN_BLOCK_ROWS rows at a time.
+def _over_row_blocks(step, initial, *per_row: jax.Array):
+    """``step(carry, start, fresh, *blocks)`` over blocks of _BIN_BLOCK_ROWS rows of the per-row arrays.
 
-    Why: binning a coordinate gathers its node's cell (lower end, scale, half-bins used)
-    per point, and XLA's CPU backend materialises each gather as an (n, d) buffer, as it
-    would the (n, d) unit coordinates read by every level of the scan: 4 bytes per
-    coordinate each, several times the data. In blocks they stay block-sized and only
-    the bins (1 byte per coordinate) are written. The bins of a row depend on that row
-    alone, so they are the same whatever the blocks; the last block may overlap the one
-    before it and rewrites the same bins.
+    Why: binning a coordinate gathers its node's cell (lower end, scale, half-bins used) per
+    point, and XLA's CPU backend materialises each gather as an (n, d) buffer, as it would
+    the (n, d) unit coordinates read by every level of the scan: 4 bytes per coordinate
+    each, several times the data. In blocks they stay block-sized. The bins of a row depend
+    on that row alone, so they are the same whatever the blocks. The last block ends at row
+    n and may overlap the one before it: ``fresh`` (block,) marks its rows no earlier block held.
     """
-    n = points.shape[0]
+    n = per_row[0].shape[0]
     block = min(n, _BIN_BLOCK_ROWS)
 
-    def bin_block(index, out):
+    def one_block(index, carry):
         start = jnp.minimum(index * block, n - block)
-        part = bins(
-            jax.lax.dynamic_slice_in_dim(points, start, block), jax.lax.dynamic_slice_in_dim(point_node, start, block)
-        )
-        return jax.lax.dynamic_update_slice_in_dim(out, part, start, axis=0)
+        fresh = start + jnp.arange(block) >= index * block
+        return step(carry, start, fresh, *(jax.lax.dynamic_slice_in_dim(a, start, block) for a in per_row))
 
-    return jax.lax.fori_loop(0, -(-n // block), bin_block, jnp.zeros((n, columns), bin_dtype(2 * max_splits)))
+    return jax.lax.fori_loop(0, -(-n // block), one_block, initial)
 
 
 class DrawnSplit(NamedTuple):

@@ -6,7 +6,8 @@ import numpy as np
 
 import dpm_jax
 from conftest import SMALL_CONFIG
-from dpm_jax import tree
+from dpm_jax import histogram, tree
+from dpm_jax._arrays import to_unit_range
 from dpm_jax.eval import datasets
 
 
@@ -197,12 +198,12 @@ def test_cell_grid_splits_lie_inside_their_nodes_cells(small_blobs, budget):
     assert checked >= 3
 
 
-def test_split_dimension_half_bins_are_the_split_columns_of_the_level_half_bins(monkeypatch):
-    # Routing (the streamed passes) bins only each point's split dimension; it must give the
-    # bins of the full binning that the level's histogram counted, or a point would be
-    # routed to a child other than the one its node's counts assumed. Both bin in blocks of
-    # rows (the last overlapping the one before here: 4000 rows in blocks of 1500), which must
-    # give the bins of the whole array binned at once.
+def test_level_counts_and_split_dimension_bins_are_those_of_the_whole_arrays_bins(monkeypatch):
+    # The level's histogram and the routing both bin in blocks of rows (here 4000 rows in
+    # blocks of 1500: the last overlaps the one before, whose rows it must not count again).
+    # They must give the histogram of the whole array's bins, and routing the bin its
+    # node's counts counted each point in, or a point would go to a child other than the
+    # one its node's counts assumed.
     monkeypatch.setattr(tree, "_BIN_BLOCK_ROWS", 1500)
     rng = np.random.default_rng(5)
     n, d, width = 4000, 5, 4
@@ -210,6 +211,7 @@ def test_split_dimension_half_bins_are_the_split_columns_of_the_level_half_bins(
     lower = jnp.asarray(rng.uniform(0, 0.5, (width, d)), jnp.float32)
     cells = (lower, lower + jnp.asarray(rng.uniform(0.01, 0.5, (width, d)), jnp.float32))
     node = jnp.asarray(rng.integers(0, width, n), jnp.int32)
+    active = jnp.asarray(rng.uniform(size=n) < 0.9)
     split_dim = jnp.asarray(rng.integers(0, d, width), jnp.int32)
     bounds = (jnp.full(d, -3.0, jnp.float32), jnp.full(d, 5.0, jnp.float32))
     configs = [
@@ -222,12 +224,15 @@ def test_split_dimension_half_bins_are_the_split_columns_of_the_level_half_bins(
             points, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07), config
         )
         grid, _ = tree.level_grid(inputs, *cells)
-        full = np.asarray(tree.level_half_bins(inputs, grid, node))
+        whole = (
+            inputs.half_bins
+            if grid is None
+            else histogram.cell_half_bin_indices(to_unit_range(points, *bounds), node, grid, config.max_splits_per_dim)
+        )
+        counts = tree.level_counts(inputs, grid, node, active)
+        expected = histogram.level_histogram(whole, node, active, width, config.max_splits_per_dim)
+        assert int(counts.sum()) == d * int(active.sum()), config  # every active point once per dimension
+        np.testing.assert_array_equal(counts, expected)
         column = np.asarray(tree.split_dimension_half_bins(inputs, grid, node, split_dim))
         assert column.shape == (n, 1) and len(np.unique(column)) > 10, config  # many distinct bins compared
-        np.testing.assert_array_equal(column[:, 0], full[np.arange(n), np.asarray(split_dim)[np.asarray(node)]])
-        if grid is not None:  # the cell grid bins per level, in blocks: the whole array at once gives the same
-            whole = dpm_jax.histogram.cell_half_bin_indices(
-                dpm_jax._arrays.to_unit_range(points, *bounds), node, grid, config.max_splits_per_dim
-            )
-            np.testing.assert_array_equal(full, np.asarray(whole))
+        np.testing.assert_array_equal(column[:, 0], np.asarray(whole)[np.arange(n), np.asarray(split_dim)[node]])
