@@ -76,14 +76,16 @@ BASELINE = textwrap.dedent("""
 """)
 
 IN_MEMORY = _PEAK + textwrap.dedent("""
-    import json, os, time
+    import gc, json, os, time
     import jax, numpy as np, dpm_jax
     n, d = {n}, 10
     rng = np.random.default_rng(0)
     centres = rng.uniform(-80, 80, (64, d)).astype(np.float32)
-    X = centres[rng.integers(0, 64, n)]
-    X += rng.standard_normal((n, d), dtype=np.float32)
-    X = jax.device_put(X)
+    host = centres[rng.integers(0, 64, n)]
+    host += rng.standard_normal((n, d), dtype=np.float32)
+    X = jax.block_until_ready(jax.device_put(host))  # the transfer is asynchronous: wait for it,
+    del host  # then free the host copy, so that "loaded" is the process with its data on the device
+    gc.collect()
     budget = dpm_jax.Budget(1.0, 1e-6)
     run = lambda key: jax.block_until_ready(dpm_jax.cluster(jax.random.key(key), X, budget, bounds=(-100.0, 100.0)))
     loaded = rss_gb()
