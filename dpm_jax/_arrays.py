@@ -8,7 +8,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-__all__ = ["looped_under_vmap", "bin_dtype", "materialized", "to_unit_range", "reciprocal"]
+__all__ = ["looped_under_vmap", "bin_dtype", "materialized", "to_unit_range", "unit_coordinates", "reciprocal"]
 
 
 def looped_under_vmap(function: Callable, *static_args) -> Callable:
@@ -65,8 +65,14 @@ def to_unit_range(points: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.
     where each statistic is computed (fused by XLA, never an n x d copy), the
     streamed path to each chunk.
     """
+    return unit_coordinates(points, lower, upper, reciprocal(upper - lower))
+
+
+def unit_coordinates(points: jax.Array, lower: jax.Array, upper: jax.Array, scale: jax.Array) -> jax.Array:
+    """:func:`to_unit_range` with the reciprocal ``scale`` of the range given: the same arithmetic for
+    coordinates gathered with their own dimension's bounds and scale (a point's split dimension)."""
     points = jnp.clip(points, lower, upper)
-    return jnp.clip((points - lower) * reciprocal(upper - lower), 0.0, 1.0)
+    return jnp.clip((points - lower) * scale, 0.0, 1.0)
 
 
 def reciprocal(x: jax.Array) -> jax.Array:

@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact, keys
-from dpm_jax._arrays import bin_dtype, materialized, to_unit_range
+from dpm_jax._arrays import bin_dtype, materialized, reciprocal, to_unit_range, unit_coordinates
 from dpm_jax.histogram import (
     CellGrid,
     cell_grid,
@@ -433,9 +433,13 @@ def split_dimension_half_bins(
     pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
     split_grid = CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used))
 
+    scale = reciprocal(inputs.upper - inputs.lower)  # to_unit_range's, once
+
     def bin_block(out, start, fresh, points, node):
-        unit = to_unit_range(points, inputs.lower, inputs.upper)
-        column = unit[jnp.arange(node.shape[0]), split_dim[node]][:, None]
+        point_dim = split_dim[node]
+        per_point = lambda a: a[point_dim][:, None]  # (block, 1): the point's split dimension's
+        coordinate = points[jnp.arange(node.shape[0]), point_dim][:, None]
+        column = unit_coordinates(coordinate, per_point(inputs.lower), per_point(inputs.upper), per_point(scale))
         bins = cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
         return jax.lax.dynamic_update_slice_in_dim(out, bins, start, axis=0)  # an overlap rewrites the same bins
 
@@ -454,14 +458,15 @@ def _over_row_blocks(step, initial, *per_row: jax.Array):
     n and may overlap the one before it: ``fresh`` (block,) marks its rows no earlier block held.
     """
     n = per_row[0].shape[0]
-    block = min(n, _BIN_BLOCK_ROWS)
+    num_blocks = -(-n // _BIN_BLOCK_ROWS)
+    block = -(-n // num_blocks)  # equal blocks of at most _BIN_BLOCK_ROWS: the overlap is below num_blocks rows
 
     def one_block(index, carry):
         start = jnp.minimum(index * block, n - block)
         fresh = start + jnp.arange(block) >= index * block
         return step(carry, start, fresh, *(jax.lax.dynamic_slice_in_dim(a, start, block) for a in per_row))
 
-    return jax.lax.fori_loop(0, -(-n // block), one_block, initial)
+    return jax.lax.fori_loop(0, num_blocks, one_block, initial)
 
 
 class DrawnSplit(NamedTuple):

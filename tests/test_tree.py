@@ -200,7 +200,7 @@ def test_cell_grid_splits_lie_inside_their_nodes_cells(small_blobs, budget):
 
 def test_level_counts_and_split_dimension_bins_are_those_of_the_whole_arrays_bins(monkeypatch):
     # The level's histogram and the routing both bin in blocks of rows (here 4000 rows in
-    # blocks of 1500: the last overlaps the one before, whose rows it must not count again).
+    # 3 blocks of 1334 rows: the last overlaps the one before by 2 rows, which it must not count again).
     # They must give the histogram of the whole array's bins, and routing the bin its
     # node's counts counted each point in, or a point would go to a child other than the
     # one its node's counts assumed.
