@@ -41,7 +41,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact, mechanisms, tree
-from dpm_jax import histogram as histogram_lib
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
 from dpm_jax.eval.bounds import broadcast_bounds
@@ -329,15 +328,15 @@ def split_step_mechanism(
 
     ``mechanism(key, unit_points) -> (dim, candidate)``: the root level of the tree for one
     node, step by step as :func:`dpm_jax.tree.split_level` runs it: the run's inputs
-    (``tree.point_inputs``), the level's grid and half-bins (``tree.level_grid``,
-    ``tree.level_half_bins``: the paper's global grid of interval size ``beta``, or the
-    root's cell with ``config.split_window``), the histogram (``histogram.level_histogram``)
-    and the split choice (``tree.choose_splits``: integer scores, the exact exponential
-    mechanism), with the *public* released count ``noisy_count`` and the level's ``offset``
-    lambda (looked up at call time, so a test can substitute a broken variant of any piece).
-    Conditioned on n~, the tree's split choice is this mechanism; its claim is
-    (epsilon, delta)-DP with the sampler's delta :func:`dpm_jax.mechanisms.em_sampler_tv`
-    (1 + e^epsilon) for the config's candidates.
+    (``tree.point_inputs``, the points given in unit coordinates: bounds (0, 1)), the level's
+    grid (``tree.level_grid``: the paper's global grid of interval size ``beta``, or the root's
+    cell with ``config.split_window``), its histogram (``tree.level_counts``) and the split
+    choice (``tree.choose_splits``: integer scores, the exact exponential mechanism), with the
+    *public* released count ``noisy_count`` and the level's ``offset`` lambda (looked up at
+    call time, so a test can substitute a broken variant of any piece). Conditioned on n~,
+    the tree's split choice is this mechanism; its claim is (epsilon, delta)-DP with the
+    sampler's delta :func:`dpm_jax.mechanisms.em_sampler_tv` (1 + e^epsilon) for the config's
+    candidates.
     """
     config = dataclasses.replace(config, tau_r=1)  # one level, one node slot
     table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
@@ -348,8 +347,7 @@ def split_step_mechanism(
         inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(beta), config)
         grid, candidate_valid = tree.level_grid(inputs, *tree.root_cells(inputs))
         point_node, point_active = jnp.zeros(n, jnp.int32), jnp.ones(n, bool)
-        half_bins = tree.level_half_bins(inputs, grid, point_node)
-        histogram = histogram_lib.level_histogram(half_bins, point_node, point_active, 1, config.max_splits_per_dim)
+        histogram = tree.level_counts(inputs, grid, point_node, point_active)
         bits = jax.random.bits(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
         dim, candidate = tree.choose_splits(
             inputs,
