@@ -60,7 +60,7 @@ from dpm_jax.eval import baselines, metrics
 from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.datasets import Dataset, load_dataset
-from dpm_jax.eval.zoo import DPM_VARIANTS, LATTICE_VARIANTS, batchable, variant_config
+from dpm_jax.eval.zoo import DPM_VARIANTS, LATTICE_VARIANTS, variant_config
 
 DPM_NAMES = (*DPM_VARIANTS, *LATTICE_VARIANTS)
 ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", *DPM_NAMES, "dpm-numpy")
@@ -271,7 +271,7 @@ def run_algorithm(
     run is charged the call's time divided by ``dpm_batch``; the warm-up is then one
     batch.
     """
-    if algorithm not in DPM_NAMES or dpm_batch == 1 or not batchable(variant_config(algorithm, task.dataset)):
+    if algorithm not in DPM_NAMES or dpm_batch == 1:
         runner = RUNNERS[algorithm]
         first = run_timed(runner, warm_up_key, task).seconds if algorithm in COMPILED else None
         return first, [run_timed(runner, key, task) for key in keys]

@@ -1,15 +1,18 @@
 """``cluster``: validation, key derivation and the orchestration of DPM (Algorithm 1).
 
-Data flows one way: validate -> clip to the public bounds -> noisy total count
-(line 7) -> split interval size (line 8, Algorithm 2) -> the padded recursion
-(lines 10, 13-28) -> DP centres of the leaves (line 11).
+Data flows one way: validate -> clip to the public bounds -> (``tau_r="auto"``: a
+noisy count and the depth, :mod:`dpm_jax.depth`) -> noisy total count (line 7) ->
+split interval size (line 8, Algorithm 2) -> the padded recursion (lines 10, 13-28)
+-> DP centres of the leaves (line 11).
 
 Key path of every mechanism (see :func:`dpm_jax.keys.derive_key`); each
 stream is drawn once, as one array in heap layout (element i belongs to node i):
+  depth (tau_r="auto")  noisy_count(derive_key(key, keys.DEPTH), ...)
   counts of all nodes   count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(...))
+                        ("auto": one row per depth 1..max_depth, the depth's row is used)
   interval size         exponential_mechanism(derive_key(key, keys.INTERVAL), ...)
-  split choices         bits(derive_key(key, keys.SPLIT), (2**tau_r, EM_TRIES, EM_DIGITS))
-  leaf sums             discrete_gaussian_noise(derive_key(key, keys.AVERAGE), ..., (2**tau_r, d))
+  split choices         bits(derive_key(key, keys.SPLIT), (2**padded_depth, EM_TRIES, EM_DIGITS))
+  leaf sums             discrete_gaussian_noise(derive_key(key, keys.AVERAGE), ..., (2**padded_depth, d))
 
 Every released number is computed in exact integer arithmetic from exact integer
 statistics of the data (counts, ranks, gap counts, fixed-point sums; see
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,24 +41,23 @@ from dpm_jax.budget import (
     Budget,
     allocate,
     count_entry,
-    heap_count_epsilons,
     validate_budget_and_config,
 )
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.depth import choose_depth, count_points
+from dpm_jax.depth import DepthPlan, depth_of, feasible_depth, noisy_size, plan_depth
+from dpm_jax.depth import ledger_entry as depth_ledger_entry
 from dpm_jax.diagnostics.plan import warn_if_insufficient
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
-from dpm_jax.ledger import Ledger
+from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.mechanisms import (
     EM_DIGITS,
     EM_TRIES,
     add_count_noise,
-    count_noise,
     discrete_gaussian_table,
     em_weight_table,
 )
-from dpm_jax.tree import Leaves, SplitTree, build_tree, root_interval_size
+from dpm_jax.tree import Leaves, SplitTree, build_tree, level_count_noise, level_schedule, root_interval_size
 
 __all__ = [
     "ClusterResult",
@@ -65,6 +67,9 @@ __all__ = [
     "validate_key",
     "validate_bounds",
     "released_arrays",
+    "RunPlan",
+    "plan_run",
+    "run_depth",
     "warn_if_starved",
     "em_table_on_device",
     "gaussian_thresholds_on_device",
@@ -84,37 +89,134 @@ BOUNDS_REQUIRED = (
 class ClusterResult:
     """Output of :func:`cluster`; a JAX pytree (the ledger is static metadata).
 
-    Differentially private (released under the Budget):
-      centers: (2**tau_r, d) cluster centres; rows where ``valid`` is False are NaN.
-      counts: (2**tau_r,) noisy cluster sizes (the DP weights); 0 where not valid.
-      valid: (2**tau_r,) bool, marks the real clusters.
+    Differentially private (released under the Budget); P = ``config.padded_depth``:
+      centers: (2**P, d) cluster centres; rows where ``valid`` is False are NaN.
+      counts: (2**P,) noisy cluster sizes (the DP weights); 0 where not valid.
+      valid: (2**P,) bool, marks the real clusters.
       k: number of clusters found (int32 scalar).
+      depth: the tree's depth tau_r (int32 scalar; chosen from a noisy count under
+        ``tau_r="auto"``, :mod:`dpm_jax.depth`).
       tree: the split tree (:class:`dpm_jax.tree.SplitTree`).
       split_interval_size: (d,) beta in data units (Algorithm 2; the cell grid: two of the root
         cell's half-bins, range / max_splits_per_dim).
-      leaf_node: (2**tau_r,) heap id in ``tree`` of each cluster (0 where not valid).
+      leaf_node: (2**P,) heap id in ``tree`` of each cluster (0 where not valid).
     NOT differentially private (a function of each individual point):
       labels_nonprivate: (n,) cluster slot of every input point; do not publish.
     Static:
-      ledger: the privacy ledger (:class:`dpm_jax.ledger.Ledger`).
+      ledgers: ((depth, ledger), ...): the privacy ledger (:class:`dpm_jax.ledger.Ledger`) of
+        every depth the run may take, one for a fixed tau_r; :attr:`ledger` is the run's.
     """
 
     centers: jax.Array
     counts: jax.Array
     valid: jax.Array
     k: jax.Array
+    depth: jax.Array
     tree: SplitTree
     split_interval_size: jax.Array
     leaf_node: jax.Array
     labels_nonprivate: jax.Array
-    ledger: Ledger = dataclasses.field(metadata=dict(static=True))
+    ledgers: tuple[tuple[int, Ledger], ...] = dataclasses.field(metadata=dict(static=True))
+
+    @property
+    def ledger(self) -> Ledger:
+        """The privacy ledger of this run: of the depth it ran at; it adds up to the budget.
+
+        Under ``tau_r="auto"`` the depth is data dependent, so a result of ``jax.vmap`` over
+        runs of different depths has one ledger per run: :meth:`ledger_at` gives each.
+        """
+        if len(self.ledgers) == 1:
+            return self.ledgers[0][1]
+        if isinstance(self.depth, jax.core.Tracer):
+            raise ValueError("the depth of a traced result is not known yet: read the ledger outside jax.jit")
+        depths = np.unique(np.asarray(self.depth))
+        if depths.size != 1:
+            raise ValueError(
+                f"these runs chose different depths {depths.tolist()} (tau_r='auto'): each has its own "
+                "ledger, result.ledger_at(int(result.depth[i]))"
+            )
+        return self.ledger_at(int(depths[0]))
+
+    def ledger_at(self, depth: int) -> Ledger:
+        """The ledger of the run at ``depth`` (every one adds up exactly to the budget)."""
+        ledgers = dict(self.ledgers)
+        if depth not in ledgers:
+            raise ValueError(f"this run cannot have depth {depth}; its depths are {sorted(ledgers)}")
+        return ledgers[depth]
 
 
 jax.tree_util.register_dataclass(
     ClusterResult,
-    data_fields=["centers", "counts", "valid", "k", "tree", "split_interval_size", "leaf_node", "labels_nonprivate"],
-    meta_fields=["ledger"],
+    data_fields=[
+        "centers",
+        "counts",
+        "valid",
+        "k",
+        "depth",
+        "tree",
+        "split_interval_size",
+        "leaf_node",
+        "labels_nonprivate",
+    ],
+    meta_fields=["ledgers"],
 )
+
+
+class RunPlan(NamedTuple):
+    """Everything public a run needs before it sees data: its possible depths and their budgets.
+
+    A fixed tau_r: one allocation. ``tau_r="auto"``: the depth count's plan and one allocation
+    of the remaining budget per depth 1..max_depth (:mod:`dpm_jax.depth`); the averaging
+    mechanism's budget is the same at every depth. Hashable (a static argument of jit).
+    """
+
+    depth_plan: DepthPlan | None
+    allocations: tuple[Allocation, ...]  # consecutive depths, the first at depth first_depth
+    averaging: AveragingPlan
+    ledgers: tuple[tuple[int, Ledger], ...]
+
+    @property
+    def first_depth(self) -> int:
+        return len(self.allocations[0].split_epsilons)
+
+
+@functools.lru_cache(maxsize=64)
+def plan_run(budget: Budget, config: DPMConfig, d: int) -> RunPlan:
+    """The :class:`RunPlan` of ``budget`` and ``config`` in d dimensions; its ledgers add up to the budget."""
+    if config.tau_r != AUTO_DEPTH:
+        allocation = allocate(budget, config, d)
+        averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+        return RunPlan(
+            None, (allocation,), averaging, ((config.tau_r, build_ledger(allocation, config, d, averaging)),)
+        )
+    depth_plan = plan_depth(budget, config, d)
+    depths = range(1, feasible_depth(depth_plan.remaining, config, d) + 1)
+    allocations = tuple(allocate(depth_plan.remaining, config.at_depth(depth), d) for depth in depths)
+    averaging = plan_averaging(allocations[0].average_epsilon, allocations[0].average_delta, d)
+    if any(
+        (a.average_epsilon, a.average_delta) != (allocations[0].average_epsilon, allocations[0].average_delta)
+        for a in allocations
+    ):
+        raise AssertionError("the averaging budget must not depend on the depth")  # allocate's shares
+    ledgers = tuple(
+        (
+            depth,
+            Ledger(
+                [
+                    depth_ledger_entry(depth_plan, depth),
+                    *_on_row(build_ledger(a, config.at_depth(depth), d, averaging), depth - 1),
+                ]
+            ),
+        )
+        for depth, a in zip(depths, allocations)
+    )
+    return RunPlan(depth_plan, allocations, averaging, ledgers)
+
+
+def _on_row(ledger: Ledger, row: int) -> list[LedgerEntry]:
+    """The ledger's count lines with their row of the per-depth count draw (:func:`dpm_jax.tree.level_count_noise`)."""
+    on_row = lambda entry: entry._replace(key_path=(keys.COUNT, f"row {row}", *entry.key_path[1:]))
+    return [on_row(entry) if entry.key_path[0] == keys.COUNT else entry for entry in ledger]
 
 
 def _is_tracer(x) -> bool:
@@ -252,13 +354,7 @@ def cluster(
     lower, upper = validate_bounds(bounds, d)
     mask = _validate_mask(point_mask, n)
 
-    depth_entries = []
-    if config.tau_r == AUTO_DEPTH:  # one noisy count, then the depth (dpm_jax.depth)
-        config, budget, depth_entry = choose_depth(key, count_points(mask), budget, config, d)
-        depth_entries.append(depth_entry)
-    allocation = allocate(budget, config, d)
-    averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-    ledger = Ledger([*depth_entries, *build_ledger(allocation, config, d, averaging)])
+    run_plan = plan_run(budget, config, d)
     lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (d,))
     upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (d,))
 
@@ -269,12 +365,11 @@ def cluster(
         lower,
         upper,
         em_table_on_device(),
-        gaussian_thresholds_on_device(averaging.sigma),
-        allocation=allocation,
+        gaussian_thresholds_on_device(run_plan.averaging.sigma),
+        run_plan=run_plan,
         config=config,
-        averaging=averaging,
     )
-    result = ClusterResult(**arrays, ledger=ledger)
+    result = ClusterResult(**arrays, ledgers=run_plan.ledgers)
     warn_if_starved(result, budget, config, d)
     return result
 
@@ -333,7 +428,16 @@ def gaussian_thresholds_on_device(sigma: float):
         return jax.device_put(table.thresholds_high), jax.device_put(table.thresholds_low)
 
 
-@functools.partial(jax.jit, static_argnames=("allocation", "config", "averaging"))
+def run_depth(key: jax.Array, num_points: jax.Array, run_plan: RunPlan) -> jax.Array:
+    """int32 the run's tau_r: the fixed one, or under ``tau_r="auto"`` the depth of a noisy count
+    of the ``num_points`` points (:func:`dpm_jax.depth.noisy_size`, :func:`dpm_jax.depth.depth_of`).
+    Traceable."""
+    if run_plan.depth_plan is None:
+        return jnp.int32(run_plan.first_depth)
+    return depth_of(noisy_size(key, num_points, run_plan.depth_plan), run_plan.depth_plan)
+
+
+@functools.partial(jax.jit, static_argnames=("run_plan", "config"))
 def _cluster_arrays(
     key,
     points,
@@ -343,18 +447,20 @@ def _cluster_arrays(
     em_table,
     gaussian_thresholds,
     *,
-    allocation: Allocation,
+    run_plan: RunPlan,
     config: DPMConfig,
-    averaging: AveragingPlan,
 ):
     # When X is closed over by a caller's jit/vmap it becomes a compile-time constant,
     # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
 
+    # tau_r="auto": the depth from a noisy count (dpm_jax.depth); then its allocation.
+    depth = run_depth(key, jnp.sum(mask, dtype=jnp.int32), run_plan)
+    schedule = level_schedule(run_plan.allocations, depth)
     # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
     # exact integers.
-    noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
+    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth)
     root_noisy_count = add_count_noise(
         jnp.sum(mask, dtype=jnp.int32), exact.Int(tuple(limb[1] for limb in noise.limbs))
     )
@@ -368,7 +474,7 @@ def _cluster_arrays(
             to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
             mask,
             exact.to_float32(root_noisy_count),
-            allocation.interval_epsilon,
+            run_plan.allocations[0].interval_epsilon,
             config,
         )
     # Lines 10, 13-28.
@@ -376,7 +482,7 @@ def _cluster_arrays(
         derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
     )
     tree, leaves = build_tree(
-        split_bits, noise, em_table, points, mask, lower, upper, root_noisy_count, beta, allocation, config
+        split_bits, noise, em_table, points, mask, lower, upper, root_noisy_count, beta, schedule, config
     )
     # Line 11.
     centers = leaf_centers(
@@ -389,12 +495,14 @@ def _cluster_arrays(
         lower,
         upper,
         gaussian_thresholds,
-        averaging,
+        run_plan.averaging,
     )
-    return dict(**released_arrays(tree, leaves, centers, beta, lower, upper), labels_nonprivate=leaves.point_slot)
+    return dict(
+        **released_arrays(tree, leaves, centers, beta, lower, upper, depth), labels_nonprivate=leaves.point_slot
+    )
 
 
-def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper) -> dict:
+def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper, depth) -> dict:
     """The DP fields of a :class:`ClusterResult` from the tree, its leaves and their centres.
 
     Shared by :func:`cluster` and :func:`dpm_jax.stream.cluster_stream`; all of it is
@@ -405,6 +513,7 @@ def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper
         counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
         valid=leaves.valid,
         k=jnp.sum(leaves.valid).astype(jnp.int32),
+        depth=jnp.asarray(depth, jnp.int32),
         tree=tree,
         split_interval_size=beta * (upper - lower),
         leaf_node=leaves.node,

@@ -24,6 +24,7 @@ AUTO_DEPTH = "auto"  # DPMConfig(tau_r=AUTO_DEPTH): the depth chosen by dpm_jax.
 PAPER_GRID = "paper"  # one global grid of interval size beta from Algorithm 2 (the paper)
 CELL_GRID = "cell"  # a grid relative to every node's own cell (dpm_jax.histogram.cell_grid)
 SPLIT_GRIDS = (PAPER_GRID, CELL_GRID)
+_DEFAULT_MAX_DEPTH = 7  # DPMConfig.max_depth: the paper's tau_r, so "auto" keeps its shapes
 _DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_grid.py and benchmarks/zoo.py
 
 
@@ -38,8 +39,10 @@ class DPMConfig:
 
     Attributes:
       tau_r: maximum recursion depth; at most ``2**tau_r`` clusters (Section 6.1).
-        ``"auto"``: :func:`dpm_jax.cluster` chooses it from a noisy count of the
-        points, paid for in the ledger (:mod:`dpm_jax.depth`).
+        ``"auto"``: chosen inside the program from a noisy count of the points, paid
+        for in the ledger, between 1 and ``max_depth`` (:mod:`dpm_jax.depth`).
+      max_depth: the deepest tau_r ``"auto"`` may choose; the padded tree always has
+        ``2**max_depth`` slots, so it fixes the program's shapes (only with ``"auto"``).
       tau_e: minimum noisy size of both children for a split to be applied
         (Algorithm 1, line 18). ``None`` means the paper's default
         ``n~ / 2**tau_r`` computed from the noisy total count.
@@ -98,6 +101,7 @@ class DPMConfig:
     """
 
     tau_r: int | str = 7
+    max_depth: int = _DEFAULT_MAX_DEPTH
     tau_e: float | None = None
     alpha: float = 5.0
     t: float = 0.3
@@ -124,6 +128,14 @@ class DPMConfig:
             raise ValueError(f"tau_r must be >= 1, got {self.tau_r}")
         elif self.tau_r > 16:
             raise ValueError(f"tau_r must be <= 16 (2**tau_r padded clusters), got {self.tau_r}")
+        if not isinstance(self.max_depth, (int, np.integer)) or isinstance(self.max_depth, bool):
+            raise TypeError(f"max_depth must be an integer, got {type(self.max_depth).__name__}")
+        if not 1 <= self.max_depth <= 16:
+            raise ValueError(f"max_depth must be in [1, 16] (2**max_depth padded clusters), got {self.max_depth}")
+        if self.max_depth != _DEFAULT_MAX_DEPTH and self.tau_r != AUTO_DEPTH:
+            raise ValueError(
+                f"max_depth bounds tau_r={AUTO_DEPTH!r}; with a fixed tau_r={self.tau_r} leave it at its default"
+            )
         for name in ("alpha", "t", "q", "percentile", "interval_factor", "sigma_step"):
             value = getattr(self, name)
             if not is_real_number(value) or not math.isfinite(value):
@@ -171,13 +183,18 @@ class DPMConfig:
             )
 
     @property
+    def padded_depth(self) -> int:
+        """The depth of the padded tree: tau_r, or ``max_depth`` with ``tau_r="auto"``."""
+        return self.max_depth if self.tau_r == AUTO_DEPTH else self.tau_r
+
+    @property
     def max_clusters(self) -> int:
-        """Padded number of clusters: ``2**tau_r`` leaves at most."""
-        if self.tau_r == AUTO_DEPTH:
-            raise ValueError(
-                f"tau_r={AUTO_DEPTH!r} has no fixed number of clusters until dpm_jax.cluster chooses the depth"
-            )
-        return 2**self.tau_r
+        """Padded number of clusters: ``2**padded_depth`` leaf slots."""
+        return 2**self.padded_depth
+
+    def at_depth(self, depth: int) -> "DPMConfig":
+        """This config with the fixed tau_r = ``depth`` (what ``"auto"`` runs once it has chosen)."""
+        return dataclasses.replace(self, tau_r=int(depth), max_depth=_DEFAULT_MAX_DEPTH)
 
     @property
     def sigma_grid(self) -> np.ndarray:

@@ -1,90 +1,164 @@
-"""``DPMConfig(tau_r="auto")``: the depth chosen from a noisy count, paid for in the ledger.
+"""``DPMConfig(tau_r="auto")``: the depth chosen inside the program from a noisy count.
 
-The right depth depends on the data size: at n * epsilon = 20,000 the default 7 levels
-spread the budget over levels whose split draws are near random
-(:mod:`dpm_jax.diagnostics`). The size is private (add/remove-one neighbours change it),
-so choosing the depth from it is a release: :func:`choose_depth` spends
-AUTO_DEPTH_EPSILON_SHARE of epsilon on one discrete Laplace count of the points
-(:func:`dpm_jax.mechanisms.noisy_count`, sensitivity 1, key stream ``keys.DEPTH``),
-then picks :func:`dpm_jax.diagnostics.recommended_tau_r` of that noisy count and the
-*remaining* budget (post-processing). The run itself spends the remaining budget;
-the ledger lists the count first, so it still adds up exactly to the user's budget.
+The right depth depends on the data size: at n * epsilon = 20,000 seven levels spread
+the split budget over levels whose draws are near random, and the top splits, which
+matter most, get too little of it (docs/evaluation.md, benchmarks/depth_rule.py). The
+size is private (add/remove-one neighbours change it), so choosing the depth from it is
+a release:
 
-The count has to be known on the host before the program is compiled (the depth fixes
-its shapes), so ``tau_r="auto"`` needs concrete inputs: it refuses to run under a
-caller's ``jax.jit`` or ``jax.vmap`` (choose the depth once outside, e.g. with
-:func:`dpm_jax.diagnostics.recommended_tau_r` on a size you declare public).
+1. one discrete Laplace count of the points with AUTO_DEPTH_EPSILON_SHARE of epsilon
+   (:func:`dpm_jax.mechanisms.noisy_count`, sensitivity 1, key stream ``keys.DEPTH``);
+2. the depth D = :func:`depth_rule` of that noisy count and of the *remaining* budget,
+   post-processing: the number of public thresholds (:class:`DepthPlan`) it reaches,
+   compared in exact integers, so the choice is a traced int32 and the whole run stays
+   one jit/vmap-able program;
+3. the run with the allocation of depth D (:func:`dpm_jax.budget.allocate` of the
+   remaining budget at tau_r = D), in a tree padded to ``max_depth`` levels whose
+   levels from D on split nothing.
+
+Privacy: adaptive sequential composition. The count is (epsilon_depth, tv (1 +
+e^epsilon_depth))-DP; every depth's run spends exactly the remaining budget, so for every
+value of D the ledger (:func:`ledger_entry` plus the run's lines at depth D) adds up
+exactly to the user's budget. Which of the precomputed allocations runs depends only
+on the released count.
+
+The rule: :func:`dpm_jax.diagnostics.recommended_tau_r` (the deepest tau_r whose
+levels are all not near random, Lemma 5's exponent scale) plus AUTO_DEPTH_SLACK levels,
+clipped to [1, max_depth]. The slack is measured (benchmarks/depth_rule.py): on every
+case but one of many clusters at n = 5,000 one level deeper than the plan's clusters
+best or as well, since the deepest level only splits nodes whose children both reach
+tau_e.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
+from typing import NamedTuple
 
 import jax
-import numpy as np
+import jax.numpy as jnp
 
 from dpm_jax import exact, keys
-from dpm_jax.budget import Budget
+from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.diagnostics import recommended_tau_r
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import count_sampler_tv, noisy_count
 
-__all__ = ["AUTO_DEPTH_EPSILON_SHARE", "choose_depth", "count_points"]
+__all__ = [
+    "AUTO_DEPTH_EPSILON_SHARE",
+    "AUTO_DEPTH_SLACK",
+    "DepthPlan",
+    "plan_depth",
+    "depth_rule",
+    "feasible_depth",
+    "noisy_size",
+    "depth_of",
+    "ledger_entry",
+]
 
 AUTO_DEPTH_EPSILON_SHARE = 0.02  # noise scale 50 / epsilon points: ample for a depth
-_UNDER_TRACING = (
-    f"tau_r={AUTO_DEPTH!r} releases a noisy count on the host to fix the program's "
-    "shapes, so it cannot run under jax.jit or jax.vmap; choose tau_r outside, e.g. "
-    "with dpm_jax.diagnostics.recommended_tau_r"
-)
+AUTO_DEPTH_SLACK = 1  # levels beyond recommended_tau_r (benchmarks/depth_rule.py)
+_MAX_COUNT = 2**31 - 1  # dpm_jax.api.MAX_POINTS: thresholds above it are never reached
 
 
-def count_points(point_mask) -> int:
-    """The exact number of points (True entries of the (n,) mask), on the host: what the count reads.
+class DepthPlan(NamedTuple):
+    """The public arithmetic of ``tau_r="auto"`` for one (budget, config, d); hashable.
 
-    A mask under a caller's ``jax.jit`` or ``jax.vmap`` has no value yet: a clear error.
+    ``thresholds[i]``: the smallest integer noisy count at which the depth is at least
+    i + 2 (None: never, below 2**31), so depth = 1 + the number of thresholds reached.
     """
-    if isinstance(point_mask, jax.core.Tracer):
-        raise ValueError(_UNDER_TRACING)
-    return int(np.sum(np.asarray(point_mask), dtype=np.int64))
+
+    epsilon: float  # of the depth's noisy count
+    delta: float  # its sampler's tv (1 + e^epsilon)
+    remaining: Budget  # what the run after the count spends
+    max_depth: int
+    thresholds: tuple[int | None, ...]
 
 
-def choose_depth(
-    key: jax.Array, num_points: int, budget: Budget, config: DPMConfig, d: int
-) -> tuple[DPMConfig, Budget, LedgerEntry]:
-    """(config with the chosen tau_r, the budget left for the run, the count's ledger line).
-
-    ``num_points`` is the exact number of points (:func:`count_points` of the in-memory mask,
-    the rows of the validation pass of :func:`dpm_jax.stream.cluster_stream`): the same
-    integer gives the same noisy count and depth in both paths.
-
-    Privacy: (epsilon_depth, tv (1 + e^epsilon_depth))-DP for the noisy count
-    (:func:`dpm_jax.mechanisms.noisy_count`, sensitivity 1: adding or removing one point
-    changes ``num_points`` by one); the depth is post-processing of it.
-    """
+@functools.lru_cache(maxsize=64)
+def plan_depth(budget: Budget, config: DPMConfig, d: int) -> DepthPlan:
+    """The count's budget, the remaining budget and the depth thresholds (public numbers only)."""
+    validate_budget_and_config(budget, config)
     if config.tau_r != AUTO_DEPTH:
-        raise ValueError(f"choose_depth is for tau_r={AUTO_DEPTH!r}, got {config.tau_r!r}")
-    if isinstance(key, jax.core.Tracer):
-        raise ValueError(_UNDER_TRACING)
+        raise ValueError(f"plan_depth is for tau_r={AUTO_DEPTH!r}, got {config.tau_r!r}")
     epsilon = budget.epsilon * AUTO_DEPTH_EPSILON_SHARE
     delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
-    released = noisy_count(keys.derive_key(key, keys.DEPTH), np.int64(num_points), epsilon)
-    released_count = float(exact.to_float32(released))  # post-processing of the released integer
     remaining = Budget(budget.epsilon - epsilon, budget.delta - delta)
-    base = dataclasses.replace(config, tau_r=DPMConfig().tau_r)
-    tau_r = max(1, recommended_tau_r(max(released_count, 1.0), d, remaining, base))
-    entry = LedgerEntry(
+    rule = functools.partial(depth_rule, d=d, budget=remaining, config=config)
+    thresholds = tuple(_smallest_count_reaching(rule, depth) for depth in range(2, config.max_depth + 1))
+    return DepthPlan(epsilon, delta, remaining, config.max_depth, thresholds)
+
+
+def depth_rule(noisy_count: float, d: int, budget: Budget, config: DPMConfig) -> int:
+    """The depth ``"auto"`` runs at for a released count: recommended_tau_r + AUTO_DEPTH_SLACK in [1, max_depth].
+
+    Non-decreasing in the count (a larger node size only raises Lemma 5's exponent scale),
+    which is what lets :class:`DepthPlan` store it as thresholds.
+    """
+    recommended = recommended_tau_r(max(float(noisy_count), 1.0), d, budget, config.at_depth(config.max_depth))
+    return min(max(recommended + AUTO_DEPTH_SLACK, 1), feasible_depth(budget, config, d))
+
+
+@functools.lru_cache(maxsize=64)
+def feasible_depth(budget: Budget, config: DPMConfig, d: int) -> int:
+    """The deepest depth <= max_depth whose allocation :func:`dpm_jax.budget.allocate` accepts.
+
+    Raises allocate's ValueError when not even one level can run on this budget.
+    """
+    for depth in range(1, config.max_depth + 1):
+        try:
+            allocate(budget, config.at_depth(depth), d)
+        except ValueError:
+            if depth == 1:
+                raise
+            return depth - 1
+    return config.max_depth
+
+
+def _smallest_count_reaching(rule, depth: int) -> int | None:
+    """The smallest integer count c in [1, 2**31) with rule(c) >= depth, by bisection; None if none."""
+    if rule(_MAX_COUNT) < depth:
+        return None
+    low, high = 1, _MAX_COUNT  # rule(high) >= depth
+    if rule(low) >= depth:
+        return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if rule(middle) >= depth else (middle, high)
+    return high
+
+
+def noisy_size(key: jax.Array, num_points: jax.Array, plan: DepthPlan) -> exact.Int:
+    """The depth's release: the number of points (int32; the True entries of the point mask, the
+    rows of a stream) plus discrete Laplace noise of scale 1 / plan.epsilon from
+    ``derive_key(key, keys.DEPTH)``, exact.
+
+    Privacy: (plan.epsilon, plan.delta)-DP (:func:`dpm_jax.mechanisms.noisy_count`:
+    sensitivity 1, one point changes the count by one). Traceable.
+    """
+    return noisy_count(keys.derive_key(key, keys.DEPTH), num_points, plan.epsilon)
+
+
+def depth_of(released: exact.Int, plan: DepthPlan) -> jax.Array:
+    """int32 D = 1 + the number of thresholds the released count reaches (exact integer comparisons)."""
+    count = exact.clip_to_int32(released, -_MAX_COUNT, _MAX_COUNT)
+    reached = [count >= threshold for threshold in plan.thresholds if threshold is not None]
+    return 1 + sum((r.astype(jnp.int32) for r in reached), jnp.int32(0))
+
+
+def ledger_entry(plan: DepthPlan, depth: int) -> LedgerEntry:
+    """The count's ledger line (the first of every depth's ledger)."""
+    return LedgerEntry(
         "depth",
         "discrete_laplace",
         None,
-        epsilon,
-        delta,
+        plan.epsilon,
+        plan.delta,
         1.0,
-        f"count of all points; tau_r={tau_r} chosen from n~={released_count:.0f}",
-        1.0 / epsilon,
+        f"count of all points; chose tau_r={depth} of 1..{plan.max_depth}",
+        1.0 / plan.epsilon,
         (keys.DEPTH,),
-        sampler_delta=delta,
+        sampler_delta=plan.delta,
     )
-    return dataclasses.replace(config, tau_r=tau_r), remaining, entry

@@ -65,7 +65,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         every ``fit``, as a real release should; an integer in [0, 2**32) makes fits
         reproducible (``jax.random.key(seed)``). Keep a seed secret: whoever knows it
         can remove the noise.
-      tau_r, tau_e, alpha, t, q, epsilon_shares, delta_shares, percentile, sigma_step,
+      tau_r, max_depth, tau_e, alpha, t, q, epsilon_shares, delta_shares, percentile, sigma_step,
         num_sigmas, interval_factor, interval_max_dims, max_splits_per_dim, split_grid, lattice_step,
         split_window:
         the hyper-parameters of :class:`dpm_jax.DPMConfig` (paper defaults, Section 6.1, except
@@ -91,7 +91,8 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         bounds=None,
         seed: int | None = None,
         *,
-        tau_r: int = _DEFAULTS.tau_r,
+        tau_r: int | str = _DEFAULTS.tau_r,
+        max_depth: int = _DEFAULTS.max_depth,
         tau_e: float | None = _DEFAULTS.tau_e,
         alpha: float = _DEFAULTS.alpha,
         t: float = _DEFAULTS.t,
@@ -113,6 +114,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         self.bounds = bounds
         self.seed = seed
         self.tau_r = tau_r
+        self.max_depth = max_depth
         self.tau_e = tau_e
         self.alpha = alpha
         self.t = t

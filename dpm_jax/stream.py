@@ -28,7 +28,9 @@ drawn), ceil(d' / columns per pass) for Algorithm 2 (none on the cell grid), one
 root's histogram, one per tree level (its children's sizes and, counting every child as
 if its parent were split, the next level's histogram on the children's cells, of which
 the rows of children that are not nodes are then zeroed: the same counts), one for the
-leaf sums: tau_r + 3 on the cell grid, tau_r + 4 on the paper grid when the columns fit.
+leaf sums: P + 3 on the cell grid, P + 4 on the paper grid when the columns fit, P =
+``config.padded_depth`` (under ``tau_r="auto"`` the levels from the chosen depth on split
+nothing, but still take their pass).
 
 Privacy: the same as :func:`dpm_jax.cluster` (docs/privacy.md), as the same
 statistics enter the same mechanisms. The chunking is not released and does not
@@ -57,14 +59,14 @@ from dpm_jax.api import (
     validate_bounds,
     validate_key,
     warn_if_starved,
-    build_ledger,
+    plan_run,
     released_arrays,
+    run_depth,
 )
-from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums, plan_averaging
+from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums
 from dpm_jax.cache import library_programs
-from dpm_jax.budget import Budget, allocate, heap_count_epsilons, validate_budget_and_config
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.depth import choose_depth
+from dpm_jax.budget import Budget, validate_budget_and_config
+from dpm_jax.config import CELL_GRID, DPMConfig
 from dpm_jax.interval import (
     counts_from_gap_histogram,
     first_gap_threshold,
@@ -73,8 +75,7 @@ from dpm_jax.interval import (
     select_interval_size,
 )
 from dpm_jax.keys import derive_key
-from dpm_jax.ledger import Ledger
-from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise, count_noise
+from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise
 from dpm_jax.tree import (
     DrawnSplit,
     LevelRelease,
@@ -87,6 +88,8 @@ from dpm_jax.tree import (
     level_randomness,
     next_point_nodes,
     padded_randomness,
+    level_count_noise,
+    level_schedule,
     point_inputs,
     release_level,
     root_cells,
@@ -263,7 +266,7 @@ def cluster_stream(
 
     Args:
       key, budget, bounds, config: as for :func:`dpm_jax.cluster`; with ``tau_r="auto"`` the
-        depth's noisy count (:func:`dpm_jax.depth.choose_depth`) reads the number of rows the
+        depth's noisy count (:func:`dpm_jax.depth.noisy_size`) reads the number of rows the
         validation pass counted, the exact integer ``cluster`` counts.
       data: a 2-D array or memmap, a ``.npy`` path, a sequence of 2-D arrays (the chunks),
         or a function returning a fresh iterable of chunks (called once per pass).
@@ -290,15 +293,11 @@ def cluster_stream(
     n, d = sum(rows), source.d
     lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in validate_bounds(bounds, d))
 
-    depth_entries = []
-    if config.tau_r == AUTO_DEPTH:  # the rows counted by the validation pass: cluster's count and depth
-        config, budget, depth_entry = choose_depth(key, n, budget, config, d)
-        depth_entries.append(depth_entry)
-    allocation = allocate(budget, config, d)
-    averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-    ledger = Ledger([*depth_entries, *build_ledger(allocation, config, d, averaging)])
+    run_plan = plan_run(budget, config, d)
     em_table = em_table_on_device()
-    noise, root_noisy_count = _root_count(key, jnp.int32(n), allocation=allocation)
+    # tau_r="auto": the depth of a noisy count of the rows the validation pass counted, the
+    # exact integer cluster counts; the run's allocation is that depth's (dpm_jax.depth).
+    depth, noise, root_noisy_count = _root_count(key, jnp.int32(n), run_plan=run_plan)
     root_size = exact.to_float32(root_noisy_count)
     # Line 8: Algorithm 2 from sorted columns (the cell grid runs none: it reports its root's interval size).
     if config.split_grid == CELL_GRID:
@@ -312,7 +311,7 @@ def cluster_stream(
             upper,
             root_size,
             em_table,
-            allocation.interval_epsilon,
+            run_plan.allocations[0].interval_epsilon,  # the same at every depth
             config,
             column_bytes,
             report,
@@ -321,14 +320,14 @@ def cluster_stream(
     split_bits = jax.random.bits(
         derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
     )
-    public = (em_table, lower, upper, root_noisy_count, beta)
-    width = 2 ** (config.tau_r - 1)
+    public = (em_table, lower, upper, root_noisy_count, beta, depth)
+    width = 2 ** (config.padded_depth - 1)
     randomness = padded_randomness(split_bits, noise, width)
     cells = _root_cells(public, config=config)
-    # The released splits of the levels so far, padded to tau_r levels (one compiled program per pass kind).
+    # The released splits of the levels so far, padded to the tree's levels (one compiled program per pass kind).
     routes = _Routes(
-        *(jnp.zeros((config.tau_r, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
-        *(jnp.zeros((config.tau_r,) + end.shape, end.dtype) for end in cells),
+        *(jnp.zeros((config.padded_depth, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
+        *(jnp.zeros((config.padded_depth,) + end.shape, end.dtype) for end in cells),
     )
     releases = []
     node_count, node_active = root_node_counts(root_noisy_count, width), jnp.arange(width) == 0
@@ -344,7 +343,8 @@ def cluster_stream(
         width=width,
         config=config,
     )
-    for level in range(config.tau_r):
+    schedule = level_schedule(run_plan.allocations, depth)
+    for level in range(config.padded_depth):
         level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
         split_dim, split = _choose_splits(
             public,
@@ -354,13 +354,13 @@ def cluster_stream(
             node_active,
             cells,
             level_bits,
-            jnp.float32(allocation.split_epsilons[level]),
-            jnp.float32(allocation.count_offsets[level]),
+            schedule.split_epsilons[level],
+            schedule.count_offsets[level],
             config=config,
         )
         # One pass: this level's children sizes and, for every child as if its parent were
         # split, the next level's histogram (rows of children not split into are zeroed below).
-        last = level == config.tau_r - 1
+        last = level == config.padded_depth - 1
         child_true, next_counts = _accumulate(
             source,
             rows,
@@ -378,14 +378,22 @@ def cluster_stream(
             next_histogram=not last,
         )
         release, child_exact = _release_level(
-            public, node_count, node_active, split_dim, split.position, child_true, level_noise, config=config
+            public,
+            jnp.int32(level),
+            node_count,
+            node_active,
+            split_dim,
+            split.position,
+            child_true,
+            level_noise,
+            config=config,
         )
         releases.append(release)
         routes, node_count, node_active, counts = _next_level(
             routes, jnp.int32(level), cells, split_dim, split, release, child_exact, next_counts, width=width
         )
         cells = (split.cell_lower, split.cell_upper)
-    tree, leaves = _assemble_tree(releases, tau_r=config.tau_r)
+    tree, leaves = _assemble_tree(releases, tau_r=config.padded_depth)
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
     sums = _accumulate(
         source,
@@ -395,7 +403,7 @@ def cluster_stream(
         _leaf_sums_of_chunk,
         public,
         routes,
-        jnp.int32(config.tau_r),
+        jnp.int32(config.padded_depth),
         width=width,
         config=config,
     )
@@ -406,14 +414,14 @@ def cluster_stream(
         leaves.valid,
         lower,
         upper,
-        gaussian_thresholds_on_device(averaging.sigma),
-        averaging,
+        gaussian_thresholds_on_device(run_plan.averaging.sigma),
+        run_plan.averaging,
     )
     report(None)
     result = ClusterResult(
-        **released_arrays(tree, leaves, centers, beta, lower, upper),
+        **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
         labels_nonprivate=None,
-        ledger=ledger,
+        ledgers=run_plan.ledgers,
     )
     warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
     return result
@@ -436,7 +444,7 @@ def _choose_splits(
     public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *, config
 ) -> tuple[jax.Array, DrawnSplit]:
     """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
-    inputs = tree_inputs(None, None, *public, config)
+    inputs = _inputs(public, config)
     grid, candidate_valid = level_grid(inputs, *cells)
     split_dim, split_index = choose_splits(
         inputs, level, counts, node_count, node_active, candidate_valid, level_bits, epsilon, offset
@@ -445,15 +453,15 @@ def _choose_splits(
 
 
 @functools.partial(jax.jit, static_argnames="config")
-def _release_level(public, node_count, node_active, split_dim, position, child_true, level_noise, *, config):
+def _release_level(public, level, node_count, node_active, split_dim, position, child_true, level_noise, *, config):
     return release_level(
-        tree_inputs(None, None, *public, config), node_count, node_active, split_dim, position, child_true, level_noise
+        _inputs(public, config), level, node_count, node_active, split_dim, position, child_true, level_noise
     )
 
 
 @functools.partial(jax.jit, static_argnames="config")
 def _root_cells(public, *, config):
-    return root_cells(tree_inputs(None, None, *public, config))
+    return root_cells(_inputs(public, config))
 
 
 _root_interval_size = jax.jit(root_interval_size, static_argnames="config")
@@ -501,11 +509,13 @@ def _select_interval_size(key, em_table, histograms, noisy_count, *, epsilon: fl
     )
 
 
-@functools.partial(jax.jit, static_argnames=("allocation",))
-def _root_count(key, n, *, allocation):
-    """Algorithm 1, line 7: the count stream's noise of every node (heap layout) and the root's noisy count."""
-    noise = count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(allocation))
-    return noise, add_count_noise(n, exact.Int(tuple(limb[1] for limb in noise.limbs)))
+@functools.partial(jax.jit, static_argnames=("run_plan",))
+def _root_count(key, n, *, run_plan):
+    """The run's depth (:func:`dpm_jax.api.run_depth`), the count stream's noise of every node
+    (heap layout) and the root's noisy count (Algorithm 1, line 7), as ``cluster`` draws them."""
+    depth = run_depth(key, n, run_plan)
+    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth)
+    return depth, noise, add_count_noise(n, exact.Int(tuple(limb[1] for limb in noise.limbs)))
 
 
 def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
@@ -548,10 +558,12 @@ def _add(total, part):
     )
 
 
-def _piece_inputs(piece, public, config: DPMConfig):
-    """The tree's inputs for a piece, binned as in :func:`dpm_jax.tree.build_tree`."""
-    em_table, lower, upper, root_noisy_count, beta = public
-    return point_inputs(piece, em_table, lower, upper, root_noisy_count, beta, config)
+def _inputs(public, config: DPMConfig, piece=None):
+    """The tree's public inputs (no points), or those of a piece, binned as in :func:`dpm_jax.tree.build_tree`."""
+    em_table, lower, upper, root_noisy_count, beta, depth = public
+    if piece is None:
+        return tree_inputs(None, None, em_table, lower, upper, root_noisy_count, beta, config, depth)
+    return point_inputs(piece, em_table, lower, upper, root_noisy_count, beta, config, depth)
 
 
 def _route(inputs, valid, routes: _Routes, num_levels):
@@ -575,7 +587,7 @@ def _histogram(inputs, cells, point_node, point_active):
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
 def _root_histogram_of_chunk(piece, valid, public, routes, cells, *, width: int, config: DPMConfig):
-    return _histogram(_piece_inputs(piece, public, config), cells, jnp.zeros(piece.shape[0], jnp.int32), valid)
+    return _histogram(_inputs(public, config, piece), cells, jnp.zeros(piece.shape[0], jnp.int32), valid)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config", "next_histogram"))
@@ -593,7 +605,7 @@ def _children_of_chunk(
     config: DPMConfig,
     next_histogram: bool,
 ):
-    inputs = _piece_inputs(piece, public, config)
+    inputs = _inputs(public, config, piece)
     node, active = _route(inputs, valid, routes, level)
     grid, _ = level_grid(inputs, *cells)
     go_right = route_on_split_dimensions(inputs, grid, node, split_dim, split.first_right)
@@ -607,8 +619,8 @@ def _children_of_chunk(
 @functools.partial(jax.jit, static_argnames=("width", "config"))
 def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig):
     # At depth tau_r a point's local index is its leaf's slot (dpm_jax.tree).
-    slot, _ = _route(_piece_inputs(piece, public, config), valid, routes, levels)
-    _, lower, upper, _, _ = public
+    slot, _ = _route(_inputs(public, config, piece), valid, routes, levels)
+    _, lower, upper, _, _, _ = public
     return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters)
 
 

@@ -51,6 +51,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpm_jax import exact, keys
 from dpm_jax._arrays import bin_dtype, materialized, reciprocal, to_unit_range, unit_coordinates
@@ -63,10 +64,10 @@ from dpm_jax.histogram import (
     level_histogram,
     root_cell,
 )
-from dpm_jax.budget import Allocation, count_entry
+from dpm_jax.budget import Allocation, count_entry, heap_count_epsilons
 from dpm_jax.config import CELL_GRID, DPMConfig
 from dpm_jax.ledger import LedgerEntry, heap_rows
-from dpm_jax.mechanisms import EM_EPSILON_MARGIN, add_count_noise, em_exponent_scale, select_with_bits
+from dpm_jax.mechanisms import EM_EPSILON_MARGIN, add_count_noise, count_noise, em_exponent_scale, select_with_bits
 from dpm_jax.scoring import (
     ScoreCoefficients,
     boundary_statistics,
@@ -109,6 +110,9 @@ __all__ = [
     "route_on_split_dimensions",
     "split_dimension_half_bins",
     "DrawnSplit",
+    "LevelSchedule",
+    "level_schedule",
+    "level_count_noise",
     "drawn_split",
     "point_inputs",
 ]
@@ -233,12 +237,13 @@ class _TreeInputs(NamedTuple):
     candidate_valid: jax.Array | None  # (B,) bool: candidates inside the bounds (paper grid)
     coefficients: ScoreCoefficients
     min_child: jax.Array  # int32 ceil(tau_e): a noisy child count n~ >= tau_e iff n~ >= this
+    depth: jax.Array  # int32 the run's tau_r: levels 0..depth-1 draw splits (traced under tau_r="auto")
     lower: jax.Array  # (d,) public bounds, for the released split positions
     upper: jax.Array
     beta: jax.Array  # split interval size as a fraction of the range
     max_splits: int
-    width: int  # node slots per level: 2**(tau_r - 1)
-    num_levels: int  # tau_r: levels that draw a split
+    width: int  # node slots per level: 2**(padded_depth - 1)
+    num_levels: int  # padded_depth: levels the scan runs (those from ``depth`` on split nothing)
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
     cell: bool  # the cell grid (DPMConfig.split_grid)
     split_window: int  # half-bins on each side of a cell-grid candidate in its split interval
@@ -257,7 +262,8 @@ def choose_splits(
 ):
     """Lines 22-25 for the first 2**level of the ``width`` slots: (dim, j), (width,) int32 each.
 
-    Runs :func:`select_splits` on chunks of _SELECT_CHUNK slots in a loop whose trip
+    Only nodes above the run's depth draw (``level < inputs.depth``; below it every node
+    is a leaf). Runs :func:`select_splits` on chunks of _SELECT_CHUNK slots in a loop whose trip
     count follows the level (one chunk at the root, width / chunk at the deepest), so
     a level costs what its nodes need and the scoring and sampler are compiled once
     (about 1 s each on CPU), not once per width. ``level`` is not batched under
@@ -265,6 +271,7 @@ def choose_splits(
     """
     width = inputs.width
     chunk = min(_SELECT_CHUNK, width)
+    node_active = node_active & (level < inputs.depth)
 
     def choose_chunk(index, chosen):
         start = index * chunk
@@ -343,7 +350,7 @@ def split_level(
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
     release, child_exact = release_level(
-        inputs, state.noisy_count, state.node_active, split_dim, split.position, child_true, level_noise
+        inputs, level, state.noisy_count, state.node_active, split_dim, split.position, child_true, level_noise
     )
     applied = release.is_split
     next_node, next_active = next_point_nodes(state.point_node, state.point_active, go_right, applied)
@@ -504,6 +511,7 @@ def paper_split_position(inputs: _TreeInputs, split_dim: jax.Array, split_index:
 
 def release_level(
     inputs: _TreeInputs,
+    level: jax.Array,
     noisy_count: exact.Int,
     node_active: jax.Array,
     split_dim: jax.Array,
@@ -512,15 +520,19 @@ def release_level(
     level_noise: exact.Int,
 ) -> tuple[LevelRelease, exact.Int]:
     """Lines 16-18 of a level from its exact child sizes: the noisy child counts, the stopping
-    rule and the level's :class:`LevelRelease`; also the children's noisy counts, exact."""
+    rule and the level's :class:`LevelRelease`; also the children's noisy counts, exact.
+
+    From the run's depth on (``level >= inputs.depth``) no node draws a split: every reached
+    node is a leaf (line 14, maximal depth)."""
     child_exact = add_count_noise(child_true, level_noise)
-    applied = stopping_rule(child_exact, node_active, inputs.min_child)
+    drawn = node_active & (level < inputs.depth)
+    applied = stopping_rule(child_exact, drawn, inputs.min_child)
     release = LevelRelease(
         noisy_count=jnp.where(node_active, exact.to_float32(noisy_count), 0.0),
         reached=node_active,
         is_split=applied,
-        split_dim=jnp.where(node_active, split_dim, -1),
-        split_position=jnp.where(node_active, position, jnp.nan),
+        split_dim=jnp.where(drawn, split_dim, -1),
+        split_position=jnp.where(drawn, position, jnp.nan),
         is_leaf=node_active & ~applied,
         child_count=exact.to_float32(child_exact),  # post-processing of released integers
         child_active=jnp.repeat(applied, 2),
@@ -605,6 +617,49 @@ def ledger_entries(allocation: Allocation, config: DPMConfig) -> list[LedgerEntr
     return entries
 
 
+class LevelSchedule(NamedTuple):
+    """The run's depth and each padded level's budget: the arrays the scan reads (traced under "auto")."""
+
+    depth: jax.Array  # int32 the run's tau_r
+    split_epsilons: jax.Array  # (padded_depth,) float32 epsilon_exp per level; from depth on a placeholder
+    count_offsets: jax.Array  # (padded_depth,) float32 lambda of every level's node counts (Equation 1)
+
+
+def level_schedule(allocations: tuple[Allocation, ...], depth) -> LevelSchedule:
+    """The schedule of the allocation for ``depth`` among ``allocations`` (consecutive depths).
+
+    ``allocations`` holds one allocation (a fixed tau_r) or one per depth 1..max_depth
+    (``tau_r="auto"``, :mod:`dpm_jax.depth`); ``depth`` may be traced. Levels from the depth
+    on draw no split, so their epsilon is only a positive placeholder (the last level's).
+    """
+    first = len(allocations[0].split_epsilons)
+    padded = len(allocations[-1].split_epsilons)
+    pad = lambda values, size: list(values) + [values[-1]] * (size - len(values))
+    splits = np.asarray([pad(a.split_epsilons, padded) for a in allocations], np.float32)
+    offsets = np.asarray([pad(a.count_offsets[:-1], padded) for a in allocations], np.float32)
+    row = jnp.asarray(depth, jnp.int32) - first
+    return LevelSchedule(jnp.asarray(depth, jnp.int32), jnp.asarray(splits)[row], jnp.asarray(offsets)[row])
+
+
+def level_count_noise(key: jax.Array, allocations: tuple[Allocation, ...], depth) -> exact.Int:
+    """The count noise of every node in heap layout (2**(padded_depth + 1),), for the run's depth.
+
+    One allocation: one draw with its per-node epsilons (:func:`dpm_jax.budget.heap_count_epsilons`).
+    Several (``tau_r="auto"``): one draw per depth, each padded with its deepest level's epsilon
+    (those entries are never released), as rows of one call; the run's depth picks its row. Only
+    that row is added to counts, and which row is post-processing of the released depth.
+    """
+    padded = len(allocations[-1].split_epsilons)
+    size = 2 ** (padded + 1)
+    rows = [heap_count_epsilons(a) for a in allocations]
+    epsilons = np.asarray([list(r) + [r[-1]] * (size - len(r)) for r in rows])
+    if len(allocations) == 1:
+        return count_noise(key, epsilons[0])
+    noise = count_noise(key, epsilons)
+    row = jnp.asarray(depth, jnp.int32) - len(allocations[0].split_epsilons)
+    return exact.Int(tuple(limb[row] for limb in noise.limbs))
+
+
 def build_tree(
     split_bits: jax.Array,
     count_noise: exact.Int,
@@ -615,7 +670,7 @@ def build_tree(
     upper: jnp.ndarray,
     root_noisy_count: exact.Int,
     beta,
-    allocation: Allocation,
+    schedule: "LevelSchedule",
     config: DPMConfig,
 ) -> tuple[SplitTree, Leaves]:
     """Run BuildClustering on all levels (Algorithm 1, lines 13-28).
@@ -634,12 +689,12 @@ def build_tree(
       lower, upper: (d,) public bounds (to report split positions in data units).
       root_noisy_count: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
       beta: split interval size as a fraction of the range (released; unused by the cell grid).
-      allocation: the per-level budgets and offsets.
+      schedule: the run's depth and its per-level budgets and offsets (:func:`level_schedule`).
       config: hyper-parameters.
     """
     n = points.shape[0]
-    tau_r = config.tau_r
-    inputs = point_inputs(points, em_table, lower, upper, root_noisy_count, beta, config)
+    tau_r = config.padded_depth
+    inputs = point_inputs(points, em_table, lower, upper, root_noisy_count, beta, config, schedule.depth)
     width, max_splits = inputs.width, inputs.max_splits
     randomness = padded_randomness(split_bits, count_noise, width)
 
@@ -660,11 +715,7 @@ def build_tree(
         root_histogram,
         *root_cells(inputs),
     )
-    level_inputs = (
-        jnp.arange(tau_r),
-        jnp.asarray(allocation.split_epsilons, jnp.float32),
-        jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32),
-    )
+    level_inputs = (jnp.arange(tau_r), schedule.split_epsilons, schedule.count_offsets)
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
     # At depth tau_r a point's local index is its leaf's slot (module docstring).
     return assemble_tree(released, last.point_node, tau_r)
@@ -683,14 +734,15 @@ def point_inputs(
     root_noisy_count: exact.Int,
     beta,
     config: DPMConfig,
+    depth: jax.Array | None = None,
 ) -> _TreeInputs:
     """:func:`tree_inputs` for these points (data units): every point's half-bins on the paper grid
     (once per run), the points themselves on the cell grid (binned per level)."""
     if config.split_grid == CELL_GRID:
-        return tree_inputs(None, points, em_table, lower, upper, root_noisy_count, beta, config)
+        return tree_inputs(None, points, em_table, lower, upper, root_noisy_count, beta, config, depth)
     unit_points = to_unit_range(points, lower, upper)
     half_bins = half_bin_indices(unit_points, beta, candidate_count(beta, config), config.max_splits_per_dim)
-    return tree_inputs(half_bins, None, em_table, lower, upper, root_noisy_count, beta, config)
+    return tree_inputs(half_bins, None, em_table, lower, upper, root_noisy_count, beta, config, depth)
 
 
 def tree_inputs(
@@ -702,12 +754,17 @@ def tree_inputs(
     root_noisy_count: exact.Int,
     beta,
     config: DPMConfig,
+    depth: jax.Array | None = None,
 ) -> _TreeInputs:
-    """The public per-run quantities every level reads (``half_bins`` None for streamed data)."""
-    tau_r, max_splits = config.tau_r, config.max_splits_per_dim
+    """The public per-run quantities every level reads (``half_bins`` None for streamed data).
+
+    ``depth``: the run's tau_r (int32, traced under ``tau_r="auto"``); None: ``config.tau_r``.
+    """
+    tau_r, max_splits = config.padded_depth, config.max_splits_per_dim
+    depth = jnp.int32(config.tau_r) if depth is None else jnp.asarray(depth, jnp.int32)
     cell = config.split_grid == CELL_GRID
     root_noisy_size = exact.to_float32(root_noisy_count)
-    tau_e = root_noisy_size / 2**tau_r if config.tau_e is None else jnp.float32(config.tau_e)
+    tau_e = jnp.ldexp(root_noisy_size, -depth) if config.tau_e is None else jnp.float32(config.tau_e)
     return _TreeInputs(
         half_bins=half_bins,
         points=points,
@@ -716,6 +773,7 @@ def tree_inputs(
         candidate_valid=None if cell else jnp.arange(max_splits) < candidate_count(beta, config),
         coefficients=score_coefficients(config.t, config.q, config.alpha),
         min_child=jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32),  # float32-exact ends
+        depth=depth,
         lower=lower,
         upper=upper,
         beta=beta,

@@ -157,8 +157,8 @@ def test_audit_catches_count_budget_reused_across_levels():
 def test_substituted_restores_the_library():
     original = mechanisms.count_noise
     with substituted(original, lambda key, epsilon: None):
-        assert dpm_jax.api.count_noise is not original
-    assert dpm_jax.api.count_noise is original and mechanisms.count_noise is original
+        assert dpm_jax.tree.count_noise is not original
+    assert dpm_jax.tree.count_noise is original and mechanisms.count_noise is original
     with pytest.raises(ValueError):
         with substituted(lambda: None, lambda: None):
             pass

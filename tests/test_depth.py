@@ -1,68 +1,132 @@
-"""DPMConfig(tau_r="auto"): the depth from one noisy count (dpm_jax/depth.py), paid for in the ledger."""
+"""DPMConfig(tau_r="auto"): the depth from one noisy count, inside the program (dpm_jax/depth.py)."""
 
-import dataclasses
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import dpm_jax
-from conftest import SMALL_CONFIG
-from dpm_jax import diagnostics, exact, keys, mechanisms
-from dpm_jax.budget import allocate
-from dpm_jax.depth import AUTO_DEPTH_EPSILON_SHARE
+from dpm_jax import exact, keys, mechanisms
+from dpm_jax.api import plan_run
+from dpm_jax.budget import allocate, heap_count_epsilons
+from dpm_jax.depth import AUTO_DEPTH_SLACK, depth_of, depth_rule, noisy_size, plan_depth
+from dpm_jax.diagnostics import recommended_tau_r
+from dpm_jax.tree import level_schedule
 
-AUTO = dpm_jax.DPMConfig(tau_r="auto", sigma_step=SMALL_CONFIG.sigma_step, num_sigmas=SMALL_CONFIG.num_sigmas)
+AUTO = dpm_jax.DPMConfig(tau_r="auto")
+BUDGET = dpm_jax.Budget(1.0, 1e-6)
 
 
-def test_auto_depth_is_the_plain_engine_on_the_remaining_budget(small_blobs, budget, key):
-    """The count is drawn from the 'depth' stream, the depth is recommended_tau_r of it and
-    of the remaining budget, and the rest is bit for bit the run with that depth and budget."""
+def _released_depth_count(key, n: int, budget) -> int:
+    """The depth's noisy count recomputed from its key path in the ledger."""
+    plan = plan_depth(budget, AUTO, 3)
+    return int(exact.to_float32(noisy_size(key, jnp.int32(n), plan)))
+
+
+def test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs(small_blobs, key):
+    """The depth is depth_rule of the count drawn on the 'depth' stream; the tree's root count is
+    row depth - 1 of the count stream's per-depth draw, and no level from the depth on splits."""
     X = small_blobs.points
-    result = dpm_jax.cluster(key, X, budget, bounds=small_blobs.bounds, config=AUTO)
-    epsilon = budget.epsilon * AUTO_DEPTH_EPSILON_SHARE
-    noise = exact.to_float32(mechanisms.count_noise(keys.derive_key(key, keys.DEPTH), np.asarray(epsilon)))
-    noisy_count = len(X) + float(noise)
-    entry = result.ledger[0]
-    assert entry.name == "depth" and entry.key_path == ("depth",) and entry.epsilon == epsilon
-    remaining = dpm_jax.Budget(budget.epsilon - epsilon, budget.delta - entry.delta)
-    tau_r = diagnostics.recommended_tau_r(
-        max(noisy_count, 1.0), X.shape[1], remaining, dataclasses.replace(AUTO, tau_r=7)
-    )
-    tau_r = max(tau_r, 1)
-    assert result.centers.shape[0] == 2**tau_r
-    plain = dpm_jax.cluster(key, X, remaining, bounds=small_blobs.bounds, config=dataclasses.replace(AUTO, tau_r=tau_r))
-    for got, expected in zip(
-        jax.tree.leaves((result.centers, result.tree)), jax.tree.leaves((plain.centers, plain.tree))
-    ):
-        np.testing.assert_array_equal(got, expected)
-    assert math.isclose(result.ledger.total_epsilon, budget.epsilon, rel_tol=1e-12)
-    assert math.isclose(result.ledger.total_delta, budget.delta, rel_tol=1e-12)
-    assert list(result.ledger[1:]) == list(plain.ledger)
+    result = dpm_jax.cluster(key, X, BUDGET, bounds=small_blobs.bounds, config=AUTO)
+    plan = plan_depth(BUDGET, AUTO, 3)
+    released = _released_depth_count(key, len(X), BUDGET)
+    depth = int(result.depth)
+    assert depth == depth_rule(released, 3, plan.remaining, AUTO)
+    run = plan_run(BUDGET, AUTO, 3)
+    size = 2 ** (AUTO.max_depth + 1)
+    rows = [list(heap_count_epsilons(a)) for a in run.allocations]
+    rows = [r + [r[-1]] * (size - len(r)) for r in rows]
+    noise = mechanisms.count_noise(keys.derive_key(key, keys.COUNT), np.asarray(rows))
+    root_noise = float(exact.to_float32(exact.Int(tuple(limb[depth - 1, 1] for limb in noise.limbs))))
+    assert float(result.tree.noisy_count[1]) == len(X) + root_noise
+    levels = np.floor(np.log2(np.maximum(np.arange(result.tree.is_split.shape[0]), 1)))
+    assert not np.asarray(result.tree.is_split)[levels >= depth].any()
+    assert (np.asarray(result.tree.split_dim)[(levels >= depth) & np.asarray(result.tree.reached)] == -1).all()
+    assert int(result.k) <= 2**depth
 
 
-def test_auto_depth_follows_n_times_epsilon():
-    """Few points: a shallow tree; many: the paper's depth (diagnostics' rule)."""
-    rng = np.random.default_rng(0)
-    small = rng.uniform(-1, 1, (300, 2)).astype(np.float32)
-    result = dpm_jax.cluster(jax.random.key(1), small, dpm_jax.Budget(1.0, 1e-6), bounds=(-1.0, 1.0), config=AUTO)
-    assert result.centers.shape[0] <= 2**3
-    assert diagnostics.recommended_tau_r(10**6, 2, dpm_jax.Budget(0.98, 1e-6)) >= 7
+def test_every_depth_has_a_ledger_that_adds_up_to_the_budget(small_blobs, key):
+    result = dpm_jax.cluster(key, small_blobs.points, BUDGET, bounds=small_blobs.bounds, config=AUTO)
+    depths = [depth for depth, _ in result.ledgers]
+    assert depths == list(range(1, AUTO.max_depth + 1))
+    remaining = plan_depth(BUDGET, AUTO, 3).remaining
+    for depth, ledger in result.ledgers:
+        assert ledger[0].name == "depth" and ledger[0].key_path == (keys.DEPTH,)
+        assert math.isclose(ledger.total_epsilon, BUDGET.epsilon, rel_tol=1e-12)
+        assert math.isclose(ledger.total_delta, BUDGET.delta, rel_tol=1e-12)
+        splits = [e.epsilon for e in ledger if e.name.startswith("split/")]
+        assert splits == list(allocate(remaining, AUTO.at_depth(depth), 3).split_epsilons)
+        assert all(e.key_path[:2] == (keys.COUNT, f"row {depth - 1}") for e in ledger if e.name.startswith("count/"))
+    assert result.ledger is result.ledger_at(int(result.depth))
 
 
-def test_auto_depth_refuses_to_run_under_jit(small_blobs, budget):
+def test_depth_of_is_the_rule_at_every_threshold():
+    """The thresholds reproduce depth_rule exactly on both sides of each one (and the rule is
+    recommended_tau_r + AUTO_DEPTH_SLACK, clipped to [1, max_depth])."""
+    plan = plan_depth(BUDGET, AUTO, 2)
+    remaining = plan.remaining
+    probes = [1, 50, 20_000, 10**6]
+    for threshold in plan.thresholds:
+        if threshold is not None:
+            probes += [threshold - 1, threshold]
+    for count in probes:
+        got = int(depth_of(exact.from_int32(jnp.int32(count)), plan))
+        assert got == depth_rule(count, 2, remaining, AUTO), count
+        expected = recommended_tau_r(float(count), 2, remaining, AUTO.at_depth(7)) + AUTO_DEPTH_SLACK
+        assert got == min(max(expected, 1), AUTO.max_depth)
+    assert int(depth_of(exact.from_int32(jnp.int32(-5)), plan)) == 1
+
+
+def test_auto_depth_runs_under_jit_and_vmap_with_each_data_sets_own_depth(small_blobs, key):
+    """Under vmap over data sets (masks) every run takes its own depth, and each equals its eager run."""
+    X = np.concatenate([small_blobs.points] * 20)  # 12,000 points
+    masks = np.stack([np.arange(len(X)) < 300, np.ones(len(X), bool)])
     run = jax.jit(
-        lambda k: dpm_jax.cluster(k, small_blobs.points, budget, bounds=small_blobs.bounds, config=AUTO).centers
+        jax.vmap(lambda mask: dpm_jax.cluster(key, X, BUDGET, bounds=small_blobs.bounds, config=AUTO, point_mask=mask))
     )
-    with pytest.raises(ValueError, match="cannot run under jax.jit"):
-        run(jax.random.key(0))
+    batched = run(jnp.asarray(masks))
+    assert int(batched.depth[0]) < int(batched.depth[1])
+    with pytest.raises(ValueError, match="different depths"):
+        batched.ledger
+    for i, mask in enumerate(masks):
+        alone = dpm_jax.cluster(key, X, BUDGET, bounds=small_blobs.bounds, config=AUTO, point_mask=mask)
+        assert int(alone.depth) == int(batched.depth[i])
+        np.testing.assert_array_equal(np.asarray(alone.centers), np.asarray(batched.centers[i]))
+        assert batched.ledger_at(int(batched.depth[i])) == alone.ledger
 
 
-def test_auto_is_the_only_word_tau_r_accepts_and_must_be_resolved_first():
+def test_the_schedule_is_the_chosen_depths_allocation():
+    run = plan_run(BUDGET, AUTO, 2)
+    for depth in (1, 4, 7):
+        schedule = level_schedule(run.allocations, jnp.int32(depth))
+        allocation = allocate(run.depth_plan.remaining, AUTO.at_depth(depth), 2)
+        np.testing.assert_array_equal(
+            np.asarray(schedule.split_epsilons)[:depth], np.float32(allocation.split_epsilons)
+        )
+        np.testing.assert_array_equal(
+            np.asarray(schedule.count_offsets)[:depth], np.float32(allocation.count_offsets[:depth])
+        )
+
+
+def test_max_depth_is_validated_and_fixes_the_shapes():
+    assert AUTO.max_clusters == 2**7 and AUTO.padded_depth == 7
+    assert dpm_jax.DPMConfig(tau_r="auto", max_depth=5).max_clusters == 32
     with pytest.raises(ValueError, match="integer or 'auto'"):
         dpm_jax.DPMConfig(tau_r="deep")
-    with pytest.raises(ValueError, match="no fixed number of clusters"):
-        AUTO.max_clusters
+    with pytest.raises(ValueError, match="max_depth must be in"):
+        dpm_jax.DPMConfig(tau_r="auto", max_depth=0)
+    with pytest.raises(ValueError, match="max_depth bounds"):
+        dpm_jax.DPMConfig(tau_r=5, max_depth=6)
     with pytest.raises(ValueError, match="resolved"):
-        allocate(dpm_jax.Budget(1.0, 1e-6), AUTO, 2)
+        allocate(BUDGET, AUTO, 2)
+
+
+def test_a_budget_too_small_for_deep_trees_caps_the_depth():
+    """At a tiny epsilon the deep levels' split epsilons fall under the sampler's margin: those depths
+    are never chosen (their allocation is refused), the shallow ones still run."""
+    budget = dpm_jax.Budget(2e-4, 1e-6)
+    run = plan_run(budget, AUTO, 2)
+    assert 1 <= len(run.allocations) < AUTO.max_depth
+    assert all(t is None for t in run.depth_plan.thresholds[len(run.allocations) - 1 :])

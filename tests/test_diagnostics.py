@@ -154,8 +154,18 @@ def test_report_tells_when_two_clusters_cannot_be_separated():
 def test_bad_budget_and_config_are_rejected():
     with pytest.raises(TypeError):
         diagnostics.plan(100, 2, (1.0, 1e-6))
-    with pytest.raises(ValueError, match="auto"):
-        diagnostics.plan(100, 2, dpm_jax.Budget(1.0, 1e-6), dpm_jax.DPMConfig(tau_r="auto"))
+
+
+def test_the_plan_of_an_automatic_depth_is_that_of_the_depth_it_picks():
+    """tau_r='auto': the plan at the depth the rule picks for this n, on the budget its count leaves."""
+    from dpm_jax.depth import depth_rule, plan_depth
+
+    budget, auto = dpm_jax.Budget(1.0, 1e-6), dpm_jax.DPMConfig(tau_r="auto")
+    remaining = plan_depth(budget, auto, 2).remaining
+    for n in (500, 20_000, 10**6):
+        depth = depth_rule(n, 2, remaining, auto)
+        assert diagnostics.plan(n, 2, budget, auto) == diagnostics.plan(n, 2, remaining, auto.at_depth(depth))
+    assert len(diagnostics.plan(500, 2, budget, auto).levels) < len(diagnostics.plan(10**6, 2, budget, auto).levels)
 
 
 def test_warns_exactly_when_two_clusters_cannot_be_separated():

@@ -115,7 +115,7 @@ def test_an_automatic_depth_is_read_from_the_result(run):
     report = explain(auto, dpm_jax.DPMConfig(tau_r="auto"))
     # the cell grid draws inside the node's cell: no split is outside the box
     assert {leaf.reason for leaf in report.leaves} <= {STOPPING_RULE, DEPTH_LIMIT}
-    depth = int(math.log2(auto.tree.noisy_count.shape[0])) - 1
+    depth = int(auto.depth)
     assert len(report.split_epsilons) == depth and max(node.level for node in report.nodes) <= depth
     remaining = [entry for entry in auto.ledger if entry.name != "depth"]
     allocation = allocate(

@@ -68,7 +68,7 @@ def no_noise_drawn(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("noise was drawn before the bad chunk was reported")
 
-    monkeypatch.setattr(stream, "count_noise", refuse)
+    monkeypatch.setattr(dpm_jax.tree, "count_noise", refuse)
 
 
 def _chunks_with(bad_index, bad_chunk, count=40, rows=10, d=3):
@@ -148,7 +148,7 @@ def test_auto_depth_streams_the_in_memory_release(small_blobs):
     """tau_r="auto": the depth's noisy count reads the rows of the validation pass, so the depth,
     the ledger (its "depth" line first) and the whole release are cluster's with the same key."""
     config = dpm_jax.DPMConfig(tau_r="auto")
-    budget = dpm_jax.Budget(10.0, 1e-6)  # n * epsilon = 6000: depth 4 here, 1 on 60 rows
+    budget = dpm_jax.Budget(10.0, 1e-6)  # n * epsilon = 6000: depth 5 here, 2 on 60 rows
     points = small_blobs.points
     for seed in (0, 5):
         key = jax.random.key(seed)
@@ -157,10 +157,9 @@ def test_auto_depth_streams_the_in_memory_release(small_blobs):
         streamed = cluster_stream(key, chunks, budget, bounds=small_blobs.bounds, config=config, chunk_rows=128)
         assert streamed.ledger[0].name == "depth"
         assert_same_release(in_memory, streamed)
-    assert in_memory.centers.shape[0] == 2**4
     # The depth follows the number of rows streamed: a shallower tree on a tenth of them.
     few = cluster_stream(jax.random.key(0), points[:60], budget, bounds=small_blobs.bounds, config=config)
-    assert few.centers.shape[0] < in_memory.centers.shape[0]
+    assert int(few.depth) < int(in_memory.depth)
 
 
 def test_more_dimensions_than_algorithm_2_sorts_give_the_in_memory_release(budget):

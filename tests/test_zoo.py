@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import dpm_jax
-from dpm_jax.config import AUTO_DEPTH
 from dpm_jax.eval import datasets, zoo
 from conftest import SMALL_CONFIG as SMALL  # the suite's shared config: its eager programs compile once
 
@@ -21,7 +20,6 @@ def test_variants_are_valid_named_configs_with_the_default_first():
     assert list(zoo.DPM_VARIANTS)[0] == "dpm" and zoo.DPM_VARIANTS["dpm"] == dpm_jax.DPMConfig()
     assert all(isinstance(config, dpm_jax.DPMConfig) for config in zoo.DPM_VARIANTS.values())
     assert len(set(zoo.DPM_VARIANTS.values())) == len(zoo.DPM_VARIANTS)  # no two names for one mode
-    assert zoo.batchable(SMALL) and not zoo.batchable(dataclasses.replace(SMALL, tau_r=AUTO_DEPTH))
 
 
 def test_paper_delta_is_n_to_the_minus_one_and_a_half():
@@ -32,8 +30,8 @@ def test_paper_delta_is_n_to_the_minus_one_and_a_half():
 # compares the harness's vmapped runs with cluster's, not the clustering.
 @pytest.mark.filterwarnings("ignore::dpm_jax.diagnostics.InsufficientBudgetWarning")
 def test_vmapped_runs_equal_one_cluster_call_per_key(small_blobs, budget):
-    """Long (a compile of the key-vmapped program with traced bounds): the benchmark's only DPM path for
-    batchable configs, so it must give exactly what ``cluster`` gives key by key."""
+    """Long (a compile of the key-vmapped program with traced bounds): the benchmark's only DPM path,
+    so it must give exactly what ``cluster`` gives key by key."""
     keys = jax.random.split(jax.random.key(3), 3)
     runs = zoo.run_dpm(keys, small_blobs.points, budget, small_blobs.bounds, SMALL)
     assert runs.centers.shape == (3, 16, 3) and runs.valid.shape == (3, 16)
@@ -45,22 +43,6 @@ def test_vmapped_runs_equal_one_cluster_call_per_key(small_blobs, budget):
             runs.centers[index][runs.valid[index]], np.asarray(alone.centers)[np.asarray(alone.valid)]
         )
     assert not np.array_equal(runs.valid[0], runs.valid[1]) or not np.allclose(runs.centers[0], runs.centers[1])
-
-
-def test_auto_depth_runs_key_by_key_padded_to_the_deepest_tree(small_blobs, budget):
-    config = dataclasses.replace(SMALL, tau_r=AUTO_DEPTH)
-    keys = jax.random.split(jax.random.key(4), 2)
-    runs = zoo.run_dpm(keys, small_blobs.points, budget, small_blobs.bounds, config)
-    for index, key in enumerate(keys):
-        alone = dpm_jax.cluster(key, small_blobs.points, budget, bounds=small_blobs.bounds, config=config)
-        slots = alone.valid.shape[0]
-        np.testing.assert_array_equal(runs.valid[index, :slots], np.asarray(alone.valid))
-        assert not np.any(runs.valid[index, slots:])  # padding is never a centre
-        np.testing.assert_array_equal(runs.split_interval_size[index], np.asarray(alone.split_interval_size))
-        np.testing.assert_array_equal(
-            runs.centers[index, :slots][runs.valid[index, :slots]], np.asarray(alone.centers)[np.asarray(alone.valid)]
-        )
-    assert np.all(np.isfinite(runs.centers))
 
 
 def test_labelled_scores_of_the_true_centres_and_of_a_merge(unbalanced):

@@ -51,9 +51,10 @@ CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
     (
         "tau_r",
         depth,
-        "maximum recursion depth (at most 2**tau_r clusters), or 'auto': chosen from a "
-        "noisy count of the rows, paid for in the ledger",
+        "maximum recursion depth (at most 2**tau_r clusters), or 'auto': chosen in the program "
+        "from a noisy count of the rows, paid for in the ledger",
     ),
+    ("max_depth", int, "with --tau-r auto: the deepest depth it may choose (2**max_depth cluster slots)"),
     ("tau_e", float, "minimum noisy child size for a split (default n~ / 2**tau_r)"),
     ("alpha", float, "weight of emptiness in the split score (Definition 7)"),
     ("t", float, "centreness parameter t (Definition 6)"),

@@ -26,7 +26,6 @@ lambda_l re-computed from the ledger's lines), whether its draw was near random
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -141,7 +140,7 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     """Why ``result`` has its k leaves: per node B, near-random draws, and each leaf's reason to stop.
 
     ``config`` must be the hyper-parameters of the run (public; its tau_r is read
-    from the result); ``bounds`` the public bounds, optional (without them an empty
+    from the result's ``depth``); ``bounds`` the public bounds, optional (without them an empty
     child is recognised only against the ancestors' splits). Reads only released
     parts of ``result`` (module docstring): no privacy cost.
     """
@@ -149,9 +148,9 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     count = np.asarray(tree.noisy_count)
     if count.ndim != 1:
         raise ValueError(f"explain takes one result; got a batch (tree of shape {count.shape}): index it first")
-    tau_r = int(round(math.log2(count.shape[0]))) - 1
+    tau_r = int(np.asarray(result.depth))  # the run's depth (chosen by the run under tau_r="auto")
     splits, offsets, sensitivity = _ledger_levels(result.ledger, tau_r)
-    config = dataclasses.replace(config, tau_r=tau_r)
+    config = config.at_depth(tau_r)
     if score_coefficients(config.t, config.q, config.alpha).sensitivity != sensitivity:
         raise ValueError(
             f"config (t={config.t}, q={config.q}, alpha={config.alpha}) is not the run's: the "

@@ -354,6 +354,8 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
 
     ``n`` must be public: a number the user declares public, or the released root
     count n~ of a previous run. Nothing here reads data; the result costs no privacy.
+    With ``tau_r="auto"``: the plan of the run ``"auto"`` makes when its noisy count is ``n``,
+    i.e. at depth :func:`dpm_jax.depth.depth_rule` of ``n`` on the budget its count leaves.
     """
     if not (isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0 and math.isfinite(n)):
         raise ValueError(f"n must be a positive finite number (a public size), got {n!r}")
@@ -361,10 +363,10 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
         raise ValueError(f"d must be a positive integer, got {d!r}")
     validate_budget_and_config(budget, config)
     if config.tau_r == AUTO_DEPTH:
-        raise ValueError(
-            f"tau_r={AUTO_DEPTH!r}: plan a fixed depth (recommended_tau_r gives the one "
-            "'auto' would choose from this n)"
-        )
+        from dpm_jax.depth import depth_rule, plan_depth  # dpm_jax.depth builds on this module
+
+        remaining = plan_depth(budget, config, d).remaining
+        return plan(n, d, remaining, config.at_depth(depth_rule(n, d, remaining, config)))
     allocation = allocate(budget, config, d)
     candidates = candidates_per_node(d, config)
     levels = []

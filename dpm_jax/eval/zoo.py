@@ -10,9 +10,7 @@ tests share:
 * :data:`LATTICE_VARIANTS` and :func:`variant_config`: variants that are also told the
   data set's public lattice step (:attr:`dpm_jax.eval.datasets.Dataset.lattice`, e.g. 1
   for UCI Letters' integer features) where the cell grid can use it;
-* :func:`run_dpm`: one run per key, under ``jax.vmap`` over the keys when the
-  config allows it (``tau_r="auto"`` releases a count on the host first, so it runs
-  key by key);
+* :func:`run_dpm`: one run per key, under ``jax.vmap`` over the keys;
 * :func:`labelled_scores`: adjusted Rand index, accuracy and k of released centres,
   with every point labelled by its nearest valid centre (as the paper's evaluation
   labels points).
@@ -40,7 +38,6 @@ __all__ = [
     "LATTICE_VARIANTS",
     "Centers",
     "paper_delta",
-    "batchable",
     "with_public_lattice",
     "variant_config",
     "run_dpm",
@@ -92,33 +89,14 @@ def variant_config(name: str, data: Dataset) -> dpm_jax.DPMConfig:
     return DPM_VARIANTS[name]
 
 
-def batchable(config: dpm_jax.DPMConfig) -> bool:
-    """Whether ``cluster`` with ``config`` runs under ``jax.vmap`` (``tau_r="auto"`` does not)."""
-    return config.tau_r != AUTO_DEPTH
-
-
 def run_dpm(
     keys: jax.Array, points: np.ndarray, budget: dpm_jax.Budget, bounds: tuple[float, float], config: dpm_jax.DPMConfig
 ) -> Centers:
-    """One :func:`dpm_jax.cluster` run per key of ``keys`` (shape (runs,)).
-
-    Batchable configs run as one ``jax.vmap`` over the keys with the bounds traced,
-    so data sets of one shape and budget share a compiled program; ``tau_r="auto"``
-    runs key by key and pads the slots to the largest depth chosen (a run with a
-    shallower tree has fewer slots, all of them kept).
-    """
-    if batchable(config):
-        result = _vmapped(budget, config)(keys, jnp.asarray(points), jnp.float32(bounds[0]), jnp.float32(bounds[1]))
-        return Centers(*(np.asarray(array) for array in result))
-    runs = [dpm_jax.cluster(key, points, budget, bounds=bounds, config=config) for key in keys]
-    slots = max(run.centers.shape[0] for run in runs)
-    d = points.shape[1]
-    centers = np.zeros((len(runs), slots, d), np.float32)
-    valid = np.zeros((len(runs), slots), bool)
-    for index, run in enumerate(runs):
-        centers[index, : run.centers.shape[0]] = np.nan_to_num(np.asarray(run.centers))
-        valid[index, : run.valid.shape[0]] = np.asarray(run.valid)
-    return Centers(centers, valid, np.stack([np.asarray(run.split_interval_size) for run in runs]))
+    """One :func:`dpm_jax.cluster` run per key of ``keys`` (shape (runs,)), as one ``jax.vmap``
+    over the keys with the bounds traced, so data sets of one shape and budget share a compiled
+    program (``tau_r="auto"`` included: every run has ``config.max_clusters`` slots)."""
+    result = _vmapped(budget, config)(keys, jnp.asarray(points), jnp.float32(bounds[0]), jnp.float32(bounds[1]))
+    return Centers(*(np.asarray(array) for array in result))
 
 
 _COMPILED: dict = {}

@@ -20,18 +20,19 @@ __all__ = ["substituted"]
 def substituted(original: Callable, replacement: Callable) -> Iterator[None]:
     """Within the block, every dpm_jax module attribute that *is* ``original`` is
     ``replacement`` (e.g. a deliberately broken mechanism to check that an audit
-    catches it); JAX's compilation caches are cleared on entry and exit so no
-    compiled ``cluster`` of the other variant is reused. Not thread-safe.
+    catches it); JAX's compilation caches and dpm_jax's own memoised plans (every
+    ``functools.lru_cache`` of a dpm_jax module, e.g. :func:`dpm_jax.api.plan_run`) are
+    cleared on entry and exit so no compiled ``cluster`` or plan of the other variant is
+    reused. Not thread-safe.
     """
     replaced = []
-    for name, module in list(sys.modules.items()):
-        if module is not None and (name == "dpm_jax" or name.startswith("dpm_jax.")):
-            for attribute, value in list(vars(module).items()):
-                if value is original:
-                    replaced.append((module, attribute))
+    for module in _library_modules():
+        for attribute, value in list(vars(module).items()):
+            if value is original:
+                replaced.append((module, attribute))
     if not replaced:
         raise ValueError(f"{original!r} is not held by any dpm_jax module")
-    jax.clear_caches()
+    _clear_caches()
     for module, attribute in replaced:
         setattr(module, attribute, replacement)
     try:
@@ -39,4 +40,20 @@ def substituted(original: Callable, replacement: Callable) -> Iterator[None]:
     finally:
         for module, attribute in replaced:
             setattr(module, attribute, original)
-        jax.clear_caches()
+        _clear_caches()
+
+
+def _clear_caches() -> None:
+    jax.clear_caches()
+    for module in _library_modules():
+        for value in list(vars(module).values()):
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
+
+
+def _library_modules():
+    return [
+        module
+        for name, module in list(sys.modules.items())
+        if module is not None and (name == "dpm_jax" or name.startswith("dpm_jax."))
+    ]
