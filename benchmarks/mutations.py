@@ -40,7 +40,12 @@ MUTATIONS = (
     Mutation(
         "averaging noise: half the discrete Gaussian's sigma on the device",
         "dpm_jax/api.py",
-        (("gaussian_thresholds_on_device(averaging.sigma)", "gaussian_thresholds_on_device(averaging.sigma / 2)"),),
+        (
+            (
+                "gaussian_thresholds_on_device(run_plan.averaging.sigma)",
+                "gaussian_thresholds_on_device(run_plan.averaging.sigma / 2)",
+            ),
+        ),
         ("tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_stream",),
     ),
     Mutation(
@@ -125,8 +130,8 @@ MUTATIONS = (
         (
             ("    points = jnp.clip(points, lower, upper)\n", ""),
             (
-                "return jnp.clip((points - lower) * reciprocal(upper - lower), 0.0, 1.0)",
-                "return (points - lower) * reciprocal(upper - lower)",
+                "return jnp.clip((points - lower) * scale, 0.0, 1.0)",
+                "return (points - lower) * scale",
             ),
         ),
         ("tests/test_api.py::test_points_outside_the_bounds_are_clipped_before_every_statistic",),
@@ -173,9 +178,26 @@ MUTATIONS = (
         ("tests/test_budget.py::test_ledger_adds_up_exactly_to_the_budget",),
     ),
     Mutation(
+        "auto depth: tau_e = n~ / 2**max_depth instead of n~ / 2**depth",
+        "dpm_jax/tree.py",
+        (("jnp.ldexp(root_noisy_size, -depth)", "jnp.ldexp(root_noisy_size, -tau_r)"),),
+        ("tests/test_depth.py::test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs",),
+    ),
+    Mutation(
+        "auto depth: the count noise of the deepest depth's row whatever the depth",
+        "dpm_jax/tree.py",
+        (
+            (
+                "return exact.Int(tuple(limb[row] for limb in noise.limbs))",
+                "return exact.Int(tuple(limb[-1] for limb in noise.limbs))",
+            ),
+        ),
+        ("tests/test_depth.py::test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs",),
+    ),
+    Mutation(
         "tree: every level's split uses offset lambda = 0",
         "dpm_jax/tree.py",
-        (("jnp.asarray(allocation.count_offsets[:tau_r], jnp.float32),", "jnp.zeros(tau_r, jnp.float32),"),),
+        (("pad(a.count_offsets[:-1], padded) for a in allocations]", "[0.0] * padded for a in allocations]"),),
         ("tests/test_api.py::test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits",),
     ),
     Mutation(
@@ -194,8 +216,8 @@ MUTATIONS = (
         "dpm_jax/tree.py",
         (
             (
-                "jnp.asarray(allocation.split_epsilons, jnp.float32)",
-                "jnp.asarray(allocation.split_epsilons[::-1], jnp.float32)",
+                "pad(a.split_epsilons, padded) for a in allocations]",
+                "pad(a.split_epsilons[::-1], padded) for a in allocations]",
             ),
         ),
         ("tests/test_api.py::test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits",),

@@ -49,10 +49,10 @@ CASES = {  # name: loader of a labelled data set with public bounds
     "synth-100d": lambda: datasets.paper_blobs(100),
 }
 VARIANTS = {
-    "paper": dpm_jax.DPMConfig(split_grid="paper"),  # the published design (Algorithm 2's beta)
-    "cell": dpm_jax.DPMConfig(),  # the default: the cell grid
+    "paper": dpm_jax.DPMConfig(split_grid="paper", tau_r=7),  # the published design (Algorithm 2's beta)
+    "cell": dpm_jax.DPMConfig(),  # the default: the cell grid, tau_r="auto"
     "cell-narrow": dpm_jax.DPMConfig(split_window=1),  # the cell grid with one half-bin per side (before the window)
-    "cell-auto": dpm_jax.DPMConfig(tau_r="auto"),  # the cell grid, depth from a noisy count
+    "cell-depth7": dpm_jax.DPMConfig(tau_r=7),  # the cell grid at the paper's fixed depth (before tau_r="auto")
     "cell-lattice": dpm_jax.DPMConfig(lattice_step=1.0),  # integer features only (Letters)
 }
 LATTICE_CASES = {"letters"}
@@ -204,7 +204,7 @@ def _line(row: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--variants", default="paper,cell,cell-narrow,cell-auto,cell-lattice")
+    parser.add_argument("--variants", default="paper,cell,cell-narrow,cell-depth7,cell-lattice")
     parser.add_argument("--keys", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--speed", action="store_true", help="time warm calls instead of scoring")

@@ -18,7 +18,7 @@ Protocol (the DPM paper, Sections 6.1 and 6.2):
 
 Algorithms (``--algorithms``, default all available):
   dpm             dpm_jax.cluster with the default config; every other DPM variant of
-                  dpm_jax.eval.zoo.DPM_VARIANTS (e.g. dpm-paper, dpm-auto-depth) by its
+                  dpm_jax.eval.zoo.DPM_VARIANTS (e.g. dpm-paper, dpm-depth7) by its
                   name; dpm-lattice: the default config told the data set's public
                   lattice step (UCI Letters, digits, china-pixels: 1), dpm_jax.eval.zoo.variant_config
   dp-lloyd        dpm_jax.eval.baselines.dp_lloyd (Su et al.'s DP k-means, JAX)

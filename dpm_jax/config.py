@@ -2,13 +2,14 @@
 
 Every number here is *public*: it must not be read from the private data. The
 defaults are those of Section 6.1 of the DPM paper ("DPM: Clustering Sensitive Data through Separation"):
-tau_r = 7, tau_e = n~ / 2**tau_r, t = 0.3, q = 1/12, alpha = 5 (Section 5.2),
+tau_e = n~ / 2**tau_r, t = 0.3, q = 1/12, alpha = 5 (Section 5.2),
 epsilon = 0.04 eps_int + 0.18 eps_cnt + 0.18 eps_exp + 0.6 eps_avg and
-delta = 0.2 delta_cnt + 0.8 delta_avg. One default is not the paper's: the split
-candidates follow each node's own cell (``split_grid="cell"``), with a split interval of
-``split_window`` half-bins on each side (measured against the published design and
-other windows in docs/evaluation.md). ``split_grid="paper"`` is the published design,
-bit for bit.
+delta = 0.2 delta_cnt + 0.8 delta_avg. Two defaults are not the paper's (measured in
+docs/evaluation.md): the depth tau_r is chosen from a noisy count of the points, up to
+the paper's 7 (``tau_r="auto"``, :mod:`dpm_jax.depth`; ``tau_r=7`` is the paper's fixed
+depth), and the split candidates follow each node's own cell (``split_grid="cell"``),
+with a split interval of ``split_window`` half-bins on each side. ``split_grid="paper"``
+with ``tau_r=7`` is the published design, bit for bit.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class DPMConfig:
         docs/evaluation.md (benchmarks/zoo.py, benchmarks/split_grid.py).
     """
 
-    tau_r: int | str = 7
+    tau_r: int | str = AUTO_DEPTH
     max_depth: int = _DEFAULT_MAX_DEPTH
     tau_e: float | None = None
     alpha: float = 5.0

@@ -23,8 +23,8 @@ def ledger_of(budget, config, d=D):
 
 
 CONFIGS = [
-    DPMConfig(),
-    DPMConfig(split_grid="paper"),
+    DPMConfig(tau_r=7),
+    DPMConfig(split_grid="paper", tau_r=7),
     DPMConfig(tau_r=1),
     DPMConfig(tau_r=3, epsilon_shares=(0.1, 0.3, 0.3, 0.3), delta_shares=(0.5, 0.5)),
     DPMConfig(tau_r=10, epsilon_shares=(0.01, 0.09, 0.4, 0.5)),
@@ -141,8 +141,8 @@ def test_ledger_table_and_dicts():
         # per-level count epsilons near 45: e^epsilon times the sampler's deviation is not small
         (Budget(1000.0, 1e-6), DPMConfig(tau_r=1), "degenerate budget"),
         # split epsilons per level below the exact sampler's margin
-        (Budget(1e-5, 1e-6), DPMConfig(), "too small for the exact"),
-        (Budget(1.0, 1e-6), DPMConfig(max_splits_per_dim=128), "split candidates per node"),
+        (Budget(1e-5, 1e-6), DPMConfig(tau_r=7), "too small for the exact"),
+        (Budget(1.0, 1e-6), DPMConfig(tau_r=7, max_splits_per_dim=128), "split candidates per node"),
     ],
 )
 def test_degenerate_budgets_are_refused(budget, config, message):
@@ -188,8 +188,8 @@ def test_the_noise_actually_added_has_the_ledgers_scales():
 
 def test_the_cell_grid_gives_the_interval_share_to_the_split_choices():
     budget = Budget(1.0, 1e-6)
-    paper = allocate(budget, DPMConfig(split_grid="paper"), D)
-    cell, ledger = ledger_of(budget, DPMConfig(split_grid="cell"))
+    paper = allocate(budget, DPMConfig(split_grid="paper", tau_r=7), D)
+    cell, ledger = ledger_of(budget, DPMConfig(split_grid="cell", tau_r=7))
     assert cell.interval_epsilon == 0.0 and cell.interval_sampler_delta == 0.0
     assert math.isclose(
         math.fsum(cell.split_epsilons), math.fsum(paper.split_epsilons) + paper.interval_epsilon, rel_tol=1e-12

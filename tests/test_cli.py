@@ -318,6 +318,8 @@ def test_cluster_with_an_automatic_depth_lists_the_depth_count_first(tmp_path, c
     assert status == 0, stderr
     release = json.loads(out.read_text())
     assert release["ledger"][0]["name"] == "depth" and release["config"]["tau_r"] == "auto"
+    assert f"chose tau_r={release['depth']} of" in release["ledger"][0]["sensitivity_rule"]
+    assert len([e for e in release["ledger"] if e["name"].startswith("split/")]) == release["depth"]
     assert math.fsum(e["epsilon"] for e in release["ledger"]) == pytest.approx(EPSILON, rel=1e-12)
 
 

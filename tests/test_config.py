@@ -10,7 +10,10 @@ from dpm_jax import DPMConfig
 def test_defaults_are_the_papers():
     config = DPMConfig()
     # Section 6.1 and Section 5.2.
-    assert config.tau_r == 7 and config.tau_e is None
+    assert config.tau_e is None
+    # Not the paper's: the depth is chosen from a noisy count (issue 14), up to the paper's tau_r = 7.
+    assert config.tau_r == "auto" and config.max_depth == 7 and config.padded_depth == 7
+    assert config.at_depth(5) == DPMConfig(tau_r=5)
     assert config.alpha == 5.0 and config.t == 0.3 and math.isclose(config.q, 1 / 12)
     assert config.epsilon_shares == (0.04, 0.18, 0.18, 0.6)
     assert config.delta_shares == (0.2, 0.8)

@@ -170,22 +170,21 @@ def test_the_plan_of_an_automatic_depth_is_that_of_the_depth_it_picks():
 
 def test_warns_exactly_when_two_clusters_cannot_be_separated():
     budget = dpm_jax.Budget(1.0, 1e-6)
+    FIXED = dpm_jax.DPMConfig(tau_r=7)  # a fixed depth: the boundary below moves with the budget under "auto"
     with pytest.warns(diagnostics.InsufficientBudgetWarning, match="cannot separate even two clusters"):
-        assert diagnostics.warn_if_insufficient(1_000, 2, budget, dpm_jax.DPMConfig(), "the declared size n")
+        assert diagnostics.warn_if_insufficient(1_000, 2, budget, FIXED, "the declared size n")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not diagnostics.warn_if_insufficient(100_000, 2, budget, dpm_jax.DPMConfig(), "the declared size n")
+        assert not diagnostics.warn_if_insufficient(100_000, 2, budget, FIXED, "the declared size n")
     # the boundary is plan's: two clusters are separated from min_n_epsilon(2) on
-    epsilon = diagnostics.plan(2_000, 2, budget).min_n_epsilon(2) / 2_000
+    epsilon = diagnostics.plan(2_000, 2, budget, FIXED).min_n_epsilon(2) / 2_000
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not diagnostics.warn_if_insufficient(
-            2_000, 2, dpm_jax.Budget(epsilon * 1.01, 1e-6), dpm_jax.DPMConfig(), "the declared size n"
+            2_000, 2, dpm_jax.Budget(epsilon * 1.01, 1e-6), FIXED, "the declared size n"
         )
     with pytest.warns(diagnostics.InsufficientBudgetWarning):
-        diagnostics.warn_if_insufficient(
-            2_000, 2, dpm_jax.Budget(epsilon * 0.99, 1e-6), dpm_jax.DPMConfig(), "the declared size n"
-        )
+        diagnostics.warn_if_insufficient(2_000, 2, dpm_jax.Budget(epsilon * 0.99, 1e-6), FIXED, "the declared size n")
 
 
 def test_the_cell_grids_halting_needs_a_public_spread():

@@ -6,7 +6,7 @@ import dpm_jax
 from dpm_jax.budget import allocate
 from dpm_jax.diagnostics import separation
 
-CONFIG = dpm_jax.DPMConfig()
+CONFIG = dpm_jax.DPMConfig(tau_r=7)
 
 
 def expected(k, n, epsilon, d=10):

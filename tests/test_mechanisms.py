@@ -228,7 +228,7 @@ def test_shifted_noisy_count_underestimates_with_probability_one_minus_delta(eps
 
 
 def test_allocation_uses_the_count_offset_of_the_count_mechanism():
-    for budget, config in [(Budget(1.0, 1e-6), DPMConfig()), (Budget(0.3, 1e-3), DPMConfig(tau_r=3))]:
+    for budget, config in [(Budget(1.0, 1e-6), DPMConfig(tau_r=7)), (Budget(0.3, 1e-3), DPMConfig(tau_r=3))]:
         allocation = allocate(budget, config, 2)
         expected = tuple(count_offset(e, d) for e, d in zip(allocation.count_epsilons, allocation.count_deltas))
         assert allocation.count_offsets == expected

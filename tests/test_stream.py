@@ -6,7 +6,6 @@ import pytest
 
 import dpm_jax
 from conftest import SMALL_CONFIG
-from dpm_jax import stream
 from dpm_jax.stream import ChunkError, cluster_stream
 from dpm_jax.diagnostics.plan import InsufficientBudgetWarning
 

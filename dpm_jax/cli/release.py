@@ -53,6 +53,7 @@ def release_to_dict(
     return dict(
         columns=list(columns),
         k=int(result.k),
+        depth=int(result.depth),
         centers=_to_list(np.asarray(result.centers)[valid]),
         counts=_to_list(np.asarray(result.counts)[valid]),
         leaf_nodes=_to_list(np.asarray(result.leaf_node)[valid]),

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dpm_jax
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID
+from dpm_jax.config import CELL_GRID
 from dpm_jax.eval import metrics
 from dpm_jax.eval.datasets import Dataset
 
@@ -45,10 +45,10 @@ __all__ = [
 ]
 
 DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
-    "dpm": dpm_jax.DPMConfig(),  # the default config (the cell split grid)
+    "dpm": dpm_jax.DPMConfig(),  # the default config (the cell split grid, tau_r="auto")
     "dpm-narrow": dpm_jax.DPMConfig(split_window=1),  # the cell grid before split_window (one half-bin per side)
-    "dpm-paper": dpm_jax.DPMConfig(split_grid="paper"),  # the published global grid (Algorithm 2's beta)
-    "dpm-auto-depth": dpm_jax.DPMConfig(tau_r=AUTO_DEPTH),  # depth from a noisy count (dpm_jax.depth)
+    "dpm-paper": dpm_jax.DPMConfig(split_grid="paper", tau_r=7),  # the published design (Algorithm 2's beta)
+    "dpm-depth7": dpm_jax.DPMConfig(tau_r=7),  # the paper's fixed depth (the default before tau_r="auto")
 }
 
 # name -> the variant of DPM_VARIANTS that is run with the data set's public lattice step.
