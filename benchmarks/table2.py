@@ -247,7 +247,7 @@ def _run_dpm_numpy(key, task: Task):
         task.budget.epsilon,
         task.budget.delta,
         data.bounds,
-        dpm_jax.DPMConfig(split_grid=PAPER_GRID),
+        dpm_jax.DPMConfig(split_grid=PAPER_GRID, tau_r=7),  # the published design
     )
     centers = np.asarray(result["centers"], float)
     return centers, np.ones(len(centers), bool)

@@ -26,9 +26,7 @@ package for k-means and DP-Lloyd); ``--fresh`` re-runs the selected cells anyway
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import math
 import subprocess
 import sys
 import time
@@ -84,11 +82,12 @@ def _centers_of_baseline(algorithm: str, keys, data, num_classes: int, epsilon: 
     return np.stack(centers), np.ones((len(keys), num_classes), bool)
 
 
-def _plan_of(n: int, d: int, budget: dpm_jax.Budget, config: dpm_jax.DPMConfig, tau_r: int) -> dict:
-    """dpm_jax.diagnostics.plan at the run's depth: the per-level budget arithmetic (public numbers)."""
-    plan = diagnostics.plan(float(n), d, budget, dataclasses.replace(config, tau_r=tau_r))
+def plan_of(n: int, d: int, budget: dpm_jax.Budget, config: dpm_jax.DPMConfig) -> dict:
+    """dpm_jax.diagnostics.plan at the run's depth (under tau_r="auto" the one its rule picks at n):
+    the per-level budget arithmetic (public numbers)."""
+    plan = diagnostics.plan(float(n), d, budget, config)
     return {
-        "tau_r": tau_r,
+        "tau_r": len(plan.levels),
         "useful_depth": plan.useful_depth,
         "candidates": plan.candidates,
         "exponent_scale": [level.exponent_scale for level in plan.levels],
@@ -116,11 +115,10 @@ def run_cell(seed: int, runs: int, dataset: str, n: int, epsilon: float | None, 
         config = DPM_VARIANTS[algorithm]
         budget = dpm_jax.Budget(epsilon=epsilon, delta=paper_delta(n))
         centers, valid, interval = run_dpm(keys, data.points, budget, data.bounds, config)
-        tau_r = int(round(math.log2(centers.shape[1])))
         candidates = (data.bounds[1] - data.bounds[0]) / np.mean(interval, axis=1)
         row.update(
             config=repr(config),
-            plan=_plan_of(n, d, budget, config, tau_r),
+            plan=plan_of(n, d, budget, config),
             root_candidates_per_dim=candidates.tolist(),
             median_root_candidates_per_dim=float(np.median(candidates)),
         )

@@ -65,7 +65,7 @@ from dpm_jax.histogram import (
     root_cell,
 )
 from dpm_jax.budget import Allocation, count_entry, heap_count_epsilons
-from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.ledger import LedgerEntry, heap_rows
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, add_count_noise, count_noise, em_exponent_scale, select_with_bits
 from dpm_jax.scoring import (
@@ -761,6 +761,8 @@ def tree_inputs(
     ``depth``: the run's tau_r (int32, traced under ``tau_r="auto"``); None: ``config.tau_r``.
     """
     tau_r, max_splits = config.padded_depth, config.max_splits_per_dim
+    if depth is None and config.tau_r == AUTO_DEPTH:
+        raise ValueError(f"tau_r={AUTO_DEPTH!r}: pass the run's depth (dpm_jax.api.run_depth)")
     depth = jnp.int32(config.tau_r) if depth is None else jnp.asarray(depth, jnp.int32)
     cell = config.split_grid == CELL_GRID
     root_noisy_size = exact.to_float32(root_noisy_count)

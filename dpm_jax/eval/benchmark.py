@@ -130,10 +130,11 @@ def speed_benchmark(
 
 
 def numpy_baseline(rng: np.random.Generator, points: np.ndarray, epsilon: float, delta: float, bounds: tuple) -> dict:
-    """The sequential NumPy DPM (:mod:`dpm_jax.eval.baselines.numpy_dpm`) with the paper's defaults."""
+    """The sequential NumPy DPM (:mod:`dpm_jax.eval.baselines.numpy_dpm`) with the paper's defaults
+    (its fixed depth tau_r = 7)."""
     from dpm_jax.eval.baselines.numpy_dpm import reference_dpm
 
-    return reference_dpm(rng, points, epsilon, delta, bounds, dpm_jax.DPMConfig())
+    return reference_dpm(rng, points, epsilon, delta, bounds, dpm_jax.DPMConfig(tau_r=7))
 
 
 def main(argv: list[str] | None = None) -> int:
