@@ -44,7 +44,7 @@ from dpm_jax.budget import (
     validate_budget_and_config,
 )
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.depth import DepthPlan, depth_of, feasible_depth, noisy_size, plan_depth
+from dpm_jax.depth import DepthPlan, depth_of, noisy_size, plan_depth
 from dpm_jax.depth import ledger_entry as depth_ledger_entry
 from dpm_jax.diagnostics.plan import warn_if_insufficient
 from dpm_jax.interval import estimate_split_interval_size
@@ -190,14 +190,17 @@ def plan_run(budget: Budget, config: DPMConfig, d: int) -> RunPlan:
             None, (allocation,), averaging, ((config.tau_r, build_ledger(allocation, config, d, averaging)),)
         )
     depth_plan = plan_depth(budget, config, d)
-    depths = range(1, feasible_depth(depth_plan.remaining, config, d) + 1)
+    depths = range(1, depth_plan.deepest + 1)
     allocations = tuple(allocate(depth_plan.remaining, config.at_depth(depth), d) for depth in depths)
-    averaging = plan_averaging(allocations[0].average_epsilon, allocations[0].average_delta, d)
-    if any(
-        (a.average_epsilon, a.average_delta) != (allocations[0].average_epsilon, allocations[0].average_delta)
-        for a in allocations
-    ):
-        raise AssertionError("the averaging budget must not depend on the depth")  # allocate's shares
+    # The leaf sums are drawn before the depth is known to them (one sampler table): every depth
+    # averages with the smallest of its allocations' averaging budgets, which differ by at most
+    # the ulps allocate rounds them down by, so each ledger still stays within the budget.
+    common = dict(
+        average_epsilon=min(a.average_epsilon for a in allocations),
+        average_delta=min(a.average_delta for a in allocations),
+    )
+    allocations = tuple(a._replace(**common) for a in allocations)
+    averaging = plan_averaging(common["average_epsilon"], common["average_delta"], d)
     ledgers = tuple(
         (
             depth,
@@ -457,10 +460,10 @@ def _cluster_arrays(
 
     # tau_r="auto": the depth from a noisy count (dpm_jax.depth); then its allocation.
     depth = run_depth(key, jnp.sum(mask, dtype=jnp.int32), run_plan)
-    schedule = level_schedule(run_plan.allocations, depth)
+    schedule = level_schedule(run_plan.allocations, depth, config.padded_depth)
     # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
     # exact integers.
-    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth)
+    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth, config.padded_depth)
     root_noisy_count = add_count_noise(
         jnp.sum(mask, dtype=jnp.int32), exact.Int(tuple(limb[1] for limb in noise.limbs))
     )

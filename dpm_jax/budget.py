@@ -71,6 +71,13 @@ def level_weights(num_levels: int) -> tuple[float, ...]:
     return tuple(r / total for r in raw)
 
 
+def _at_most(total: float, parts: list[float], last: float) -> float:
+    """``last``, lowered by ulps until math.fsum(parts + [last]) <= total (a no-op when it already is)."""
+    while math.fsum([*parts, last]) > total:
+        last = math.nextafter(last, -math.inf)
+    return last
+
+
 def _split_exactly(total: float, weights) -> tuple[float, ...]:
     """total * weights, with the last part absorbing rounding so the parts fsum to total."""
     parts = [total * w for w in weights[:-1]]
@@ -162,6 +169,12 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     offset_delta = delta_cnt - sampler_total
     count_deltas = _split_exactly(offset_delta, [1.0 / (config.tau_r + 1)] * (config.tau_r + 1))
     count_offsets = tuple(count_offset(e, d_) for d_, e in zip(count_deltas, count_epsilons))
+    # The averaging takes what is left, rounded down until the ledger's lines (as
+    # count_entry, the tree's and the interval's lines state them) add up to no more
+    # than the budget: float rounding of the parts must never spend more than the user gave.
+    eps_avg = _at_most(budget.epsilon, [eps_int, *count_epsilons, *split_epsilons], eps_avg)
+    delta_lines = [c + s for c, s in zip(count_deltas, count_sampler)] + [*split_sampler, interval_sampler]
+    delta_avg = _at_most(budget.delta, delta_lines, delta_avg)
     return Allocation(
         eps_int,
         count_epsilons,

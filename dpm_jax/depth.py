@@ -71,9 +71,10 @@ class DepthPlan(NamedTuple):
     """
 
     epsilon: float  # of the depth's noisy count
-    delta: float  # its sampler's tv (1 + e^epsilon)
-    remaining: Budget  # what the run after the count spends
-    max_depth: int
+    delta: float  # charged for it: at least its sampler's tv (1 + e^epsilon)
+    sampler_delta: float  # that tv (1 + e^epsilon)
+    remaining: Budget  # what the run after the count spends; epsilon + remaining.epsilon == budget's
+    deepest: int  # the deepest depth the rule can pick: max_depth, or less on a small budget
     thresholds: tuple[int | None, ...]
 
 
@@ -83,12 +84,19 @@ def plan_depth(budget: Budget, config: DPMConfig, d: int) -> DepthPlan:
     validate_budget_and_config(budget, config)
     if config.tau_r != AUTO_DEPTH:
         raise ValueError(f"plan_depth is for tau_r={AUTO_DEPTH!r}, got {config.tau_r!r}")
-    epsilon = budget.epsilon * AUTO_DEPTH_EPSILON_SHARE
-    delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
-    remaining = Budget(budget.epsilon - epsilon, budget.delta - delta)
+    # The remaining parts are rounded so that part + remaining is the budget exactly: a - b is
+    # exact for b in [a/2, a] (Sterbenz), so the ledger's lines never add up to more than it.
+    remaining_epsilon = budget.epsilon * (1.0 - AUTO_DEPTH_EPSILON_SHARE)
+    epsilon = budget.epsilon - remaining_epsilon
+    sampler_delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
+    remaining_delta = budget.delta - sampler_delta
+    while budget.delta - remaining_delta < sampler_delta:
+        remaining_delta = math.nextafter(remaining_delta, 0.0)
+    remaining = Budget(remaining_epsilon, remaining_delta)
     rule = functools.partial(depth_rule, d=d, budget=remaining, config=config)
     thresholds = tuple(_smallest_count_reaching(rule, depth) for depth in range(2, config.max_depth + 1))
-    return DepthPlan(epsilon, delta, remaining, config.max_depth, thresholds)
+    deepest = feasible_depth(remaining, config, d)
+    return DepthPlan(epsilon, budget.delta - remaining_delta, sampler_delta, remaining, deepest, thresholds)
 
 
 def depth_rule(noisy_count: float, d: int, budget: Budget, config: DPMConfig) -> int:
@@ -118,12 +126,16 @@ def feasible_depth(budget: Budget, config: DPMConfig, d: int) -> int:
 
 
 def _smallest_count_reaching(rule, depth: int) -> int | None:
-    """The smallest integer count c in [1, 2**31) with rule(c) >= depth, by bisection; None if none."""
+    """The smallest integer count c with rule(c) >= depth, by bisection; None if none below 2**31.
+
+    The rule reads counts below 1 as 1, so a depth it reaches at 1 is reached by every count
+    (the threshold is the smallest count :func:`depth_of` compares, -(2**31 - 1)).
+    """
     if rule(_MAX_COUNT) < depth:
         return None
     low, high = 1, _MAX_COUNT  # rule(high) >= depth
     if rule(low) >= depth:
-        return low
+        return -_MAX_COUNT
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if rule(middle) >= depth else (middle, high)
@@ -157,8 +169,8 @@ def ledger_entry(plan: DepthPlan, depth: int) -> LedgerEntry:
         plan.epsilon,
         plan.delta,
         1.0,
-        f"count of all points; chose tau_r={depth} of 1..{plan.max_depth}",
+        f"count of all points; chose tau_r={depth} of 1..{plan.deepest}",
         1.0 / plan.epsilon,
         (keys.DEPTH,),
-        sampler_delta=plan.delta,
+        sampler_delta=plan.sampler_delta,
     )

@@ -75,6 +75,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
       cluster_centers_: (n_clusters_, n_features_in_) the DP centres.
       counts_: (n_clusters_,) their noisy sizes.
       n_clusters_: the number of clusters found.
+      depth_: the tree's depth tau_r (with ``tau_r="auto"``, the default, chosen from a noisy count).
       split_tree_: the released split tree (:class:`dpm_jax.SplitTree`, NumPy arrays).
       split_interval_size_: (n_features_in_,) the split interval size beta (Algorithm 2).
       ledger_: the privacy ledger (:class:`dpm_jax.Ledger`); it adds up to (epsilon, delta).
@@ -157,6 +158,7 @@ class DPMClustering(ClusterMixin, BaseEstimator):
         self.cluster_centers_ = np.asarray(result.centers)[valid]
         self.counts_ = np.asarray(result.counts)[valid]
         self.n_clusters_ = int(result.k)
+        self.depth_ = int(result.depth)
         self.split_tree_ = jax.tree.map(np.asarray, result.tree)
         self.split_interval_size_ = np.asarray(result.split_interval_size)
         self.ledger_ = result.ledger

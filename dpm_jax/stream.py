@@ -297,7 +297,7 @@ def cluster_stream(
     em_table = em_table_on_device()
     # tau_r="auto": the depth of a noisy count of the rows the validation pass counted, the
     # exact integer cluster counts; the run's allocation is that depth's (dpm_jax.depth).
-    depth, noise, root_noisy_count = _root_count(key, jnp.int32(n), run_plan=run_plan)
+    depth, noise, root_noisy_count = _root_count(key, jnp.int32(n), run_plan=run_plan, padded=config.padded_depth)
     root_size = exact.to_float32(root_noisy_count)
     # Line 8: Algorithm 2 from sorted columns (the cell grid runs none: it reports its root's interval size).
     if config.split_grid == CELL_GRID:
@@ -343,7 +343,7 @@ def cluster_stream(
         width=width,
         config=config,
     )
-    schedule = level_schedule(run_plan.allocations, depth)
+    schedule = level_schedule(run_plan.allocations, depth, config.padded_depth)
     for level in range(config.padded_depth):
         level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
         split_dim, split = _choose_splits(
@@ -509,12 +509,12 @@ def _select_interval_size(key, em_table, histograms, noisy_count, *, epsilon: fl
     )
 
 
-@functools.partial(jax.jit, static_argnames=("run_plan",))
-def _root_count(key, n, *, run_plan):
+@functools.partial(jax.jit, static_argnames=("run_plan", "padded"))
+def _root_count(key, n, *, run_plan, padded):
     """The run's depth (:func:`dpm_jax.api.run_depth`), the count stream's noise of every node
     (heap layout) and the root's noisy count (Algorithm 1, line 7), as ``cluster`` draws them."""
     depth = run_depth(key, n, run_plan)
-    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth)
+    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth, padded)
     return depth, noise, add_count_noise(n, exact.Int(tuple(limb[1] for limb in noise.limbs)))
 
 

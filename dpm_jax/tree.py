@@ -625,15 +625,16 @@ class LevelSchedule(NamedTuple):
     count_offsets: jax.Array  # (padded_depth,) float32 lambda of every level's node counts (Equation 1)
 
 
-def level_schedule(allocations: tuple[Allocation, ...], depth) -> LevelSchedule:
-    """The schedule of the allocation for ``depth`` among ``allocations`` (consecutive depths).
+def level_schedule(allocations: tuple[Allocation, ...], depth, padded: int) -> LevelSchedule:
+    """The schedule of the allocation for ``depth`` among ``allocations`` (consecutive depths),
+    padded to the tree's ``padded`` levels (``DPMConfig.padded_depth``).
 
-    ``allocations`` holds one allocation (a fixed tau_r) or one per depth 1..max_depth
-    (``tau_r="auto"``, :mod:`dpm_jax.depth`); ``depth`` may be traced. Levels from the depth
-    on draw no split, so their epsilon is only a positive placeholder (the last level's).
+    ``allocations`` holds one allocation (a fixed tau_r) or one per depth 1..F (``tau_r="auto"``,
+    :mod:`dpm_jax.depth`; F <= max_depth is the deepest depth the budget allows); ``depth`` may be
+    traced. Levels from the depth on draw no split, so their epsilon is only a positive
+    placeholder (the last level's).
     """
     first = len(allocations[0].split_epsilons)
-    padded = len(allocations[-1].split_epsilons)
     pad = lambda values, size: list(values) + [values[-1]] * (size - len(values))
     splits = np.asarray([pad(a.split_epsilons, padded) for a in allocations], np.float32)
     offsets = np.asarray([pad(a.count_offsets[:-1], padded) for a in allocations], np.float32)
@@ -641,15 +642,14 @@ def level_schedule(allocations: tuple[Allocation, ...], depth) -> LevelSchedule:
     return LevelSchedule(jnp.asarray(depth, jnp.int32), jnp.asarray(splits)[row], jnp.asarray(offsets)[row])
 
 
-def level_count_noise(key: jax.Array, allocations: tuple[Allocation, ...], depth) -> exact.Int:
-    """The count noise of every node in heap layout (2**(padded_depth + 1),), for the run's depth.
+def level_count_noise(key: jax.Array, allocations: tuple[Allocation, ...], depth, padded: int) -> exact.Int:
+    """The count noise of every node in heap layout (2**(padded + 1),), for the run's depth.
 
     One allocation: one draw with its per-node epsilons (:func:`dpm_jax.budget.heap_count_epsilons`).
     Several (``tau_r="auto"``): one draw per depth, each padded with its deepest level's epsilon
     (those entries are never released), as rows of one call; the run's depth picks its row. Only
     that row is added to counts, and which row is post-processing of the released depth.
     """
-    padded = len(allocations[-1].split_epsilons)
     size = 2 ** (padded + 1)
     rows = [heap_count_epsilons(a) for a in allocations]
     epsilons = np.asarray([list(r) + [r[-1]] * (size - len(r)) for r in rows])

@@ -69,6 +69,31 @@ def test_every_depth_has_a_ledger_that_adds_up_to_the_budget(small_blobs, key):
     assert result.ledger is result.ledger_at(int(result.depth))
 
 
+def test_the_ledgers_never_spend_more_than_the_budget_at_any_depth():
+    """The count's part and the remaining budget add up to the budget exactly, and every depth's
+    ledger, summed exactly, stays at or below it (within a few ulps)."""
+    rng = np.random.default_rng(1)
+    for epsilon, delta in zip(rng.uniform(0.05, 3.0, 40), 10.0 ** rng.uniform(-7, -3, 40)):
+        budget = dpm_jax.Budget(float(epsilon), float(delta))
+        plan = plan_depth(budget, AUTO, 2)
+        assert plan.epsilon + plan.remaining.epsilon == budget.epsilon
+        assert plan.delta + plan.remaining.delta == budget.delta and plan.delta >= plan.sampler_delta
+        for _, ledger in plan_run(budget, AUTO, 2).ledgers:
+            assert budget.epsilon * (1 - 1e-14) <= ledger.total_epsilon <= budget.epsilon
+            assert budget.delta * (1 - 1e-14) <= ledger.total_delta <= budget.delta
+
+
+def test_a_small_budget_runs_at_the_depths_it_can_afford(small_blobs, key):
+    """At epsilon = 2e-4 only shallow depths have a usable split epsilon: the tree is still padded to
+    max_depth levels and the run takes a depth it can afford."""
+    budget = dpm_jax.Budget(2e-4, 1e-6)
+    deepest = plan_depth(budget, AUTO, 3).deepest
+    assert 1 <= deepest < AUTO.max_depth
+    result = dpm_jax.cluster(key, small_blobs.points, budget, bounds=small_blobs.bounds, config=AUTO)
+    assert 1 <= int(result.depth) <= deepest and result.centers.shape[0] == AUTO.max_clusters
+    assert result.ledger.total_epsilon <= budget.epsilon
+
+
 def test_depth_of_is_the_rule_at_every_threshold():
     """The thresholds reproduce depth_rule exactly on both sides of each one (and the rule is
     recommended_tau_r + AUTO_DEPTH_SLACK, clipped to [1, max_depth])."""
@@ -84,6 +109,12 @@ def test_depth_of_is_the_rule_at_every_threshold():
         expected = recommended_tau_r(float(count), 2, remaining, AUTO.at_depth(7)) + AUTO_DEPTH_SLACK
         assert got == min(max(expected, 1), AUTO.max_depth)
     assert int(depth_of(exact.from_int32(jnp.int32(-5)), plan)) == 1
+    # A budget so large that the rule picks depth 2 even at a count of 1 (which it reads every
+    # count below 1 as): negative noisy counts get it too.
+    large = plan_depth(dpm_jax.Budget(100.0, 1e-3), AUTO, 1)
+    for count in (-(2**31) + 1, -5, 0, 1):
+        got = int(depth_of(exact.from_int32(jnp.int32(count)), large))
+        assert got == depth_rule(count, 1, large.remaining, AUTO) >= 2
 
 
 def test_auto_depth_runs_under_jit_and_vmap_with_each_data_sets_own_depth(small_blobs, key):
@@ -107,7 +138,7 @@ def test_auto_depth_runs_under_jit_and_vmap_with_each_data_sets_own_depth(small_
 def test_the_schedule_is_the_chosen_depths_allocation():
     run = plan_run(BUDGET, AUTO, 2)
     for depth in (1, 4, 7):
-        schedule = level_schedule(run.allocations, jnp.int32(depth))
+        schedule = level_schedule(run.allocations, jnp.int32(depth), 7)
         allocation = allocate(run.depth_plan.remaining, AUTO.at_depth(depth), 2)
         np.testing.assert_array_equal(
             np.asarray(schedule.split_epsilons)[:depth], np.float32(allocation.split_epsilons)

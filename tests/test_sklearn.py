@@ -150,6 +150,7 @@ def test_automatic_depth_spends_its_count_first():
     model = DPMClustering(epsilon=20.0, delta=1e-3, bounds=(-100.0, 100.0), tau_r="auto", seed=1).fit(X)
     assert model.ledger_[0].name == "depth"
     assert model.ledger_.total_epsilon == pytest.approx(20.0, rel=1e-12)
+    assert len([e for e in model.ledger_ if e.name.startswith("split/")]) == model.depth_ >= 1
 
 
 def test_fit_warns_when_the_budget_cannot_separate_two_clusters():
