@@ -71,11 +71,20 @@ def level_weights(num_levels: int) -> tuple[float, ...]:
     return tuple(r / total for r in raw)
 
 
+_ROUNDING_ULPS = 16  # more than float rounding of the parts can need
+
+
 def _at_most(total: float, parts: list[float], last: float) -> float:
-    """``last``, lowered by ulps until math.fsum(parts + [last]) <= total (a no-op when it already is)."""
-    while math.fsum([*parts, last]) > total:
+    """``last``, lowered by ulps until math.fsum(parts + [last]) <= total (a no-op when it already is).
+
+    Only rounding is absorbed: parts that exceed the total by more than a few ulps are a bug
+    in the allocation, not something to take out of ``last`` (an AssertionError).
+    """
+    for _ in range(_ROUNDING_ULPS):
+        if math.fsum([*parts, last]) <= total:
+            return last
         last = math.nextafter(last, -math.inf)
-    return last
+    raise AssertionError(f"the budget's parts exceed {total!r} by more than rounding: {math.fsum([*parts, last])!r}")
 
 
 def _split_exactly(total: float, weights) -> tuple[float, ...]:
