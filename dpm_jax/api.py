@@ -138,7 +138,7 @@ class ClusterResult:
         return self.ledger_at(int(depths[0]))
 
     def ledger_at(self, depth: int) -> Ledger:
-        """The ledger of the run at ``depth`` (every one adds up exactly to the budget)."""
+        """The ledger of the run at ``depth`` (every one adds up to the budget, never more)."""
         ledgers = dict(self.ledgers)
         if depth not in ledgers:
             raise ValueError(f"this run cannot have depth {depth}; its depths are {sorted(ledgers)}")
@@ -178,6 +178,11 @@ class RunPlan(NamedTuple):
     @property
     def first_depth(self) -> int:
         return len(self.allocations[0].split_epsilons)
+
+    @property
+    def interval_epsilon(self) -> float:
+        """Algorithm 2's epsilon (0 on the cell grid): the same at every depth (allocate's shares)."""
+        return self.allocations[0].interval_epsilon
 
 
 @functools.lru_cache(maxsize=64)
@@ -477,7 +482,7 @@ def _cluster_arrays(
             to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
             mask,
             exact.to_float32(root_noisy_count),
-            run_plan.allocations[0].interval_epsilon,
+            run_plan.interval_epsilon,
             config,
         )
     # Lines 10, 13-28.

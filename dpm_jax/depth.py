@@ -17,9 +17,10 @@ a release:
    levels from D on split nothing.
 
 Privacy: adaptive sequential composition. The count is (epsilon_depth, tv (1 +
-e^epsilon_depth))-DP; every depth's run spends exactly the remaining budget, so for every
-value of D the ledger (:func:`ledger_entry` plus the run's lines at depth D) adds up
-exactly to the user's budget. Which of the precomputed allocations runs depends only
+e^epsilon_depth))-DP; every depth's run spends the remaining budget (the count's part is the budget minus it,
+an exact subtraction), so for every value of D the ledger (:func:`ledger_entry` plus the
+run's lines at depth D) adds up to the user's budget, never more (float rounding is
+absorbed by :func:`dpm_jax.budget.allocate`). Which of the precomputed allocations runs depends only
 on the released count.
 
 The rule: :func:`dpm_jax.diagnostics.recommended_tau_r` (the deepest tau_r whose

@@ -311,7 +311,7 @@ def cluster_stream(
             upper,
             root_size,
             em_table,
-            run_plan.allocations[0].interval_epsilon,  # the same at every depth
+            run_plan.interval_epsilon,
             config,
             column_bytes,
             report,
