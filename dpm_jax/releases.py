@@ -1,0 +1,268 @@
+"""Releases: a DP measurement and its privacy map, side by side.
+
+Every differentially private output of dpm_jax is made by one *release*: a NamedTuple
+that holds the mechanism's public parameters, draws its noise from its own key stream
+(:func:`dpm_jax.keys.derive_key`), and states its ledger line from those same
+parameters (:meth:`entry`). The epsilon a release draws with is, by construction, the
+epsilon its line states -- the pattern of OpenDP's measurements, whose privacy map is
+built with the measurement. An algorithm's allocation returns its releases; its
+ledger is ``ledger_of(releases)``.
+
+Generic releases, usable by every algorithm (neighbours differ by adding or removing
+one record):
+
+* :class:`CountRelease` -- discrete Laplace on integer counts of disjoint sets, or on
+  a vector of counts with L1 sensitivity ``sensitivity`` (each record changes at most
+  that many counts by one each).
+* :class:`SelectionRelease` -- the exact exponential mechanism on integer scores of
+  sensitivity ``sensitivity`` over at most ``num_candidates`` candidates per row.
+* :class:`GaussianRelease` -- discrete Gaussian noise on an integer vector of L2
+  sensitivity ``l2_sensitivity``, calibrated through zCDP.
+
+:func:`split_budget` divides a budget into parts that add up to no more than it in
+float64 (exact sum, ``math.fsum``): the ledger never states more than the user gave.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Protocol, Sequence
+
+import jax
+import numpy as np
+
+from dpm_jax import keys
+from dpm_jax.exact import Int
+from dpm_jax.ledger import Ledger, LedgerEntry
+from dpm_jax.mechanisms import (
+    EM_EPSILON_MARGIN,
+    count_noise,
+    add_count_noise,
+    count_sampler_tv,
+    discrete_gaussian_multiplier,
+    discrete_gaussian_noise,
+    discrete_gaussian_table,
+    em_sampler_tv,
+    exponential_mechanism,
+)
+
+__all__ = [
+    "Release",
+    "CountRelease",
+    "SelectionRelease",
+    "GaussianRelease",
+    "ledger_of",
+    "split_budget",
+    "at_most",
+]
+
+
+class Release(Protocol):
+    """What every release provides: a name, a key stream, and its ledger line."""
+
+    name: str
+    stream: str
+
+    def entry(self) -> LedgerEntry: ...
+
+
+def ledger_of(releases: Sequence[Release]) -> Ledger:
+    """The ledger of a run: the lines of its releases, in the order they run."""
+    return Ledger(r.entry() for r in releases)
+
+
+_ROUNDING_ULPS = 16  # more than float rounding of a few parts can need
+
+
+def at_most(total: float, parts: Sequence[float], last: float) -> float:
+    """``last``, lowered by ulps until ``math.fsum([*parts, last]) <= total``.
+
+    Only rounding is absorbed: an excess of more than a few ulps is a bug, and raises.
+    """
+    for _ in range(_ROUNDING_ULPS):
+        if math.fsum([*parts, last]) <= total:
+            return last
+        last = math.nextafter(last, -math.inf)
+    if math.fsum([*parts, last]) <= total:
+        return last
+    raise AssertionError(f"parts {parts} + {last} exceed the total {total} by more than rounding")
+
+
+def split_budget(total: float, shares: Sequence[float]) -> tuple[float, ...]:
+    """``total`` split in proportion to ``shares`` (>= 0, not all 0); the parts' exact sum is <= total.
+
+    The last part takes the remainder, rounded down until the sum is within the total.
+    """
+    if not shares or any(not (s >= 0 and math.isfinite(s)) for s in shares) or math.fsum(shares) <= 0:
+        raise ValueError(f"shares must be finite, >= 0 and not all 0, got {tuple(shares)}")
+    weight = math.fsum(shares)
+    parts = [total * (s / weight) for s in shares[:-1]]
+    last = max(0.0, total - math.fsum(parts))
+    return (*parts, at_most(total, parts, last))
+
+
+class CountRelease(NamedTuple):
+    """Discrete Laplace noise on integer counts: ``counts + Z``, P(Z = k) ∝ exp(-(epsilon / Δ) |k|).
+
+    Privacy: a record changes the counts by at most ``sensitivity`` in L1 (Δ; 1 for the
+    counts of disjoint sets, d for one histogram per dimension), so the release is
+    (epsilon, 0)-DP (Ghosh, Roughgarden and Sundararajan 2009) for the ideal noise.
+    The exact sampler is within total variation :func:`count_sampler_tv` per draw of
+    it; over ``draws_per_record`` draws a record can influence (Δ for per-dimension
+    histograms) the ledger charges ``sampler_delta`` = draws tv (1 + e^epsilon).
+    ``offset_delta`` is any extra delta the caller spends through this release (e.g.
+    the shifted count's P[n~ - lambda > |S|], Equation 1 of the DPM paper).
+    """
+
+    name: str
+    epsilon: float
+    stream: str
+    sensitivity: int = 1
+    rows: str | None = None  # which part of the stream's draw (key path detail)
+    level: int | None = None
+    offset_delta: float = 0.0
+    rule: str = "count of disjoint sets"
+
+    @property
+    def noise_epsilon(self) -> float:
+        """The discrete Laplace parameter: epsilon / Δ."""
+        return self.epsilon / self.sensitivity
+
+    @property
+    def sampler_delta(self) -> float:
+        draws = self.sensitivity
+        return draws * count_sampler_tv(self.noise_epsilon) * (1.0 + math.exp(self.epsilon))
+
+    def draw(self, key: jax.Array, true_counts: jax.Array) -> Int:
+        """``true_counts + Z`` in exact integers (``key`` is this release's stream key)."""
+        counts = jax.numpy.asarray(true_counts).astype(jax.numpy.int32)
+        noise = count_noise(key, np.full(counts.shape, self.noise_epsilon))
+        return add_count_noise(counts, noise)
+
+    def entry(self) -> LedgerEntry:
+        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
+        return LedgerEntry(
+            self.name,
+            "discrete_laplace",
+            self.level,
+            self.epsilon,
+            self.offset_delta + self.sampler_delta,
+            float(self.sensitivity),
+            f"L1: {self.rule}",
+            self.sensitivity / self.epsilon,
+            path,
+            sampler_delta=self.sampler_delta,
+        )
+
+
+class SelectionRelease(NamedTuple):
+    """The exact exponential mechanism: one candidate per row, P(i) ∝ exp(epsilon G_i / (2 Δ)).
+
+    Privacy: (epsilon, (1 + e^epsilon) em_sampler_tv(M))-DP per row when every integer
+    score changes by at most ``sensitivity`` (Δ) between neighbours (McSherry and Talwar
+    2007; the sampler's errors in :mod:`dpm_jax.mechanisms`); rows over disjoint sets
+    compose in parallel, rows over the same records must be separate releases.
+    """
+
+    name: str
+    epsilon: float
+    stream: str
+    sensitivity: int
+    num_candidates: int
+    rows: str | None = None
+    level: int | None = None
+    rule: str = "integer score"
+
+    @property
+    def sampler_delta(self) -> float:
+        return em_sampler_tv(self.num_candidates) * (1.0 + math.exp(self.epsilon))
+
+    def check(self) -> None:
+        """A ValueError when epsilon is below the exact sampler's margin."""
+        if not self.epsilon > 2 * EM_EPSILON_MARGIN:
+            raise ValueError(
+                f"{self.name}: epsilon {self.epsilon:.3g} is too small for the exact exponential "
+                f"mechanism (margin {EM_EPSILON_MARGIN:.2g}); raise epsilon"
+            )
+
+    def select(self, key: jax.Array, table, scores: Int, valid: jax.Array) -> jax.Array:
+        """Indices of the selected candidates, one per row of ``scores`` (``table``: the EM weight table)."""
+        return exponential_mechanism(key, table, scores, valid, self.epsilon, self.sensitivity)
+
+    def entry(self) -> LedgerEntry:
+        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
+        return LedgerEntry(
+            self.name,
+            "exponential",
+            self.level,
+            self.epsilon,
+            self.sampler_delta,
+            float(self.sensitivity),
+            f"{self.rule}; {self.num_candidates} candidates",
+            2.0 * self.sensitivity / self.epsilon,
+            path,
+            sampler_delta=self.sampler_delta,
+        )
+
+
+class GaussianRelease(NamedTuple):
+    """Discrete Gaussian noise N_Z(0, sigma^2) on each coordinate of an integer vector.
+
+    Privacy: L2 sensitivity Δ2 and sigma = multiplier Δ2 give (Δ2^2 / (2 sigma^2))-zCDP
+    (Canonne, Kamath and Steinke 2020, Theorem 14), converted to (epsilon, delta - sampler)
+    -DP; the sampler's total variation over the ``dimension`` coordinates a record moves
+    is charged as ``sampler_delta``. Build it with :meth:`calibrated`.
+    """
+
+    name: str
+    epsilon: float
+    delta: float
+    stream: str
+    l2_sensitivity: float
+    sigma: float
+    sampler_delta: float
+    rows: str | None = None
+    level: int | None = None
+    rule: str = "L2 of an integer vector"
+
+    @classmethod
+    def calibrated(
+        cls, name: str, epsilon: float, delta: float, stream: str, l2_sensitivity: float, dimension: int, **kw
+    ) -> "GaussianRelease":
+        """The smallest sigma whose mechanism, sampler included, is (epsilon, delta)-DP."""
+        sampler_delta = 0.0
+        for _ in range(10):
+            if sampler_delta > 0.1 * delta:
+                raise ValueError(f"{name}: the sampler would need {sampler_delta:.3g} of delta {delta:.3g}")
+            sigma = max(1.0, discrete_gaussian_multiplier(epsilon, delta - sampler_delta) * l2_sensitivity)
+            needed = dimension * discrete_gaussian_table(sigma).tv * (1.0 + math.exp(epsilon)) * (1.0 + 1e-6)
+            if needed <= sampler_delta:
+                return cls(name, epsilon, delta, stream, float(l2_sensitivity), sigma, sampler_delta, **kw)
+            sampler_delta = needed
+        raise ValueError(f"{name}: delta {delta:.3g} cannot pay for its sampler")
+
+    def draw(self, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """int32 noise of ``shape`` (add it to the exact integer values in exact arithmetic)."""
+        table = discrete_gaussian_table(self.sigma)
+        high, low = jax.numpy.asarray(table.thresholds_high), jax.numpy.asarray(table.thresholds_low)
+        return discrete_gaussian_noise(key, high, low, table.support_min, shape)
+
+    def entry(self) -> LedgerEntry:
+        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
+        return LedgerEntry(
+            self.name,
+            "discrete_gaussian",
+            self.level,
+            self.epsilon,
+            self.delta,
+            self.l2_sensitivity,
+            self.rule,
+            self.sigma,
+            path,
+            sampler_delta=self.sampler_delta,
+        )
+
+
+def stream_key(key: jax.Array, release: Release) -> jax.Array:
+    """The key a release draws from: its stream's key derived from the caller's key."""
+    return keys.derive_key(key, release.stream)
