@@ -14,6 +14,7 @@ from dpm_jax.api import ClusterResult, cluster
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig
+from dpm_jax.greedy import KMeansResult, kmeans
 from dpm_jax.keys import derive_key
 from dpm_jax.stream import ChunkError, cluster_stream
 from dpm_jax.tree import SplitTree
@@ -23,6 +24,7 @@ __all__ = [
     "ChunkError",
     "ClusterResult",
     "DPMConfig",
+    "KMeansResult",
     "Ledger",
     "LedgerEntry",
     "SplitTree",
@@ -31,6 +33,7 @@ __all__ = [
     "cluster_stream",
     "derive_key",
     "diagnostics",
+    "kmeans",
     "DPMClustering",
 ]
 __version__ = "0.1.0"

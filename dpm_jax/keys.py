@@ -21,6 +21,9 @@ __all__ = ["COUNT", "INTERVAL", "SPLIT", "AVERAGE", "DEPTH", "STREAMS", "derive_
 # One stream per mechanism; the ledger's key paths use the same names.
 COUNT, INTERVAL, SPLIT, AVERAGE, DEPTH = "count", "interval", "split", "average", "depth"
 STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4}
+# The greedy k-means (dpm_jax.greedy, issue 26).
+GREEDY_SELECT, GREEDY_COUNT, GREEDY_SUM = "greedy_select", "greedy_count", "greedy_sum"
+STREAMS.update({GREEDY_SELECT: 8, GREEDY_COUNT: 9, GREEDY_SUM: 10})
 MAX_SEED = 2**32
 
 

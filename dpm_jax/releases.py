@@ -18,6 +18,8 @@ one record):
   sensitivity ``sensitivity`` over at most ``num_candidates`` candidates per row.
 * :class:`GaussianRelease` -- discrete Gaussian noise on an integer vector of L2
   sensitivity ``l2_sensitivity``, calibrated through zCDP.
+* :class:`ComposedSelectionRelease` -- ``selections`` adaptive runs of the exact
+  exponential mechanism, composed through zCDP (bounded range) into one ledger line.
 
 :func:`split_budget` divides a budget into parts that add up to no more than it in
 float64 (exact sum, ``math.fsum``): the ledger never states more than the user gave.
@@ -39,6 +41,7 @@ from dpm_jax.mechanisms import (
     count_noise,
     add_count_noise,
     count_sampler_tv,
+    cdp_delta,
     discrete_gaussian_multiplier,
     discrete_gaussian_noise,
     discrete_gaussian_table,
@@ -51,6 +54,7 @@ __all__ = [
     "CountRelease",
     "SelectionRelease",
     "GaussianRelease",
+    "ComposedSelectionRelease",
     "ledger_of",
     "split_budget",
     "at_most",
@@ -259,6 +263,80 @@ class GaussianRelease(NamedTuple):
             self.rule,
             self.sigma,
             path,
+            sampler_delta=self.sampler_delta,
+        )
+
+
+class ComposedSelectionRelease(NamedTuple):
+    """``selections`` adaptive runs of the exact exponential mechanism, each at ``epsilon_each``.
+
+    Privacy: one run at epsilon_each on integer scores of sensitivity Δ is, for the
+    ideal mechanism, epsilon_each-bounded-range (Durfee and Rogers 2019); the exact
+    sampler's probabilities are within e^(+-gamma) of the ideal ones
+    (:mod:`dpm_jax.mechanisms`, gamma = EM_EPSILON_MARGIN / 2), which widens the range
+    of the privacy loss by at most 2 EM_EPSILON_MARGIN, so each run is
+    b-bounded-range with b = epsilon_each + 2 EM_EPSILON_MARGIN, hence (b^2 / 8)-zCDP
+    (Cesar and Rogers 2021, Lemma 3.2). zCDP adds over adaptive runs: rho =
+    selections b^2 / 8, which is (epsilon, cdp_delta(rho, epsilon))-DP (Canonne,
+    Kamath and Steinke 2020). The sampler's total variation, per run em_sampler_tv(M),
+    adds over the runs and costs selections tv (1 + e^epsilon) of delta. Build it with
+    :meth:`calibrated`; ``selections`` is the most runs the algorithm may make (fewer
+    runs spend less).
+    """
+
+    name: str
+    epsilon: float
+    delta: float
+    stream: str
+    sensitivity: int
+    num_candidates: int
+    selections: int
+    epsilon_each: float
+    sampler_delta: float
+    rule: str = "integer score"
+
+    @classmethod
+    def calibrated(
+        cls, name: str, epsilon: float, delta: float, stream: str, sensitivity: int, num_candidates: int,
+        selections: int, **kw
+    ) -> "ComposedSelectionRelease":
+        """The largest epsilon_each whose composition, sampler included, is (epsilon, delta)-DP."""
+        sampler_delta = selections * em_sampler_tv(num_candidates) * (1.0 + math.exp(epsilon)) * (1.0 + 1e-9)
+        if not sampler_delta < 0.1 * delta:
+            raise ValueError(f"{name}: the sampler would need {sampler_delta:.3g} of delta {delta:.3g}")
+        low, high = 0.0, 8.0 * epsilon / selections  # rho = epsilon / 8 already exceeds any useful delta
+        for _ in range(200):
+            middle = 0.5 * (low + high)
+            rho = selections * (middle + 2 * EM_EPSILON_MARGIN) ** 2 / 8.0
+            low, high = (middle, high) if cdp_delta(rho, epsilon) <= delta - sampler_delta else (low, middle)
+        if not low > 2 * EM_EPSILON_MARGIN:
+            raise ValueError(
+                f"{name}: ({epsilon:.3g}, {delta:.3g}) over {selections} selections leaves epsilon {low:.3g} "
+                f"per selection, below the exact sampler's margin; raise the budget or lower k or the levels"
+            )
+        return cls(name, epsilon, delta, stream, sensitivity, num_candidates, selections, low, sampler_delta, **kw)
+
+    @property
+    def rho(self) -> float:
+        """The zCDP parameter of the composition."""
+        return self.selections * (self.epsilon_each + 2 * EM_EPSILON_MARGIN) ** 2 / 8.0
+
+    def select(self, key: jax.Array, table, scores: Int, valid: jax.Array) -> jax.Array:
+        """One run: indices of the selected candidates, one per row of ``scores``."""
+        return exponential_mechanism(key, table, scores, valid, self.epsilon_each, self.sensitivity)
+
+    def entry(self) -> LedgerEntry:
+        return LedgerEntry(
+            self.name,
+            "exponential_zcdp",
+            None,
+            self.epsilon,
+            self.delta,
+            float(self.sensitivity),
+            f"{self.rule}; {self.selections} selections of <= {self.num_candidates} candidates, "
+            f"{self.epsilon_each:.4g} each",
+            2.0 * self.sensitivity / self.epsilon_each,
+            (self.stream,),
             sampler_delta=self.sampler_delta,
         )
 

@@ -1,0 +1,227 @@
+"""``dpm_jax.kmeans``: DP k-means and k-median with a given k, the unified greedy
+("Making Old Things New: A Unified Algorithm for Differentially Private Clustering",
+central model: Algorithm 1 with the exponential mechanism, Section 5.1; the lift, Lemma
+2.2; the private elbow, Section A.3).
+
+Pipeline (each DP step a release of :mod:`dpm_jax.releases`, one ledger line each):
+  1. working coordinates: the data mapped to [0, 1]^d by the public bounds; when d >
+     ``grid_dim`` projected to [0, 1]^m by a data-independent orthonormal projection
+     (public seed), y = 1/2 + Q^T (u - 1/2) / sqrt(d) (|Q^T v| <= |v| <= sqrt(d) / 2).
+  2. the greedy (:mod:`dpm_jax.greedy.select`): k (1 + L) exponential mechanisms, one
+     zCDP-composed line ("greedy_select").
+  3. the lift (:mod:`dpm_jax.greedy.lift`): noisy cell sizes ("greedy_count") and noisy
+     fixed-point sums in the original coordinates ("greedy_sum", rows "centre_sums").
+  4. the cost curve of the first k' greedy centres ("greedy_sum", rows "cost_curve"), and
+     the elbow read from it (post-processing).
+The shares of the budget are SHARES; the parts add up to the budget (``split_budget``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpm_jax import keys
+from dpm_jax._arrays import to_unit_range
+from dpm_jax.api import _validate_points, em_table_on_device, gaussian_thresholds_on_device, validate_bounds, validate_key
+from dpm_jax.averaging import AveragingPlan, plan_averaging
+from dpm_jax.budget import Budget
+from dpm_jax import exact
+from dpm_jax.greedy.lift import exact_costs, lift_exact, lift_private, nearest, private_costs
+from dpm_jax.greedy.nets import MAX_POINTS, VALUE_BITS, NetPlan, child_offsets, plan_nets, start_candidates
+from dpm_jax.greedy.select import argmax_chooser, greedy_centres
+from dpm_jax.ledger import Ledger, LedgerEntry
+from dpm_jax.releases import ComposedSelectionRelease, CountRelease, GaussianRelease, ledger_of, split_budget
+
+__all__ = ["KMeansResult", "GreedyPlan", "plan_greedy", "kmeans", "elbow", "SHARES", "ELBOW_GAIN"]
+
+# (select, count, sum, cost) shares of epsilon; delta is shared by select, sum and cost.
+SHARES = (0.45, 0.1, 0.3, 0.15)
+DELTA_SHARES = (0.4, 0.0, 0.4, 0.2)
+ELBOW_GAIN = 0.2  # the elbow: the first k' after which one more centre lowers the cost by less than this
+DEFAULT_LEVELS = 12
+MAX_GRID_DIM = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class KMeansResult:
+    """Output of :func:`kmeans`; a JAX pytree (the ledger is static metadata).
+
+    Differentially private (released under the Budget; all of it when ``budget`` was given):
+      centers: (k, d) lifted centres in data units (a cell of noisy size < 1 keeps its greedy centre).
+      sizes: (k,) noisy cluster sizes.
+      cost_curve: (k,) noisy cost of the first k' greedy centres, k' = 1 .. k (working units).
+      elbow_k: int32, the number of clusters read from the cost curve (:func:`elbow`).
+      greedy_centers: (k, m) the greedy's centres in working coordinates, in selection order.
+      start_level: (k,) the level of each centre's start ball.
+    Static:
+      ledger: the privacy ledger (empty for ``budget=None``, whose outputs are NOT DP).
+    """
+
+    centers: jax.Array
+    sizes: jax.Array
+    cost_curve: jax.Array
+    elbow_k: jax.Array
+    greedy_centers: jax.Array
+    start_level: jax.Array
+    ledger: Ledger = dataclasses.field(metadata=dict(static=True))
+
+
+jax.tree_util.register_dataclass(
+    KMeansResult,
+    data_fields=["centers", "sizes", "cost_curve", "elbow_k", "greedy_centers", "start_level"],
+    meta_fields=["ledger"],
+)
+
+
+class GreedyPlan(NamedTuple):
+    """The public parameters of one run (hashable: a static argument of the program)."""
+
+    nets: NetPlan
+    k: int
+    d: int
+    projection_seed: int
+    select: ComposedSelectionRelease | None  # None: the non-private run
+    count: CountRelease | None
+    sums: AveragingPlan | None
+    costs: AveragingPlan | None
+    releases: tuple  # the ledger's releases
+
+
+@functools.lru_cache(maxsize=64)
+def plan_greedy(budget: Budget | None, k: int, d: int, z: int, levels: int, grid_dim: int, projection_seed: int):
+    """Calibrate every release of a run to its share of ``budget`` (host side)."""
+    nets = plan_nets(min(d, grid_dim), levels, z)
+    if budget is None:
+        return GreedyPlan(nets, k, d, projection_seed, None, None, None, None, ())
+    eps = split_budget(budget.epsilon, SHARES)
+    dlt = split_budget(budget.delta, DELTA_SHARES)
+    candidates = max(int(start_candidates(nets)[0].shape[0]), int(child_offsets(nets.dim).shape[0]))
+    select = ComposedSelectionRelease.calibrated(
+        "greedy_select", eps[0], dlt[0], keys.GREEDY_SELECT, 2**VALUE_BITS, candidates, k * (1 + levels),
+        rule="ball value, integer units of r^z / 2**8",
+    )
+    count = CountRelease("greedy_count", eps[1], keys.GREEDY_COUNT, rule="sizes of the disjoint Voronoi cells")
+    sums, costs = plan_averaging(eps[2], dlt[2], d), plan_averaging(eps[3], dlt[3], k)
+    releases = (select, count, _gaussian("centre_sums", eps[2], dlt[2], sums), _gaussian("cost_curve", eps[3], dlt[3], costs))
+    return GreedyPlan(nets, k, d, projection_seed, select, count, sums, costs, releases)
+
+
+def _gaussian(rows: str, epsilon: float, delta: float, plan: AveragingPlan) -> GaussianRelease:
+    """The ledger line of an averaging-mechanism release on the "greedy_sum" stream."""
+    return GaussianRelease(
+        "greedy_" + rows, epsilon, delta, keys.GREEDY_SUM, plan.sensitivity, plan.sigma, plan.sampler_delta,
+        rows=rows, rule=f"L2 of fixed-point sums / 2**{plan.coarse_shift}",
+    )
+
+
+def kmeans(
+    key: jax.Array,
+    X,
+    k: int,
+    budget: Budget | None,
+    *,
+    bounds=None,
+    z: int = 2,
+    levels: int = DEFAULT_LEVELS,
+    grid_dim: int = MAX_GRID_DIM,
+    projection_seed: int = 0,
+    point_mask=None,
+) -> KMeansResult:
+    """DP k-means (z = 2) or k-median (z = 1) with k centres, and the private cost curve over k' <= k.
+
+    Args:
+      key: a JAX PRNG key (keep it secret; every noise draw derives from it).
+      X: (n, d) points; n <= MAX_POINTS.
+      k: number of centres (>= 1).
+      budget: the (epsilon, delta) Budget; ``None`` runs the NOT private greedy
+        (arg max choices, exact lift and costs) for comparison.
+      bounds: public (lo, hi), scalars or (d,) arrays (required; a hook for private bounds).
+      z: 2 for k-means, 1 for k-median.
+      levels: L, the last level of the nets (public).
+      grid_dim: the largest working dimension m; data of higher d is projected.
+      projection_seed: the public seed of the projection (data independent).
+      point_mask: optional (n,) bool, rows to use.
+
+    Works under ``jax.jit`` (``k``, ``budget`` and the keywords static) and ``jax.vmap`` over keys.
+    """
+    validate_key(key)
+    points = _validate_points(X)
+    n, d = points.shape
+    _validate_arguments(n, k, z, levels, grid_dim, budget)
+    lower, upper = validate_bounds(bounds, d)
+    mask = jnp.ones(n, bool) if point_mask is None else jnp.asarray(point_mask, bool)
+    plan = plan_greedy(budget, int(k), d, int(z), int(levels), int(grid_dim), int(projection_seed))
+    return _run(key, points, mask, jnp.asarray(lower), jnp.asarray(upper), plan)
+
+
+def _validate_arguments(n: int, k, z, levels, grid_dim, budget) -> None:
+    if n > MAX_POINTS:
+        raise ValueError(f"X has {n} points; kmeans supports at most {MAX_POINTS} (exact int32 ball values)")
+    for name, value, low in (("k", k, 1), ("levels", levels, 1), ("grid_dim", grid_dim, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if z not in (1, 2):
+        raise ValueError(f"z must be 1 (k-median) or 2 (k-means), got {z!r}")
+    if grid_dim > 4:
+        raise ValueError(f"grid_dim {grid_dim} is too large: the children per step grow like (c sqrt m)^m")
+    if budget is not None and not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpm_jax.Budget or None, got {type(budget).__name__}")
+
+
+@functools.partial(jax.jit, static_argnames=("plan",))
+def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
+    working, to_data = _working_coordinates(X, lower, upper, plan)
+    if plan.select is None:
+        choose = argmax_chooser
+    else:
+        table = em_table_on_device()
+        choose = lambda k_, s, v: plan.select.select(k_, table, exact.from_int32(s[None]), v[None])[0]  # noqa: E731
+    greedy = greedy_centres(keys.derive_key(key, keys.GREEDY_SELECT), working, mask, plan.nets, plan.k, choose)
+    slot = nearest(working, greedy.centres)
+    fallback = to_data(greedy.centres)
+    if plan.select is None:
+        centres, sizes = lift_exact(X, mask, slot, fallback)
+        costs = exact_costs(working, mask, greedy.centres, plan.nets.z)
+    else:
+        sum_key = keys.derive_key(key, keys.GREEDY_SUM)
+        lift_keys = (keys.derive_key(key, keys.GREEDY_COUNT), jax.random.fold_in(sum_key, 0))
+        tables = gaussian_thresholds_on_device(plan.sums.sigma)
+        centres, sizes = lift_private(lift_keys, X, (lower, upper), mask, slot, fallback, (plan.count, plan.sums, tables))
+        cost_tables = gaussian_thresholds_on_device(plan.costs.sigma)
+        costs = private_costs(jax.random.fold_in(sum_key, 1), working, mask, greedy.centres, plan.nets.z, plan.costs, cost_tables)
+    return KMeansResult(centres, sizes, costs, elbow(costs), greedy.centres, greedy.start_level, ledger_of(plan.releases))
+
+
+def _projection(plan: GreedyPlan) -> np.ndarray:
+    """(d, m) orthonormal columns from the public seed (data independent)."""
+    gaussian = np.random.default_rng(plan.projection_seed).standard_normal((plan.d, plan.nets.dim))
+    return np.linalg.qr(gaussian)[0].astype(np.float32)
+
+
+def _working_coordinates(X, lower, upper, plan: GreedyPlan):
+    """(points in [0, 1]^m, the map of working centres back to data units)."""
+    unit = to_unit_range(X, lower, upper)
+    if plan.nets.dim == plan.d:
+        return unit, lambda c: lower + c * (upper - lower)
+    q, root_d = jnp.asarray(_projection(plan)), np.float32(math.sqrt(plan.d))
+    working = jnp.clip(0.5 + ((unit - 0.5) @ q) / root_d, 0.0, 1.0)
+    # back: the least-norm preimage of the working centre (clipped to the bounds)
+    return working, lambda c: lower + jnp.clip(0.5 + root_d * (c - 0.5) @ q.T, 0.0, 1.0) * (upper - lower)
+
+
+def elbow(costs: jax.Array, gain: float = ELBOW_GAIN) -> jax.Array:
+    """int32: the first k' whose next centre lowers the cost by less than ``gain`` of it (k if none).
+
+    Post-processing of the cost curve (Section A.3: the elbow method on the prefixes).
+    """
+    improvement = 1.0 - costs[1:] / jnp.maximum(costs[:-1], 1e-30)
+    small = improvement < gain
+    return jnp.where(jnp.any(small), jnp.argmax(small) + 1, costs.shape[0]).astype(jnp.int32)
+

@@ -1,0 +1,154 @@
+"""The hierarchy of grid nets and the balls' values ("Making Old Things New: A Unified
+Algorithm for Differentially Private Clustering", Section 3, Modification 1; Definition 3.1).
+
+The space is the unit cube [0, 1]^m of the working coordinates (the data mapped by its
+public bounds, and projected when m < d: :mod:`dpm_jax.greedy.api`). Level i is the grid
+of the 2**(i m) cell centres (j + 1/2) 2**-i, j in {0 .. 2**i - 1}^m; its covering radius
+is the cells' half-diagonal sqrt(m) 2**-i / 2, and the balls of level i have that radius,
+r_i = sqrt(m) 2**-(i + 1) (the covering radius is rho r_i with rho = 1). Level 0 is one
+ball that holds the whole cube.
+
+Constants, in units of the level's radius (the paper's symbols were lost; reconstructed
+from the proofs' constraints, see docs/greedy.md):
+  * children: the level-(i + 1) centres within C_CHILD r_i of the ball's centre. Every
+    point x of B(p, r_i) is within rho r_(i+1) of some level-(i + 1) centre q, and
+    |q - p| <= r_i + rho r_i / 2, so C_CHILD >= 1 + rho / 2 puts x in a child
+    (Lemma D.7); C_CHILD = 1.5.
+  * forbidden: a ball B(p, r_i) is forbidden by a centre c when |p - c| <= C_FORBID r_i.
+    A child q of an available ball (|p - c| > C_FORBID r_i) has |q - c| > (C_FORBID -
+    C_CHILD) r_i >= C_FORBID r_(i+1) when C_CHILD <= C_FORBID / 2 (Lemma D.5), so the
+    descent never meets a forbidden child; C_FORBID = 2 + 2 rho = 4 (Lemma D.2).
+  The Gupta et al. style privacy proof (Lemma F.2) would need C_FORBID >= 3 + 4 C_CHILD;
+  the privacy here does not use it (zCDP composition of every selection instead).
+
+The value of a ball (Mettu and Plaxton): sum over its points x of (r - |x - p|)^z, here
+in integer units: each point adds floor(2**VALUE_BITS (1 - |x - p| / r)_+^z), an integer
+in [0, 2**VALUE_BITS] (the value / r^z, up to the floor). One point changes every ball's
+value by at most 2**VALUE_BITS: the sensitivity of every selection's scores. The
+per-point integers are a per-record map (their floating-point evaluation only decides
+which integer in [0, 2**VALUE_BITS] a point adds), and the sums are int32 scatter-adds
+and reductions of integers, exact while n 2**VALUE_BITS < 2**31: maximum n MAX_POINTS.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "C_CHILD",
+    "C_FORBID",
+    "VALUE_BITS",
+    "MAX_POINTS",
+    "NetPlan",
+    "plan_nets",
+    "radius",
+    "child_offsets",
+    "start_candidates",
+    "contributions",
+    "start_values",
+    "cell_centres",
+]
+
+C_CHILD = 1.5
+C_FORBID = 4.0
+VALUE_BITS = 8
+MAX_POINTS = 2 ** (31 - VALUE_BITS) - 1
+MAX_START_CANDIDATES = 2**17  # the start selection's candidates: every ball of levels 0 .. start_levels
+
+
+class NetPlan(NamedTuple):
+    """The public parameters of the nets: working dimension m, last level L, start levels S, z."""
+
+    dim: int
+    levels: int
+    start_levels: int
+    z: int
+
+
+def plan_nets(dim: int, levels: int, z: int) -> NetPlan:
+    """Start levels: the most levels 0 .. S whose balls together number at most MAX_START_CANDIDATES."""
+    start = 0
+    while start + 1 <= levels and sum(2 ** (i * dim) for i in range(start + 2)) <= MAX_START_CANDIDATES:
+        start += 1
+    return NetPlan(dim, levels, start, z)
+
+
+def radius(level, dim: int):
+    """r_i = sqrt(m) 2**-(i + 1): the covering radius of level i's grid."""
+    return math.sqrt(dim) * 2.0 ** (-jnp.asarray(level, jnp.float32) - 1.0)
+
+
+@functools.lru_cache(maxsize=8)
+def child_offsets(dim: int) -> np.ndarray:
+    """(C, m) int32 t: the children of the level-i centre of cell j are the level-(i+1) cells 2j + 1 + t.
+
+    Level i's centre (j + 1/2) 2**-i is (2j + 1) 2**-(i+1); the child 2j + 1 + t lies at
+    offset (t + 1/2) 2**-(i+1), within C_CHILD r_i = C_CHILD sqrt(m) 2**-(i+1) when
+    |t + 1/2| <= C_CHILD sqrt(m).
+    """
+    reach = int(math.floor(C_CHILD * math.sqrt(dim) + 0.5))
+    grid = np.array(list(itertools.product(range(-reach - 1, reach + 1), repeat=dim)), dtype=np.int32)
+    keep = np.linalg.norm(grid + 0.5, axis=1) <= C_CHILD * math.sqrt(dim)
+    return grid[keep]
+
+
+@functools.lru_cache(maxsize=8)
+def start_candidates(plan: NetPlan) -> tuple[np.ndarray, np.ndarray]:
+    """(levels (M,), cells (M, m)) of every ball of levels 0 .. S, level by level, cells in C order."""
+    levels, cells = [], []
+    for level in range(plan.start_levels + 1):
+        side = 2**level
+        grid = np.indices((side,) * plan.dim, dtype=np.int32).reshape(plan.dim, -1).T
+        levels.append(np.full(grid.shape[0], level, np.int32))
+        cells.append(grid)
+    return np.concatenate(levels), np.concatenate(cells)
+
+
+def cell_centres(cells: jax.Array, level) -> jax.Array:
+    """Centres (j + 1/2) 2**-i of level-i cells j."""
+    return (cells.astype(jnp.float32) + 0.5) * jnp.exp2(-jnp.asarray(level, jnp.float32))[..., None]
+
+
+def contributions(points: jax.Array, centres: jax.Array, r: jax.Array, z: int) -> jax.Array:
+    """(n, C) int32 floor(2**VALUE_BITS (1 - |x - p| / r)_+^z) in [0, 2**VALUE_BITS] for points x, centres p."""
+    return _value_code(jnp.sqrt(jnp.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=-1)), r, z)
+
+
+def _value_code(distance: jax.Array, r: jax.Array, z: int) -> jax.Array:
+    closeness = jnp.clip(1.0 - distance / r, 0.0, 1.0) ** z
+    return jnp.clip(jnp.floor(closeness * 2.0**VALUE_BITS), 0, 2**VALUE_BITS).astype(jnp.int32)
+
+
+def start_values(points: jax.Array, point_mask: jax.Array, plan: NetPlan) -> jax.Array:
+    """(M,) int32 values of every start candidate (:func:`start_candidates` order), exact.
+
+    A point of cell j of level i can only be within r_i of the centres of cells j + o with
+    |o_k| <= (sqrt(m) + 1) / 2 per coordinate: one scatter-add per such offset.
+    """
+    reach = int(math.floor((math.sqrt(plan.dim) + 1.0) / 2.0))
+    offsets = np.array(list(itertools.product(range(-reach, reach + 1), repeat=plan.dim)), dtype=np.int32)
+    per_level = [_level_values(points, point_mask, level, offsets, plan) for level in range(plan.start_levels + 1)]
+    return jnp.concatenate(per_level)
+
+
+def _level_values(points, point_mask, level: int, offsets: np.ndarray, plan: NetPlan) -> jax.Array:
+    side = 2**level
+    cells = jnp.clip(jnp.floor(points * side).astype(jnp.int32), 0, side - 1)
+    strides = jnp.asarray(side ** np.arange(plan.dim - 1, -1, -1), jnp.int32)
+    values = jnp.zeros(side**plan.dim, jnp.int32)
+    r = radius(level, plan.dim)
+    for offset in offsets:
+        neighbour = cells + jnp.asarray(offset)
+        inside = jnp.all((neighbour >= 0) & (neighbour < side), axis=1) & point_mask
+        centre = cell_centres(neighbour, level)
+        weight = _value_code(jnp.sqrt(jnp.sum((points - centre) ** 2, axis=1)), r, plan.z)
+        flat = jnp.sum(jnp.clip(neighbour, 0, side - 1) * strides, axis=1)
+        values = values.at[flat].add(jnp.where(inside, weight, 0))
+    return values
