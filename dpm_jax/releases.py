@@ -268,20 +268,19 @@ class GaussianRelease(NamedTuple):
 
 
 class ComposedSelectionRelease(NamedTuple):
-    """``selections`` adaptive runs of the exact exponential mechanism, each at ``epsilon_each``.
+    """Adaptive runs of the exact exponential mechanism in groups: ``selections[g]`` runs at ``epsilon_each[g]``.
 
-    Privacy: one run at epsilon_each on integer scores of sensitivity Δ is, for the
-    ideal mechanism, epsilon_each-bounded-range (Durfee and Rogers 2019); the exact
-    sampler's probabilities are within e^(+-gamma) of the ideal ones
-    (:mod:`dpm_jax.mechanisms`, gamma = EM_EPSILON_MARGIN / 2), which widens the range
-    of the privacy loss by at most 2 EM_EPSILON_MARGIN, so each run is
-    b-bounded-range with b = epsilon_each + 2 EM_EPSILON_MARGIN, hence (b^2 / 8)-zCDP
-    (Cesar and Rogers 2021, Lemma 3.2). zCDP adds over adaptive runs: rho =
-    selections b^2 / 8, which is (epsilon, cdp_delta(rho, epsilon))-DP (Canonne,
-    Kamath and Steinke 2020). The sampler's total variation, per run em_sampler_tv(M),
-    adds over the runs and costs selections tv (1 + e^epsilon) of delta. Build it with
-    :meth:`calibrated`; ``selections`` is the most runs the algorithm may make (fewer
-    runs spend less).
+    Privacy: one run at epsilon_g on integer scores of sensitivity Δ is, for the ideal
+    mechanism, epsilon_g-bounded-range (Durfee and Rogers 2019); the exact sampler's
+    probabilities are within e^(+-gamma) of the ideal ones (:mod:`dpm_jax.mechanisms`,
+    gamma = EM_EPSILON_MARGIN / 2), which widens the range of the privacy loss by at
+    most 2 EM_EPSILON_MARGIN, so each run is b_g-bounded-range with b_g = epsilon_g +
+    2 EM_EPSILON_MARGIN, hence (b_g^2 / 8)-zCDP (Cesar and Rogers 2021, Lemma 3.2). zCDP
+    adds over adaptive runs: rho = sum_g selections_g b_g^2 / 8, which is (epsilon,
+    cdp_delta(rho, epsilon))-DP (Canonne, Kamath and Steinke 2020). The sampler's total
+    variation, per run em_sampler_tv(M), adds over the runs and costs
+    sum selections tv (1 + e^epsilon) of delta. Build it with :meth:`calibrated`;
+    ``selections`` are the most runs the algorithm may make (fewer runs spend less).
     """
 
     name: str
@@ -290,42 +289,55 @@ class ComposedSelectionRelease(NamedTuple):
     stream: str
     sensitivity: int
     num_candidates: int
-    selections: int
-    epsilon_each: float
+    selections: tuple[int, ...]
+    epsilon_each: tuple[float, ...]
     sampler_delta: float
     rule: str = "integer score"
 
     @classmethod
     def calibrated(
-        cls, name: str, epsilon: float, delta: float, stream: str, sensitivity: int, num_candidates: int,
-        selections: int, **kw
+        cls,
+        name: str,
+        epsilon: float,
+        delta: float,
+        stream: str,
+        sensitivity: int,
+        num_candidates: int,
+        selections: tuple[int, ...],
+        ratios: tuple[float, ...],
+        **kw,
     ) -> "ComposedSelectionRelease":
-        """The largest epsilon_each whose composition, sampler included, is (epsilon, delta)-DP."""
-        sampler_delta = selections * em_sampler_tv(num_candidates) * (1.0 + math.exp(epsilon)) * (1.0 + 1e-9)
+        """The largest epsilons in proportion to ``ratios`` whose composition, sampler included, is (epsilon, delta)-DP."""
+        runs = sum(selections)
+        sampler_delta = runs * em_sampler_tv(num_candidates) * (1.0 + math.exp(epsilon)) * (1.0 + 1e-9)
         if not sampler_delta < 0.1 * delta:
             raise ValueError(f"{name}: the sampler would need {sampler_delta:.3g} of delta {delta:.3g}")
-        low, high = 0.0, 8.0 * epsilon / selections  # rho = epsilon / 8 already exceeds any useful delta
+        low, high = 0.0, 8.0 * epsilon / min(ratios)  # rho >= epsilon already exceeds any useful delta
         for _ in range(200):
             middle = 0.5 * (low + high)
-            rho = selections * (middle + 2 * EM_EPSILON_MARGIN) ** 2 / 8.0
+            rho = _composed_rho(selections, tuple(middle * r for r in ratios))
             low, high = (middle, high) if cdp_delta(rho, epsilon) <= delta - sampler_delta else (low, middle)
-        if not low > 2 * EM_EPSILON_MARGIN:
+        each = tuple(low * r for r in ratios)
+        if not min(each) > 2 * EM_EPSILON_MARGIN:
             raise ValueError(
-                f"{name}: ({epsilon:.3g}, {delta:.3g}) over {selections} selections leaves epsilon {low:.3g} "
+                f"{name}: ({epsilon:.3g}, {delta:.3g}) over {runs} selections leaves epsilon {min(each):.3g} "
                 f"per selection, below the exact sampler's margin; raise the budget or lower k or the levels"
             )
-        return cls(name, epsilon, delta, stream, sensitivity, num_candidates, selections, low, sampler_delta, **kw)
+        return cls(
+            name, epsilon, delta, stream, sensitivity, num_candidates, tuple(selections), each, sampler_delta, **kw
+        )
 
     @property
     def rho(self) -> float:
         """The zCDP parameter of the composition."""
-        return self.selections * (self.epsilon_each + 2 * EM_EPSILON_MARGIN) ** 2 / 8.0
+        return _composed_rho(self.selections, self.epsilon_each)
 
-    def select(self, key: jax.Array, table, scores: Int, valid: jax.Array) -> jax.Array:
-        """One run: indices of the selected candidates, one per row of ``scores``."""
-        return exponential_mechanism(key, table, scores, valid, self.epsilon_each, self.sensitivity)
+    def select(self, group: int, key: jax.Array, table, scores: Int, valid: jax.Array) -> jax.Array:
+        """One run of ``group``: indices of the selected candidates, one per row of ``scores``."""
+        return exponential_mechanism(key, table, scores, valid, self.epsilon_each[group], self.sensitivity)
 
     def entry(self) -> LedgerEntry:
+        runs = " + ".join(f"{s} at {e:.4g}" for s, e in zip(self.selections, self.epsilon_each))
         return LedgerEntry(
             self.name,
             "exponential_zcdp",
@@ -333,12 +345,15 @@ class ComposedSelectionRelease(NamedTuple):
             self.epsilon,
             self.delta,
             float(self.sensitivity),
-            f"{self.rule}; {self.selections} selections of <= {self.num_candidates} candidates, "
-            f"{self.epsilon_each:.4g} each",
-            2.0 * self.sensitivity / self.epsilon_each,
+            f"{self.rule}; selections {runs}; <= {self.num_candidates} candidates",
+            2.0 * self.sensitivity / min(self.epsilon_each),
             (self.stream,),
             sampler_delta=self.sampler_delta,
         )
+
+
+def _composed_rho(selections: Sequence[int], epsilons: Sequence[float]) -> float:
+    return math.fsum(s * (e + 2 * EM_EPSILON_MARGIN) ** 2 / 8.0 for s, e in zip(selections, epsilons))
 
 
 def stream_key(key: jax.Array, release: Release) -> jax.Array:

@@ -29,11 +29,17 @@ import numpy as np
 
 from dpm_jax import keys
 from dpm_jax._arrays import to_unit_range
-from dpm_jax.api import _validate_points, em_table_on_device, gaussian_thresholds_on_device, validate_bounds, validate_key
+from dpm_jax.api import (
+    _validate_points,
+    em_table_on_device,
+    gaussian_thresholds_on_device,
+    validate_bounds,
+    validate_key,
+)
 from dpm_jax.averaging import AveragingPlan, plan_averaging
 from dpm_jax.budget import Budget
 from dpm_jax import exact
-from dpm_jax.greedy.lift import exact_costs, lift_exact, lift_private, nearest, private_costs
+from dpm_jax.greedy.lift import cost_unit, exact_costs, lift_exact, lift_private, nearest, private_costs
 from dpm_jax.greedy.nets import MAX_POINTS, VALUE_BITS, NetPlan, child_offsets, plan_nets, start_candidates
 from dpm_jax.greedy.select import argmax_chooser, greedy_centres
 from dpm_jax.ledger import Ledger, LedgerEntry
@@ -42,11 +48,15 @@ from dpm_jax.releases import ComposedSelectionRelease, CountRelease, GaussianRel
 __all__ = ["KMeansResult", "GreedyPlan", "plan_greedy", "kmeans", "elbow", "SHARES", "ELBOW_GAIN"]
 
 # (select, count, sum, cost) shares of epsilon; delta is shared by select, sum and cost.
-SHARES = (0.45, 0.1, 0.3, 0.15)
+SHARES = (0.6, 0.05, 0.25, 0.1)
 DELTA_SHARES = (0.4, 0.0, 0.4, 0.2)
 ELBOW_GAIN = 0.2  # the elbow: the first k' after which one more centre lowers the cost by less than this
-DEFAULT_LEVELS = 12
-MAX_GRID_DIM = 3
+ELBOW_NOISE = 2.0
+# epsilon of a start selection : of a descent step (a start chooses among up to 2**17 balls,
+# a step among the 16 children in 2-d: the noise's maximum grows like ln(candidates) / epsilon)
+START_RATIO = (4.0, 1.0)
+DEFAULT_LEVELS = 10
+MAX_GRID_DIM = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,20 +114,39 @@ def plan_greedy(budget: Budget | None, k: int, d: int, z: int, levels: int, grid
     dlt = split_budget(budget.delta, DELTA_SHARES)
     candidates = max(int(start_candidates(nets)[0].shape[0]), int(child_offsets(nets.dim).shape[0]))
     select = ComposedSelectionRelease.calibrated(
-        "greedy_select", eps[0], dlt[0], keys.GREEDY_SELECT, 2**VALUE_BITS, candidates, k * (1 + levels),
+        "greedy_select",
+        eps[0],
+        dlt[0],
+        keys.GREEDY_SELECT,
+        2**VALUE_BITS,
+        candidates,
+        (k, k * levels),
+        START_RATIO,
         rule="ball value, integer units of r^z / 2**8",
     )
     count = CountRelease("greedy_count", eps[1], keys.GREEDY_COUNT, rule="sizes of the disjoint Voronoi cells")
     sums, costs = plan_averaging(eps[2], dlt[2], d), plan_averaging(eps[3], dlt[3], k)
-    releases = (select, count, _gaussian("centre_sums", eps[2], dlt[2], sums), _gaussian("cost_curve", eps[3], dlt[3], costs))
+    releases = (
+        select,
+        count,
+        _gaussian("centre_sums", eps[2], dlt[2], sums),
+        _gaussian("cost_curve", eps[3], dlt[3], costs),
+    )
     return GreedyPlan(nets, k, d, projection_seed, select, count, sums, costs, releases)
 
 
 def _gaussian(rows: str, epsilon: float, delta: float, plan: AveragingPlan) -> GaussianRelease:
     """The ledger line of an averaging-mechanism release on the "greedy_sum" stream."""
     return GaussianRelease(
-        "greedy_" + rows, epsilon, delta, keys.GREEDY_SUM, plan.sensitivity, plan.sigma, plan.sampler_delta,
-        rows=rows, rule=f"L2 of fixed-point sums / 2**{plan.coarse_shift}",
+        "greedy_" + rows,
+        epsilon,
+        delta,
+        keys.GREEDY_SUM,
+        plan.sensitivity,
+        plan.sigma,
+        plan.sampler_delta,
+        rows=rows,
+        rule=f"L2 of fixed-point sums / 2**{plan.coarse_shift}",
     )
 
 
@@ -182,7 +211,7 @@ def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
         choose = argmax_chooser
     else:
         table = em_table_on_device()
-        choose = lambda k_, s, v: plan.select.select(k_, table, exact.from_int32(s[None]), v[None])[0]  # noqa: E731
+        choose = lambda g, k_, s, v: plan.select.select(g, k_, table, exact.from_int32(s[None]), v[None])[0]  # noqa: E731
     greedy = greedy_centres(keys.derive_key(key, keys.GREEDY_SELECT), working, mask, plan.nets, plan.k, choose)
     slot = nearest(working, greedy.centres)
     fallback = to_data(greedy.centres)
@@ -193,10 +222,22 @@ def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
         sum_key = keys.derive_key(key, keys.GREEDY_SUM)
         lift_keys = (keys.derive_key(key, keys.GREEDY_COUNT), jax.random.fold_in(sum_key, 0))
         tables = gaussian_thresholds_on_device(plan.sums.sigma)
-        centres, sizes = lift_private(lift_keys, X, (lower, upper), mask, slot, fallback, (plan.count, plan.sums, tables))
+        centres, sizes = lift_private(
+            lift_keys, X, (lower, upper), mask, slot, fallback, (plan.count, plan.sums, tables)
+        )
         cost_tables = gaussian_thresholds_on_device(plan.costs.sigma)
-        costs = private_costs(jax.random.fold_in(sum_key, 1), working, mask, greedy.centres, plan.nets.z, plan.costs, cost_tables)
-    return KMeansResult(centres, sizes, costs, elbow(costs), greedy.centres, greedy.start_level, ledger_of(plan.releases))
+        costs = private_costs(
+            jax.random.fold_in(sum_key, 1), working, mask, greedy.centres, plan.nets.z, plan.costs, cost_tables
+        )
+    return KMeansResult(
+        centres,
+        sizes,
+        costs,
+        elbow(costs, cost_noise_std(plan)),
+        greedy.centres,
+        greedy.start_level,
+        ledger_of(plan.releases),
+    )
 
 
 def _projection(plan: GreedyPlan) -> np.ndarray:
@@ -216,12 +257,21 @@ def _working_coordinates(X, lower, upper, plan: GreedyPlan):
     return working, lambda c: lower + jnp.clip(0.5 + root_d * (c - 0.5) @ q.T, 0.0, 1.0) * (upper - lower)
 
 
-def elbow(costs: jax.Array, gain: float = ELBOW_GAIN) -> jax.Array:
-    """int32: the first k' whose next centre lowers the cost by less than ``gain`` of it (k if none).
+def cost_noise_std(plan: GreedyPlan) -> float:
+    """The standard deviation of each released prefix cost in working units (0 without privacy)."""
+    if plan.costs is None:
+        return 0.0
+    return plan.costs.sigma * 2.0**plan.costs.coarse_shift * cost_unit(plan.nets.dim, plan.nets.z)
 
-    Post-processing of the cost curve (Section A.3: the elbow method on the prefixes).
+
+def elbow(costs: jax.Array, noise_std: float = 0.0, gain: float = ELBOW_GAIN) -> jax.Array:
+    """int32: the k' after the last centre that lowered the cost by at least ``gain`` of it (1 if none).
+
+    A drop counts only beyond ``ELBOW_NOISE`` standard deviations of the difference of two
+    noisy costs. Post-processing of the cost curve (Section A.3: the elbow method on the
+    prefixes of one run).
     """
-    improvement = 1.0 - costs[1:] / jnp.maximum(costs[:-1], 1e-30)
-    small = improvement < gain
-    return jnp.where(jnp.any(small), jnp.argmax(small) + 1, costs.shape[0]).astype(jnp.int32)
-
+    drop = costs[:-1] - costs[1:]
+    large = drop >= gain * jnp.maximum(costs[:-1], 0.0) + ELBOW_NOISE * math.sqrt(2.0) * noise_std
+    last = costs.shape[0] - 1 - jnp.argmax(large[::-1])
+    return jnp.where(jnp.any(large), last + 1, 1).astype(jnp.int32)

@@ -10,13 +10,15 @@ sampler as DPM's leaf centres); the lifted centre is noisy sum / noisy size
 (post-processing). The lifting reads the original data, so a projection used for the
 selection costs nothing here.
 
-The cost curve: for k' = 1 .. k the cost of the first k' greedy centres in the working
-coordinates, sum over points of min_c |y - c|^z. Each point adds the fixed-point code
-floor(2**19 (min(|y - c| / sqrt(m), 1))^z) in [0, 2**19] to each of the k prefix costs
-(sqrt(m) is the working cube's diameter, so the min never clips): the k-vector of exact
-sums has L2 sensitivity 2**19 sqrt(k), the averaging mechanism's with k coordinates, and
-is released by it (discrete Gaussian after the coarse shift; privacy in
-:mod:`dpm_jax.averaging`).
+The cost curve: for k' = 1 .. k the clipped cost of the first k' greedy centres in the
+working coordinates, sum over points of min(min_c |y - c|, tau)^z with the public clip
+tau = COST_RADIUS sqrt(m) (a fraction of the working cube's diameter: a point farther
+than tau from every centre counts as uncovered, which is what the elbow looks for, and
+the clip bounds the sensitivity). Each point adds the fixed-point code
+floor(2**19 min(|y - c| / tau, 1)^z) in [0, 2**19] to each of the k prefix costs: the
+k-vector of exact sums has L2 sensitivity 2**19 sqrt(k), the averaging mechanism's with
+k coordinates, and is released by it (discrete Gaussian after the coarse shift; privacy
+in :mod:`dpm_jax.averaging`).
 """
 
 from __future__ import annotations
@@ -39,12 +41,17 @@ from dpm_jax.releases import CountRelease
 __all__ = ["nearest", "cell_counts", "lift_private", "lift_exact", "cost_codes", "private_costs", "exact_costs"]
 
 _COST_CODE_MAX = 2 ** (FIXED_POINT_BITS - 1)  # codes in [0, 2**19]: within the averaging's |code| bound
+COST_RADIUS = 1.0 / 16.0  # the cost curve's clip, a fraction of the working cube's diameter
 
 
 def nearest(points: jax.Array, centres: jax.Array) -> jax.Array:
     """(n,) int32 index of every point's nearest centre (the first on ties)."""
-    distance = jnp.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=-1)
-    return jnp.argmin(distance, axis=1).astype(jnp.int32)
+    return jnp.argmin(_squared_distances(points, centres), axis=1).astype(jnp.int32)
+
+
+def _squared_distances(points: jax.Array, centres: jax.Array) -> jax.Array:
+    """(n, k) by a sum over the coordinates (no (n, k, m) intermediate)."""
+    return sum((points[:, j][:, None] - centres[:, j][None, :]) ** 2 for j in range(points.shape[1]))
 
 
 def cell_counts(slot: jax.Array, point_mask: jax.Array, k: int) -> jax.Array:
@@ -85,17 +92,16 @@ def lift_exact(X, point_mask, slot, fallback) -> tuple[jax.Array, jax.Array]:
 
 
 def cost_codes(points: jax.Array, centres: jax.Array, z: int) -> jax.Array:
-    """(n, k) int32 codes of every point's distance^z to the first k' centres, k' = 1 .. k."""
-    diameter = np.float32(np.sqrt(points.shape[1]))
-    distance = jnp.sqrt(jnp.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=-1))
-    prefix = jax.lax.cummin(distance, axis=1)
-    scaled = jnp.clip(prefix / diameter, 0.0, 1.0) ** z
+    """(n, k) int32 codes of every point's clipped distance^z to the first k' centres, k' = 1 .. k."""
+    clip = np.float32(COST_RADIUS * np.sqrt(points.shape[1]))
+    prefix = jax.lax.cummin(jnp.sqrt(_squared_distances(points, centres)), axis=1)
+    scaled = jnp.clip(prefix / clip, 0.0, 1.0) ** z
     return jnp.clip(jnp.floor(scaled * _COST_CODE_MAX), 0, _COST_CODE_MAX).astype(jnp.int32)
 
 
-def _cost_scale(dim: int, z: int) -> float:
-    """Working units of one code: diameter^z / 2**19."""
-    return float(np.sqrt(dim) ** z) / _COST_CODE_MAX
+def cost_unit(dim: int, z: int) -> float:
+    """Working units of one code: tau^z / 2**19."""
+    return float((COST_RADIUS * np.sqrt(dim)) ** z) / _COST_CODE_MAX
 
 
 def private_costs(key, points, point_mask, centres, z: int, plan: AveragingPlan, table_arrays) -> jax.Array:
@@ -103,12 +109,12 @@ def private_costs(key, points, point_mask, centres, z: int, plan: AveragingPlan,
     codes = cost_codes(points, centres, z)
     sums = leaf_sums(codes, point_mask, jnp.zeros(points.shape[0], jnp.int32), 1)
     released = release_leaf_sums(key, sums, table_arrays, plan)
-    return (exact.to_float32(released)[0] + 0.5) * np.float32(2.0**plan.coarse_shift * _cost_scale(points.shape[1], z))
+    return (exact.to_float32(released)[0] + 0.5) * np.float32(2.0**plan.coarse_shift * cost_unit(points.shape[1], z))
 
 
 def exact_costs(points, point_mask, centres, z: int) -> jax.Array:
     """NOT differentially private: the exact prefix costs in working units, from the same codes."""
     codes = cost_codes(points, centres, z)
     return jnp.sum(jnp.where(point_mask[:, None], codes, 0).astype(jnp.float32), axis=0) * np.float32(
-        _cost_scale(points.shape[1], z)
+        cost_unit(points.shape[1], z)
     )

@@ -17,7 +17,13 @@ from the proofs' constraints, see docs/greedy.md):
   * forbidden: a ball B(p, r_i) is forbidden by a centre c when |p - c| <= C_FORBID r_i.
     A child q of an available ball (|p - c| > C_FORBID r_i) has |q - c| > (C_FORBID -
     C_CHILD) r_i >= C_FORBID r_(i+1) when C_CHILD <= C_FORBID / 2 (Lemma D.5), so the
-    descent never meets a forbidden child; C_FORBID = 2 + 2 rho = 4 (Lemma D.2).
+    descent never meets a forbidden child; C_FORBID = 2 C_CHILD = 3, the smallest that
+    allows (a smaller radius lets the greedy start near an earlier centre at a coarser
+    level: two blobs 6 sigma apart are found at level 6 instead of 8 in 2-d, where a
+    ball's value is below the selection's noise). Lemma D.2 asks C_FORBID >= 2 + 2 rho
+    so that every level-0 ball is forbidden after the first centre; here level 0 is one
+    ball whose centre is within r_0 of every point of the cube, so any C_FORBID >= 1
+    forbids it.
   The Gupta et al. style privacy proof (Lemma F.2) would need C_FORBID >= 3 + 4 C_CHILD;
   the privacy here does not use it (zCDP composition of every selection instead).
 
@@ -57,7 +63,7 @@ __all__ = [
 ]
 
 C_CHILD = 1.5
-C_FORBID = 4.0
+C_FORBID = 3.0
 VALUE_BITS = 8
 MAX_POINTS = 2 ** (31 - VALUE_BITS) - 1
 MAX_START_CANDIDATES = 2**17  # the start selection's candidates: every ball of levels 0 .. start_levels
@@ -116,9 +122,13 @@ def cell_centres(cells: jax.Array, level) -> jax.Array:
     return (cells.astype(jnp.float32) + 0.5) * jnp.exp2(-jnp.asarray(level, jnp.float32))[..., None]
 
 
-def contributions(points: jax.Array, centres: jax.Array, r: jax.Array, z: int) -> jax.Array:
-    """(n, C) int32 floor(2**VALUE_BITS (1 - |x - p| / r)_+^z) in [0, 2**VALUE_BITS] for points x, centres p."""
-    return _value_code(jnp.sqrt(jnp.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=-1)), r, z)
+def contributions(points_t: jax.Array, centres: jax.Array, r: jax.Array, z: int) -> jax.Array:
+    """(C, n) int32 floor(2**VALUE_BITS (1 - |x - p| / r)_+^z) in [0, 2**VALUE_BITS] for points x, centres p.
+
+    ``points_t``: the points as (m, n) (coordinate-major: every operation runs along n).
+    """
+    squared = sum((points_t[j][None, :] - centres[:, j][:, None]) ** 2 for j in range(points_t.shape[0]))
+    return _value_code(jnp.sqrt(squared), r, z)
 
 
 def _value_code(distance: jax.Array, r: jax.Array, z: int) -> jax.Array:
@@ -126,7 +136,7 @@ def _value_code(distance: jax.Array, r: jax.Array, z: int) -> jax.Array:
     return jnp.clip(jnp.floor(closeness * 2.0**VALUE_BITS), 0, 2**VALUE_BITS).astype(jnp.int32)
 
 
-def start_values(points: jax.Array, point_mask: jax.Array, plan: NetPlan) -> jax.Array:
+def start_values(points_t: jax.Array, point_mask: jax.Array, plan: NetPlan) -> jax.Array:
     """(M,) int32 values of every start candidate (:func:`start_candidates` order), exact.
 
     A point of cell j of level i can only be within r_i of the centres of cells j + o with
@@ -134,21 +144,22 @@ def start_values(points: jax.Array, point_mask: jax.Array, plan: NetPlan) -> jax
     """
     reach = int(math.floor((math.sqrt(plan.dim) + 1.0) / 2.0))
     offsets = np.array(list(itertools.product(range(-reach, reach + 1), repeat=plan.dim)), dtype=np.int32)
-    per_level = [_level_values(points, point_mask, level, offsets, plan) for level in range(plan.start_levels + 1)]
+    per_level = [_level_values(points_t, point_mask, level, offsets, plan) for level in range(plan.start_levels + 1)]
     return jnp.concatenate(per_level)
 
 
-def _level_values(points, point_mask, level: int, offsets: np.ndarray, plan: NetPlan) -> jax.Array:
+def _level_values(points_t, point_mask, level: int, offsets: np.ndarray, plan: NetPlan) -> jax.Array:
     side = 2**level
-    cells = jnp.clip(jnp.floor(points * side).astype(jnp.int32), 0, side - 1)
-    strides = jnp.asarray(side ** np.arange(plan.dim - 1, -1, -1), jnp.int32)
+    cells = jnp.clip(jnp.floor(points_t * side).astype(jnp.int32), 0, side - 1)  # (m, n)
     values = jnp.zeros(side**plan.dim, jnp.int32)
     r = radius(level, plan.dim)
     for offset in offsets:
-        neighbour = cells + jnp.asarray(offset)
-        inside = jnp.all((neighbour >= 0) & (neighbour < side), axis=1) & point_mask
-        centre = cell_centres(neighbour, level)
-        weight = _value_code(jnp.sqrt(jnp.sum((points - centre) ** 2, axis=1)), r, plan.z)
-        flat = jnp.sum(jnp.clip(neighbour, 0, side - 1) * strides, axis=1)
-        values = values.at[flat].add(jnp.where(inside, weight, 0))
+        neighbour = [cells[j] + int(offset[j]) for j in range(plan.dim)]
+        inside = point_mask
+        squared, flat = 0.0, 0
+        for j, cell in enumerate(neighbour):
+            inside = inside & (cell >= 0) & (cell < side)
+            squared = squared + (points_t[j] - (cell.astype(jnp.float32) + 0.5) / side) ** 2
+            flat = flat * side + jnp.clip(cell, 0, side - 1)
+        values = values.at[flat].add(jnp.where(inside, _value_code(jnp.sqrt(squared), r, plan.z), 0))
     return values

@@ -41,7 +41,8 @@ from dpm_jax.greedy.nets import (
 
 __all__ = ["Greedy", "Chooser", "greedy_centres", "argmax_chooser"]
 
-# (key, scores (C,) int32, valid (C,) bool) -> the index of the chosen candidate.
+# (group, key, scores (C,) int32, valid (C,) bool) -> the index of the chosen candidate;
+# group 0: a start selection, 1: a descent step.
 Chooser = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
 
@@ -53,9 +54,9 @@ class Greedy(NamedTuple):
     start_cell: jax.Array  # (k, m) int32
 
 
-def argmax_chooser(key: jax.Array, scores: jax.Array, valid: jax.Array) -> jax.Array:
+def argmax_chooser(group: int, key: jax.Array, scores: jax.Array, valid: jax.Array) -> jax.Array:
     """The non-private choice: the valid candidate of largest value (the first on ties)."""
-    del key
+    del group, key
     return jnp.argmax(jnp.where(valid, scores, -1))
 
 
@@ -64,15 +65,19 @@ def greedy_centres(key: jax.Array, points: jax.Array, point_mask: jax.Array, pla
     levels, cells = (jnp.asarray(a) for a in start_candidates(plan))
     centres_of_start = cell_centres(cells, levels)
     forbid_radius = C_FORBID * radius(levels, plan.dim)
-    values = start_values(points, point_mask, plan)
+    points_t = points.T  # (m, n): the values' arithmetic runs along n
+    values = start_values(points_t, point_mask, plan)
 
     def one_centre(c, state):
         greedy, forbidden = state
         key_c = jax.random.fold_in(key, c)
         valid = ~forbidden | jnp.all(forbidden)  # all forbidden (k beyond the nets' room): all allowed
-        chosen = choose(jax.random.fold_in(key_c, 0), values, valid)
+        chosen = choose(0, jax.random.fold_in(key_c, 0), values, valid)
         cell = jax.lax.fori_loop(
-            levels[chosen], plan.levels, lambda i, j: _descend(key_c, points, point_mask, plan, choose, i, j), cells[chosen]
+            levels[chosen],
+            plan.levels,
+            lambda i, j: _descend(key_c, points_t, point_mask, plan, choose, i, j),
+            cells[chosen],
         )
         centre = cell_centres(cell, plan.levels)
         forbidden = forbidden | (jnp.linalg.norm(centres_of_start - centre, axis=1) <= forbid_radius)
@@ -83,17 +88,15 @@ def greedy_centres(key: jax.Array, points: jax.Array, point_mask: jax.Array, pla
         )
         return greedy, forbidden
 
-    start = Greedy(
-        jnp.zeros((k, plan.dim), jnp.float32), jnp.zeros(k, jnp.int32), jnp.zeros((k, plan.dim), jnp.int32)
-    )
+    start = Greedy(jnp.zeros((k, plan.dim), jnp.float32), jnp.zeros(k, jnp.int32), jnp.zeros((k, plan.dim), jnp.int32))
     greedy, _ = jax.lax.fori_loop(0, k, one_centre, (start, jnp.zeros(levels.shape[0], bool)))
     return greedy
 
 
-def _descend(key_c, points, point_mask, plan: NetPlan, choose: Chooser, level, cell):
+def _descend(key_c, points_t, point_mask, plan: NetPlan, choose: Chooser, level, cell):
     """One step: the chosen child (a level + 1 cell) of the level-``level`` ball of ``cell``."""
     children = 2 * cell + 1 + jnp.asarray(child_offsets(plan.dim))
     valid = jnp.all((children >= 0) & (children < 2 ** (level + 1)), axis=1)
-    codes = contributions(points, cell_centres(children, level + 1), radius(level + 1, plan.dim), plan.z)
-    scores = jnp.sum(jnp.where(point_mask[:, None], codes, 0), axis=0)
-    return children[choose(jax.random.fold_in(key_c, level + 1), scores, valid)]
+    codes = contributions(points_t, cell_centres(children, level + 1), radius(level + 1, plan.dim), plan.z)
+    scores = jnp.sum(jnp.where(point_mask[None, :], codes, 0), axis=1)
+    return children[choose(1, jax.random.fold_in(key_c, level + 1), scores, valid)]
