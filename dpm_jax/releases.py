@@ -307,7 +307,7 @@ class ComposedSelectionRelease(NamedTuple):
         ratios: tuple[float, ...],
         **kw,
     ) -> "ComposedSelectionRelease":
-        """The largest epsilons in proportion to ``ratios`` whose composition, sampler included, is (epsilon, delta)-DP."""
+        """The largest epsilons, in proportion to ``ratios``, whose composition is (epsilon, delta)-DP."""
         runs = sum(selections)
         sampler_delta = runs * em_sampler_tv(num_candidates) * (1.0 + math.exp(epsilon)) * (1.0 + 1e-9)
         if not sampler_delta < 0.1 * delta:

@@ -42,12 +42,12 @@ from dpm_jax import exact
 from dpm_jax.greedy.lift import cost_unit, exact_costs, lift_exact, lift_private, nearest, private_costs
 from dpm_jax.greedy.nets import MAX_POINTS, VALUE_BITS, NetPlan, child_offsets, plan_nets, start_candidates
 from dpm_jax.greedy.select import argmax_chooser, greedy_centres
-from dpm_jax.ledger import Ledger, LedgerEntry
-from dpm_jax.releases import ComposedSelectionRelease, CountRelease, GaussianRelease, ledger_of, split_budget
+from dpm_jax.ledger import Ledger
+from dpm_jax.releases import ComposedSelectionRelease, CountRelease, GaussianRelease, at_most, ledger_of, split_budget
 
 __all__ = ["KMeansResult", "GreedyPlan", "plan_greedy", "kmeans", "elbow", "SHARES", "ELBOW_GAIN"]
 
-# (select, count, sum, cost) shares of epsilon; delta is shared by select, sum and cost.
+# (select, count, sum, cost) shares of epsilon; of delta (the count spends only its sampler's).
 SHARES = (0.6, 0.05, 0.25, 0.1)
 DELTA_SHARES = (0.4, 0.0, 0.4, 0.2)
 ELBOW_GAIN = 0.2  # the elbow: the first k' after which one more centre lowers the cost by less than this
@@ -111,7 +111,8 @@ def plan_greedy(budget: Budget | None, k: int, d: int, z: int, levels: int, grid
     if budget is None:
         return GreedyPlan(nets, k, d, projection_seed, None, None, None, None, ())
     eps = split_budget(budget.epsilon, SHARES)
-    dlt = split_budget(budget.delta, DELTA_SHARES)
+    count = CountRelease("greedy_count", eps[1], keys.GREEDY_COUNT, rule="sizes of the disjoint Voronoi cells")
+    dlt = _delta_parts(budget.delta, count.entry().delta)
     candidates = max(int(start_candidates(nets)[0].shape[0]), int(child_offsets(nets.dim).shape[0]))
     select = ComposedSelectionRelease.calibrated(
         "greedy_select",
@@ -124,7 +125,6 @@ def plan_greedy(budget: Budget | None, k: int, d: int, z: int, levels: int, grid
         START_RATIO,
         rule="ball value, integer units of r^z / 2**8",
     )
-    count = CountRelease("greedy_count", eps[1], keys.GREEDY_COUNT, rule="sizes of the disjoint Voronoi cells")
     sums, costs = plan_averaging(eps[2], dlt[2], d), plan_averaging(eps[3], dlt[3], k)
     releases = (
         select,
@@ -133,6 +133,12 @@ def plan_greedy(budget: Budget | None, k: int, d: int, z: int, levels: int, grid
         _gaussian("cost_curve", eps[3], dlt[3], costs),
     )
     return GreedyPlan(nets, k, d, projection_seed, select, count, sums, costs, releases)
+
+
+def _delta_parts(delta: float, count_delta: float) -> tuple[float, ...]:
+    """(select, count, sum, cost) parts of delta: the count's sampler share first, the rest by DELTA_SHARES."""
+    select, _, sums, costs = split_budget(delta - count_delta, DELTA_SHARES)
+    return (select, count_delta, sums, at_most(delta, [count_delta, select, sums], costs))
 
 
 def _gaussian(rows: str, epsilon: float, delta: float, plan: AveragingPlan) -> GaussianRelease:

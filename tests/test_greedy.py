@@ -1,0 +1,213 @@
+"""The unified greedy k-means (dpm_jax.greedy): nets, selection, lift, ledger, jit/vmap."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dpm_jax
+from dpm_jax import exact, keys
+from dpm_jax.averaging import centers_from_sums, blockwise_leaf_sums
+from dpm_jax.eval.datasets import synthetic_blobs
+from dpm_jax.greedy import api, lift, nets, select
+from dpm_jax.mechanisms import cdp_delta, count_noise, discrete_gaussian_table
+from dpm_jax.releases import ComposedSelectionRelease
+
+BUDGET = dpm_jax.Budget(1.0, 1e-6)
+
+
+@pytest.fixture(scope="module")
+def blobs2d():
+    return synthetic_blobs(n=4000, d=2, num_blobs=5, std=1.0, seed=5)
+
+
+def _cost(X, C):
+    return float(((np.asarray(X, float)[:, None] - np.asarray(C, float)[None]) ** 2).sum(-1).min(1).sum())
+
+
+# ------------------------------------------------------------------- nets
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_every_point_of_a_ball_lies_in_a_child(dim):
+    """Lemma D.7: C_CHILD >= 1 + rho / 2 puts every point of B(p, r_i) in some child ball."""
+    rng = np.random.default_rng(dim)
+    level, cell = 3, np.full(dim, 3)
+    p = (cell + 0.5) * 2.0**-level
+    r, r_child = float(nets.radius(level, dim)), float(nets.radius(level + 1, dim))
+    direction = rng.standard_normal((5000, dim))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    points = p + direction * r * rng.random((5000, 1)) ** (1 / dim)
+    children = (2 * cell + 1 + nets.child_offsets(dim) + 0.5) * 2.0 ** -(level + 1)
+    nearest = np.sqrt(((points[:, None] - children[None]) ** 2).sum(-1)).min(1)
+    assert np.all(nearest <= r_child * (1 + 1e-6))
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_children_of_an_available_ball_are_available(dim):
+    """Lemma D.5: C_CHILD <= C_FORBID / 2, so the descent never needs an availability test."""
+    rng = np.random.default_rng(10 + dim)
+    level = 4
+    offsets = nets.child_offsets(dim)
+    r, r_child = float(nets.radius(level, dim)), float(nets.radius(level + 1, dim))
+    for _ in range(200):
+        cell = rng.integers(0, 2**level, dim)
+        p = (cell + 0.5) * 2.0**-level
+        centre = p + rng.standard_normal(dim) * 3 * r
+        if np.linalg.norm(p - centre) <= nets.C_FORBID * r:
+            continue
+        children = (2 * cell + 1 + offsets + 0.5) * 2.0 ** -(level + 1)
+        assert np.all(np.linalg.norm(children - centre, axis=1) > nets.C_FORBID * r_child)
+
+
+def test_start_values_are_the_exact_sums_of_the_point_codes():
+    rng = np.random.default_rng(0)
+    points = jnp.asarray(rng.random((300, 2)), jnp.float32)
+    mask = jnp.asarray(rng.random(300) < 0.9)
+    plan = nets.NetPlan(2, 5, 3, 2)
+    levels, cells = nets.start_candidates(plan)
+    centres = nets.cell_centres(jnp.asarray(cells), jnp.asarray(levels))
+    brute = [
+        int(jnp.sum(jnp.where(mask, nets.contributions(points.T, centres[i : i + 1], nets.radius(lv, 2), 2)[0], 0)))
+        for i, lv in enumerate(levels)
+    ]
+    np.testing.assert_array_equal(np.asarray(nets.start_values(points.T, mask, plan)), brute)
+
+
+def test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity():
+    """The selection's sensitivity: adding a point at a net centre adds 2**VALUE_BITS to that ball."""
+    rng = np.random.default_rng(1)
+    points = rng.random((200, 2)).astype(np.float32)
+    plan = api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0)
+    added = np.concatenate([points, [[0.5, 0.5]]]).astype(np.float32)  # the level-0 centre
+    before = nets.start_values(jnp.asarray(points).T, jnp.ones(200, bool), plan.nets)
+    after = nets.start_values(jnp.asarray(added).T, jnp.ones(201, bool), plan.nets)
+    change = np.asarray(after) - np.asarray(before)
+    assert change.min() >= 0 and change.max() == 2**nets.VALUE_BITS
+    assert change.max() <= plan.select.sensitivity
+
+
+# -------------------------------------------------------------- selection
+def test_nonprivate_greedy_starts_at_the_best_available_ball(blobs2d):
+    """Each centre's start ball is the arg max of the values among balls not forbidden by earlier centres."""
+    X = blobs2d.points
+    plan = nets.plan_nets(2, 8, 2)
+    unit = (X - blobs2d.bounds[0]) / (blobs2d.bounds[1] - blobs2d.bounds[0])
+    points = jnp.asarray(unit, jnp.float32)
+    greedy = select.greedy_centres(jax.random.key(0), points, jnp.ones(len(X), bool), plan, 6, select.argmax_chooser)
+    levels, cells = nets.start_candidates(plan)
+    values = np.asarray(nets.start_values(points.T, jnp.ones(len(X), bool), plan))
+    starts = (cells + 0.5) * 2.0 ** -levels[:, None]
+    radii = np.sqrt(2) * 2.0 ** (-levels - 1.0)
+    centres = np.asarray(greedy.centres, float)
+    for c in range(6):
+        available = np.all(
+            np.linalg.norm(starts[:, None] - centres[None, :c], axis=-1) > nets.C_FORBID * radii[:, None] * (1 - 1e-6),
+            axis=1,
+        )
+        best = int(np.argmax(np.where(available, values, -1)))
+        assert int(greedy.start_level[c]) == levels[best]
+        np.testing.assert_array_equal(np.asarray(greedy.start_cell[c]), cells[best])
+
+
+def test_nonprivate_kmeans_is_close_to_kmeans_plusplus(blobs2d):
+    from sklearn.cluster import KMeans
+
+    X = blobs2d.points
+    result = dpm_jax.kmeans(jax.random.key(0), X, 5, None, bounds=blobs2d.bounds)
+    reference = KMeans(5, n_init=3, random_state=0).fit(X).inertia_
+    assert _cost(X, result.centers) <= 1.3 * reference
+    assert result.ledger == ()
+
+
+# ----------------------------------------------------------------- privacy
+def test_ledger_adds_up_to_the_budget_and_never_above(blobs2d):
+    result = dpm_jax.kmeans(jax.random.key(0), blobs2d.points, 5, BUDGET, bounds=blobs2d.bounds)
+    ledger = result.ledger
+    assert [e.name for e in ledger] == ["greedy_select", "greedy_count", "greedy_centre_sums", "greedy_cost_curve"]
+    assert math.fsum(e.epsilon for e in ledger) <= BUDGET.epsilon
+    assert math.fsum(e.delta for e in ledger) <= BUDGET.delta
+    assert math.isclose(ledger.total_epsilon, BUDGET.epsilon, rel_tol=1e-12)
+    assert math.isclose(ledger.total_delta, BUDGET.delta, rel_tol=1e-12)
+
+
+def test_composed_selection_is_calibrated_tightly():
+    release = ComposedSelectionRelease.calibrated("s", 0.6, 4e-7, keys.GREEDY_SELECT, 256, 2**17, (8, 80), (4.0, 1.0))
+    assert cdp_delta(release.rho, 0.6) + release.sampler_delta <= 4e-7
+    bigger = release._replace(epsilon_each=tuple(e * 1.001 for e in release.epsilon_each))
+    assert cdp_delta(bigger.rho, 0.6) + release.sampler_delta > 4e-7
+    assert release.epsilon_each[0] == pytest.approx(4 * release.epsilon_each[1])
+
+
+def test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise(blobs2d):
+    """Every lifted number re-derived from its key stream and the plan's sigma (catches dropped noise)."""
+    X, key = blobs2d.points, jax.random.key(7)
+    result = dpm_jax.kmeans(key, X, 5, BUDGET, bounds=blobs2d.bounds)
+    plan = api.plan_greedy(BUDGET, 5, 2, 2, api.DEFAULT_LEVELS, api.MAX_GRID_DIM, 0)
+    lower, upper = (jnp.full(2, b, jnp.float32) for b in blobs2d.bounds)
+    unit = (jnp.asarray(X) - lower) / (upper - lower)
+    slot = lift.nearest(unit, result.greedy_centers)
+    counts = lift.cell_counts(slot, jnp.ones(len(X), bool), 5)
+    noise = count_noise(keys.derive_key(key, keys.GREEDY_COUNT), np.full(5, plan.count.noise_epsilon))
+    sizes = exact.to_float32(exact.add(exact.from_int32(counts), noise))
+    np.testing.assert_array_equal(np.asarray(result.sizes), np.asarray(sizes))
+    assert np.any(np.asarray(result.sizes) != np.asarray(counts))
+    table = discrete_gaussian_table(plan.sums.sigma)
+    sums = blockwise_leaf_sums(jnp.asarray(X), lower, upper, jnp.ones(len(X), bool), slot, 5)
+    expected = centers_from_sums(
+        jax.random.fold_in(keys.derive_key(key, keys.GREEDY_SUM), 0),
+        sums,
+        sizes,
+        sizes >= 1.0,
+        lower,
+        upper,
+        (jnp.asarray(table.thresholds_high), jnp.asarray(table.thresholds_low)),
+        plan.sums,
+    )
+    valid = np.asarray(sizes) >= 1.0
+    assert valid.any()
+    np.testing.assert_allclose(np.asarray(result.centers)[valid], np.asarray(expected)[valid], rtol=0, atol=1e-5)
+
+
+def test_private_kmeans_runs_under_jit_and_vmap_over_keys(blobs2d):
+    X = jnp.asarray(blobs2d.points)
+    run = jax.jit(lambda k: dpm_jax.kmeans(k, X, 4, BUDGET, bounds=blobs2d.bounds))
+    batch = jax.vmap(run)(jax.random.split(jax.random.key(3), 3))
+    single = run(jax.random.split(jax.random.key(3), 3)[1])
+    np.testing.assert_allclose(np.asarray(batch.centers[1]), np.asarray(single.centers), atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(batch.sizes[1]), np.asarray(single.sizes))
+    assert batch.centers.shape == (3, 4, 2) and batch.elbow_k.shape == (3,)
+
+
+def test_projection_path_runs_in_higher_dimensions():
+    data = synthetic_blobs(n=3000, d=6, num_blobs=4, std=1.0, seed=2)
+    result = dpm_jax.kmeans(jax.random.key(0), data.points, 4, None, bounds=data.bounds)
+    assert result.greedy_centers.shape == (4, 2) and result.centers.shape == (4, 6)
+    from sklearn.cluster import KMeans
+
+    assert _cost(data.points, result.centers) <= 1.3 * KMeans(4, n_init=3, random_state=0).fit(data.points).inertia_
+
+
+# ------------------------------------------------------------------ elbow
+def test_elbow_reads_the_last_large_drop():
+    costs = jnp.asarray([100.0, 50.0, 20.0, 19.0, 18.5, 18.0])
+    assert int(api.elbow(costs)) == 3
+    assert int(api.elbow(costs, noise_std=20.0)) == 1  # drops within the noise do not count
+
+
+# ------------------------------------------------------------------ input
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(k=0), "k must be"),
+        (dict(z=3), "z must be"),
+        (dict(bounds=None), "bounds are required"),
+        (dict(levels=0), "levels must be"),
+        (dict(grid_dim=5), "grid_dim"),
+    ],
+)
+def test_bad_input_is_refused_before_any_work(blobs2d, kwargs, message):
+    arguments = dict(k=3, bounds=blobs2d.bounds) | kwargs
+    k = arguments.pop("k")
+    with pytest.raises(ValueError, match=message):
+        dpm_jax.kmeans(jax.random.key(0), blobs2d.points, k, BUDGET, **arguments)
