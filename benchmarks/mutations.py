@@ -239,6 +239,35 @@ MUTATIONS = (
             "tests/test_averaging.py::test_float32_binade_attack_moves_the_exact_sum_by_the_added_code_only",
         ),
     ),
+    Mutation(
+        "greedy: the ball value's sensitivity halved in the selection's release",
+        "dpm_jax/greedy/api.py",
+        (("keys.GREEDY_SELECT,\n        2**VALUE_BITS,", "keys.GREEDY_SELECT,\n        2 ** (VALUE_BITS - 1),"),),
+        ("tests/test_greedy.py::test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity",),
+    ),
+    Mutation(
+        "greedy: forbidden balls allowed (no availability test at the start)",
+        "dpm_jax/greedy/select.py",
+        (("valid = ~forbidden | jnp.all(forbidden)", "valid = jnp.ones_like(forbidden)"),),
+        ("tests/test_greedy.py::test_nonprivate_greedy_starts_at_the_best_available_ball",),
+    ),
+    Mutation(
+        "greedy: the lift's count noise dropped",
+        "dpm_jax/greedy/lift.py",
+        (
+            (
+                "sizes = exact.to_float32(count_release.draw(keys_[0], cell_counts(slot, point_mask, k)))",
+                "sizes = cell_counts(slot, point_mask, k).astype(jnp.float32)",
+            ),
+        ),
+        ("tests/test_greedy.py::test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise",),
+    ),
+    Mutation(
+        "greedy: the lift's sum noise at a sixteenth of its sigma",
+        "dpm_jax/greedy/api.py",
+        (("gaussian_thresholds_on_device(plan.sums.sigma)", "gaussian_thresholds_on_device(plan.sums.sigma / 16)"),),
+        ("tests/test_greedy.py::test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise",),
+    ),
 )
 
 

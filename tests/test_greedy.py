@@ -211,3 +211,36 @@ def test_bad_input_is_refused_before_any_work(blobs2d, kwargs, message):
     k = arguments.pop("k")
     with pytest.raises(ValueError, match=message):
         dpm_jax.kmeans(jax.random.key(0), blobs2d.points, k, BUDGET, **arguments)
+
+
+# ------------------------------------------------------- estimator and CLI
+def test_estimator_fits_predicts_and_clones(blobs2d):
+    from sklearn.base import clone
+
+    from dpm_jax.greedy.sklearn import DPKMeans
+
+    model = DPKMeans(5, epsilon=1.0, delta=1e-6, bounds=blobs2d.bounds, seed=0).fit(blobs2d.points)
+    assert model.cluster_centers_.shape == (5, 2) and model.cost_curve_.shape == (5,)
+    np.testing.assert_array_equal(model.predict(blobs2d.points), model.labels_)
+    assert math.isclose(model.ledger_.total_epsilon, 1.0, rel_tol=1e-12)
+    assert clone(model).get_params() == model.get_params()
+    with pytest.raises(ValueError, match="bounds are required"):
+        DPKMeans(3).fit(blobs2d.points)
+
+
+def test_cli_writes_the_release(tmp_path, blobs2d):
+    import json
+
+    from dpm_jax.cli.main import main
+
+    data, out = tmp_path / "x.npy", tmp_path / "release.json"
+    np.save(data, blobs2d.points)
+    argv = [
+        "kmeans", str(data), "--k", "4", "--epsilon", "1", "--delta", "1e-6",
+        "--bounds", "-100", "100", "--seed", "3", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    release = json.loads(out.read_text())
+    assert release["k"] == 4 and len(release["centers"]) == 4 and len(release["cost_curve"]) == 4
+    assert math.isclose(math.fsum(e["epsilon"] for e in release["ledger"]), 1.0, rel_tol=1e-12)
+    assert main(["kmeans", str(data), "--k", "4", "--epsilon", "1", "--delta", "1e-6"]) != 0  # no bounds

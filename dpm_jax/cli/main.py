@@ -26,6 +26,7 @@ import time
 import warnings
 from typing import Sequence
 
+from dpm_jax.cli import kmeans as kmeans_command
 from dpm_jax.api import cluster
 from dpm_jax.budget import Budget
 from dpm_jax.cli.readers import read_points, stream_points
@@ -318,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", help="run the speed benchmark (arguments go to dpm_jax.eval.benchmark)", add_help=False
     )
     bench.set_defaults(handler=_run_bench)
+    kmeans_command.add_parser(commands, _seed)
     return parser
 
 

@@ -1,0 +1,172 @@
+"""The unified greedy k-means (dpm_jax.kmeans) against its issue's targets.
+
+    nice python benchmarks/greedy.py --out benchmarks/results/greedy.json [--parts quality,elbow,speed,projection]
+
+Parts (medians over ``--keys`` keys, 5 by default; data: dpm_jax.eval.datasets.synthetic_blobs,
+Gaussian blobs of std 1 with centres uniform in [-100, 100]^d, bounds (-100, 100)):
+  quality     cost / k-means++ (dpm_jax.eval.baselines.kmeans, k-means++ then Lloyd, same key)
+              without noise (budget None) in 2 and 10 d, and at epsilon = 1, delta = 1e-6;
+              the greedy's prefixes k' <= k (its raw centres, before the lift) against
+              k-means++ run at k'.
+  elbow       the private elbow (epsilon = 1, n = 10^5, d = 2) on K = 4, 8, 16, 32 blobs,
+              k = 1.5 K + 2 centres asked for.
+  speed       warm seconds of one private run: Synth-10d-like data (10 d, 64 blobs, k = 64)
+              at n = 25k, 50k, 100k (linearity), and the 2-d k = 8 run.
+  projection  the random projection's cost in 10 d: working grids of 2 and 3 dimensions,
+              without noise and at epsilon = 1.
+Outputs: ``--out`` (JSON) and the same path with ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dpm_jax
+from dpm_jax.eval import baselines
+from dpm_jax.eval.benchmark import machine_description
+from dpm_jax.eval.datasets import synthetic_blobs
+
+BUDGET = dpm_jax.Budget(1.0, 1e-6)
+
+
+def cost(X, centres) -> float:
+    X, centres = jnp.asarray(X), jnp.asarray(centres)
+    total = 0.0
+    for start in range(0, X.shape[0], 20000):
+        block = X[start : start + 20000]
+        total += float(jnp.sum(jnp.min(jnp.sum((block[:, None] - centres[None]) ** 2, -1), 1)))
+    return total
+
+
+def kmeanspp(key, X, k) -> float:
+    return cost(X, baselines.kmeans(key, X, k).centers)
+
+
+def quality(num_keys: int) -> list[dict]:
+    rows = []
+    for d in (2, 10):
+        data = synthetic_blobs(100_000, d, 8, seed=d)
+        X, k = data.points, 8
+        for budget in (None, BUDGET):
+            ratios, prefixes = [], []
+            for s in range(num_keys):
+                key = jax.random.key(s)
+                result = dpm_jax.kmeans(key, X, k, budget, bounds=data.bounds)
+                reference = kmeanspp(key, X, k)
+                ratios.append(cost(X, result.centers) / reference)
+                if budget is None and d == 2:
+                    raw = np.asarray(result.greedy_centers) * 200.0 - 100.0
+                    prefixes.append([cost(X, raw[:j]) / kmeanspp(key, X, j) for j in range(1, k + 1)])
+            row = dict(d=d, k=k, n=len(X), epsilon=None if budget is None else budget.epsilon, ratios=ratios)
+            row["median_ratio"] = float(np.median(ratios))
+            if prefixes:
+                row["prefix_ratio_medians"] = np.median(np.array(prefixes), axis=0).tolist()
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def elbow(num_keys: int) -> list[dict]:
+    rows = []
+    for true_k in (4, 8, 16, 32):
+        data = synthetic_blobs(100_000, 2, true_k, seed=true_k)
+        k = int(1.5 * true_k) + 2
+        for budget in (None, BUDGET):
+            found = [
+                int(dpm_jax.kmeans(jax.random.key(s), data.points, k, budget, bounds=data.bounds).elbow_k)
+                for s in range(num_keys)
+            ]
+            row = dict(true_k=true_k, k=k, epsilon=None if budget is None else 1.0, elbow=found)
+            row["median"] = float(np.median(found))
+            row["within_25_percent"] = bool(abs(row["median"] - true_k) <= 0.25 * true_k)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def _seconds(fn, repeats: int) -> float:
+    jax.block_until_ready(fn(jax.random.key(100)))  # compile
+    times = []
+    for s in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(jax.random.key(s)))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def speed(num_keys: int) -> list[dict]:
+    rows = []
+    for d, num_blobs, k, sizes in ((10, 64, 64, (25_000, 50_000, 100_000)), (2, 8, 8, (100_000,))):
+        for n in sizes:
+            data = synthetic_blobs(n, d, num_blobs, seed=1)
+            X = jnp.asarray(data.points)
+            run = lambda key: dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds).centers  # noqa: E731
+            row = dict(d=d, k=k, n=n, warm_seconds_median=_seconds(run, num_keys))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def projection(num_keys: int) -> list[dict]:
+    rows = []
+    data = synthetic_blobs(100_000, 10, 8, seed=10)
+    for grid_dim in (2, 3):
+        for budget in (None, BUDGET):
+            ratios = []
+            for s in range(num_keys):
+                key = jax.random.key(s)
+                result = dpm_jax.kmeans(key, data.points, 8, budget, bounds=data.bounds, grid_dim=grid_dim)
+                ratios.append(cost(data.points, result.centers) / kmeanspp(key, data.points, 8))
+            row = dict(grid_dim=grid_dim, epsilon=None if budget is None else 1.0, ratios=ratios)
+            row["median_ratio"] = float(np.median(ratios))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+PARTS = dict(quality=quality, elbow=elbow, speed=speed, projection=projection)
+
+
+def markdown(document: dict) -> str:
+    lines = [f"# dpm_jax.kmeans (the unified greedy): {document['machine']['platform']}, shared machine", ""]
+    for name, rows in document["parts"].items():
+        lines += [f"## {name}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        for row in rows:
+            lines.append("| " + " | ".join(_fmt(v) for v in row.values()) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="benchmarks/results/greedy.json")
+    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--keys", type=int, default=5)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    document = json.loads(out.read_text()) if out.exists() else dict(parts={})
+    document["machine"] = machine_description()
+    for name in args.parts.split(","):
+        document["parts"][name] = PARTS[name](args.keys)
+        out.write_text(json.dumps(document, indent=1))
+    out.with_suffix(".md").write_text(markdown(document))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
