@@ -29,6 +29,7 @@ Algorithms (``--algorithms``, default all available):
                   scikit-learn >= 1.6 no longer has)
   dpm-numpy       the plain NumPy DPM of dpm_jax/eval/baselines/numpy_dpm.py, the sequential
                   speed baseline
+  greedy          dpm_jax.kmeans, the unified greedy k-means (given the baselines' k)
 
 Outputs: ``--out`` (JSON rows), the same path with ``.md`` (Markdown tables) and
 ``.png`` (a figure comparing the algorithms). For the data sets of the paper's
@@ -63,7 +64,7 @@ from dpm_jax.eval.datasets import Dataset, load_dataset
 from dpm_jax.eval.zoo import DPM_VARIANTS, LATTICE_VARIANTS, variant_config
 
 DPM_NAMES = (*DPM_VARIANTS, *LATTICE_VARIANTS)
-ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", *DPM_NAMES, "dpm-numpy")
+ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", *DPM_NAMES, "dpm-numpy", "greedy")
 METRICS = ("silhouette", "accuracy", "ari", "inertia", "kmeans_distance", "k", "seconds")
 METRIC_TITLES = {
     "silhouette": "Silh. score (up)",
@@ -253,6 +254,12 @@ def _run_dpm_numpy(key, task: Task):
     return centers, np.ones(len(centers), bool)
 
 
+def _run_greedy(key, task: Task):
+    """dpm_jax.kmeans (the unified greedy) with the baselines' k."""
+    result = dpm_jax.kmeans(key, task.dataset.points, task.num_clusters, task.budget, bounds=task.dataset.bounds)
+    return _all_valid(result.centers, task)
+
+
 def run_timed(runner: Callable, key, task: Task) -> Clustering:
     """One run of ``runner``, timed until its arrays are ready."""
     start = time.perf_counter()
@@ -302,8 +309,9 @@ RUNNERS: dict[str, Callable] = {
     "kmeans-sklearn": _run_kmeans_sklearn,
     "diffprivlib": _run_diffprivlib,
     "dpm-numpy": _run_dpm_numpy,
+    "greedy": _run_greedy,
 }
-COMPILED = {*DPM_NAMES, "dp-lloyd", "kmeans"}  # JAX programs: a warm-up run compiles them
+COMPILED = {*DPM_NAMES, "dp-lloyd", "kmeans", "greedy"}  # JAX programs: a warm-up run compiles them
 
 
 def unavailable_reason(algorithm: str) -> str | None:
