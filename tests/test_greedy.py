@@ -244,3 +244,21 @@ def test_cli_writes_the_release(tmp_path, blobs2d):
     assert release["k"] == 4 and len(release["centers"]) == 4 and len(release["cost_curve"]) == 4
     assert math.isclose(math.fsum(e["epsilon"] for e in release["ledger"]), 1.0, rel_tol=1e-12)
     assert main(["kmeans", str(data), "--k", "4", "--epsilon", "1", "--delta", "1e-6"]) != 0  # no bounds
+
+
+# ------------------------------------------------------------------ audit
+@pytest.mark.slow
+def test_greedy_selection_audit_stays_below_the_claim():
+    """The empirical auditor on the greedy's own path: A has two tied level-1 balls, B adds one
+    point at the centre of one of them (its value + 2**VALUE_BITS). Error rate: the bound exceeds
+    a correct claim with probability <= 1 - 0.95."""
+    from dpm_jax.eval import audit as audit_lib
+
+    claim = 1.0
+    points = np.concatenate([np.full(20, 0.25), np.full(20, 0.75), [0.25]]).astype(np.float32)[:, None]
+    a, b = (points, np.arange(41) < 40), (points, np.ones(41, bool))
+    events = {"start at the level-1 ball of 0.25": lambda out: (out[0] == 1) & (out[1] == 0)}
+    result = audit_lib.audit(
+        jax.random.key(4), audit_lib.greedy_selection_mechanism(claim), a, b, events, 50_000, delta=1e-9
+    )
+    assert 0.1 < result.epsilon_lower_bound <= claim

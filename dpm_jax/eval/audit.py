@@ -55,6 +55,7 @@ __all__ = [
     "float32_sum_neighbours",
     "cluster_mechanism",
     "split_step_mechanism",
+    "greedy_selection_mechanism",
     "noisy_count_at_least",
     "num_clusters_equals",
     "first_split_dim_equals",
@@ -366,6 +367,33 @@ def split_step_mechanism(
 
 
 # --------------------------------------------------------------------------- events
+def greedy_selection_mechanism(epsilon: float, levels: int = 2) -> Mechanism:
+    """The greedy's first centre on its own code path (:func:`dpm_jax.greedy.select.greedy_centres`).
+
+    ``mechanism(key, (unit_points (n, 1), mask)) -> (start level, start cell)``: 1-d nets with
+    start levels 0 .. ``levels``, every choice the exact exponential mechanism at ``epsilon``
+    on the ball values (sensitivity 2**VALUE_BITS), as :func:`dpm_jax.kmeans` runs each
+    selection (claim: epsilon per selection).
+    """
+    from dpm_jax.greedy import nets, select
+
+    plan = nets.NetPlan(1, levels, levels, 2)
+    table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
+
+    def choose(group, key, scores, valid):
+        del group
+        return mechanisms.exponential_mechanism(
+            key, table, exact.from_int32(scores[None]), valid[None], epsilon, 2**nets.VALUE_BITS
+        )[0]
+
+    def mechanism(key, data):
+        points, mask = data
+        greedy = select.greedy_centres(key, points, mask, plan, 1, choose)
+        return greedy.start_level[0], greedy.start_cell[0, 0]
+
+    return mechanism
+
+
 def noisy_count_at_least(node: int, threshold: float) -> Event:
     """The released noisy count of heap node ``node`` (1 = root) is >= ``threshold``."""
     return lambda result: result.tree.noisy_count[node] >= threshold
