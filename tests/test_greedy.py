@@ -203,6 +203,8 @@ def test_elbow_reads_the_last_large_drop():
         (dict(z=3), "z must be"),
         (dict(bounds=None), "bounds are required"),
         (dict(levels=0), "levels must be"),
+        (dict(levels=21), "levels must be"),
+        (dict(point_mask=np.ones(3, bool)), "point_mask must have shape"),
         (dict(grid_dim=5), "grid_dim"),
     ],
 )

@@ -30,6 +30,7 @@ import numpy as np
 from dpm_jax import keys
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (
+    _validate_mask,
     _validate_points,
     em_table_on_device,
     gaussian_thresholds_on_device,
@@ -56,6 +57,7 @@ ELBOW_NOISE = 2.0
 # a step among the 16 children in 2-d: the noise's maximum grows like ln(candidates) / epsilon)
 START_RATIO = (4.0, 1.0)
 DEFAULT_LEVELS = 10
+MAX_LEVELS = 20
 MAX_GRID_DIM = 2
 
 
@@ -191,7 +193,7 @@ def kmeans(
     n, d = points.shape
     _validate_arguments(n, k, z, levels, grid_dim, budget)
     lower, upper = validate_bounds(bounds, d)
-    mask = jnp.ones(n, bool) if point_mask is None else jnp.asarray(point_mask, bool)
+    mask = _validate_mask(point_mask, n)
     plan = plan_greedy(budget, int(k), d, int(z), int(levels), int(grid_dim), int(projection_seed))
     return _run(key, points, mask, jnp.asarray(lower), jnp.asarray(upper), plan)
 
@@ -202,6 +204,10 @@ def _validate_arguments(n: int, k, z, levels, grid_dim, budget) -> None:
     for name, value, low in (("k", k, 1), ("levels", levels, 1), ("grid_dim", grid_dim, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if levels > MAX_LEVELS:
+        raise ValueError(
+            f"levels must be <= {MAX_LEVELS} (float32 resolves the unit cube to about 2**-24), got {levels}"
+        )
     if z not in (1, 2):
         raise ValueError(f"z must be 1 (k-median) or 2 (k-means), got {z!r}")
     if grid_dim > 4:
