@@ -268,6 +268,17 @@ MUTATIONS = (
         (("gaussian_thresholds_on_device(plan.sums.sigma)", "gaussian_thresholds_on_device(plan.sums.sigma / 16)"),),
         ("tests/test_greedy.py::test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise",),
     ),
+    Mutation(
+        "greedy: the histogram's noise at half its sigma",
+        "dpm_jax/greedy/histogram.py",
+        (
+            (
+                "noise = release.draw(key, values.shape)",
+                "noise = release._replace(sigma=release.sigma / 2).draw(key, values.shape)",
+            ),
+        ),
+        ("tests/test_greedy.py::test_histogram_noise_is_the_keyed_discrete_gaussian_at_the_release_sigma",),
+    ),
 )
 
 

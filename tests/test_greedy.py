@@ -11,9 +11,9 @@ import dpm_jax
 from dpm_jax import exact, keys
 from dpm_jax.averaging import centers_from_sums, blockwise_leaf_sums
 from dpm_jax.eval.datasets import synthetic_blobs
-from dpm_jax.greedy import api, lift, nets, select
+from dpm_jax.greedy import api, histogram, lift, nets, select
 from dpm_jax.mechanisms import cdp_delta, count_noise, discrete_gaussian_table
-from dpm_jax.releases import ComposedSelectionRelease
+from dpm_jax.releases import ComposedSelectionRelease, ledger_of
 
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
 
@@ -87,6 +87,65 @@ def test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity():
     assert change.max() <= plan.select.sensitivity
 
 
+# -------------------------------------------------------------- histogram
+def test_one_point_moves_the_histogram_by_at_most_its_stated_sensitivity():
+    """Adding any point changes at most T (L + 1) ball values, each by <= 2**VALUE_BITS: within the L2 stated."""
+    rng = np.random.default_rng(2)
+    points = rng.random((300, 2)).astype(np.float32)
+    net = nets.NetPlan(2, 7, 3, 2)
+    release = histogram.histogram_release(0.6, 4e-7, net)
+    before = np.asarray(nets.level_values(jnp.asarray(points).T, jnp.ones(300, bool), net, net.levels))
+    for extra in ([0.5, 0.5], [0.0, 1.0], rng.random(2), [0.25 + 1e-3, 0.125]):
+        added = np.concatenate([points, [extra]]).astype(np.float32)
+        after = np.asarray(nets.level_values(jnp.asarray(added).T, jnp.ones(301, bool), net, net.levels))
+        change = after - before
+        assert change.min() >= 0 and change.max() <= 2**nets.VALUE_BITS
+        assert np.count_nonzero(change) <= histogram.touched(net)
+        assert np.linalg.norm(change) <= release.l2_sensitivity
+    assert release.sigma >= release.l2_sensitivity  # sigma = multiplier x sensitivity, multiplier > 1 here
+
+
+def test_histogram_noise_is_the_keyed_discrete_gaussian_at_the_release_sigma():
+    """The released vector minus the exact values is the stream's draw, and its spread is sigma.
+
+    Fixed key; 87,381 draws estimate the standard deviation within about 0.5 %, so the 3 %
+    tolerance fails a correct sampler with negligible probability (and halved noise always).
+    """
+    rng = np.random.default_rng(3)
+    points_t = jnp.asarray(rng.random((500, 2)), jnp.float32).T
+    mask = jnp.ones(500, bool)
+    net = nets.NetPlan(2, 8, 3, 2)
+    release = histogram.histogram_release(0.6, 4e-7, net)
+    key = keys.derive_key(jax.random.key(11), keys.GREEDY_SELECT)
+    noisy = np.asarray(histogram.noisy_values(key, points_t, mask, net, release), np.int64)
+    exact_values = np.asarray(nets.level_values(points_t, mask, net, net.levels), np.int64)
+    noise = noisy - exact_values
+    np.testing.assert_array_equal(noise, np.asarray(release.draw(key, noise.shape)))
+    assert abs(noise.std() / release.sigma - 1.0) < 0.03
+
+
+def test_nonprivate_histogram_greedy_is_the_pointwise_greedy(blobs2d):
+    """The histogram holds the same exact values the point-wise scores compute: same centres without noise."""
+    X = blobs2d.points
+    by_points = dpm_jax.kmeans(jax.random.key(0), X, 6, None, bounds=blobs2d.bounds, levels=8)
+    by_histogram = dpm_jax.kmeans(jax.random.key(0), X, 6, None, bounds=blobs2d.bounds, levels=8, method="histogram")
+    np.testing.assert_array_equal(np.asarray(by_points.greedy_centers), np.asarray(by_histogram.greedy_centers))
+    np.testing.assert_array_equal(np.asarray(by_points.start_level), np.asarray(by_histogram.start_level))
+
+
+def test_histogram_ledger_adds_up_and_does_not_grow_with_k():
+    small = api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0, "histogram")
+    large = api.plan_greedy(BUDGET, 64, 2, 2, 10, 2, 0, "histogram")
+    ledger = ledger_of(small.releases)
+    assert [e.name for e in ledger] == ["greedy_histogram", "greedy_count", "greedy_centre_sums", "greedy_cost_curve"]
+    assert math.fsum(e.epsilon for e in ledger) <= BUDGET.epsilon
+    assert math.fsum(e.delta for e in ledger) <= BUDGET.delta
+    assert math.isclose(math.fsum(e.epsilon for e in ledger), BUDGET.epsilon, rel_tol=1e-12)
+    assert math.isclose(math.fsum(e.delta for e in ledger), BUDGET.delta, rel_tol=1e-12)
+    assert small.select.sigma == large.select.sigma
+    assert ledger[0].key_path == (keys.GREEDY_SELECT, "histogram")
+
+
 # -------------------------------------------------------------- selection
 def test_nonprivate_greedy_starts_at_the_best_available_ball(blobs2d):
     """Each centre's start ball is the arg max of the values among balls not forbidden by earlier centres."""
@@ -94,7 +153,8 @@ def test_nonprivate_greedy_starts_at_the_best_available_ball(blobs2d):
     plan = nets.plan_nets(2, 8, 2)
     unit = (X - blobs2d.bounds[0]) / (blobs2d.bounds[1] - blobs2d.bounds[0])
     points = jnp.asarray(unit, jnp.float32)
-    greedy = select.greedy_centres(jax.random.key(0), points, jnp.ones(len(X), bool), plan, 6, select.argmax_chooser)
+    scores = select.point_scores(points, jnp.ones(len(X), bool), plan)
+    greedy = select.greedy_centres(jax.random.key(0), scores, plan, 6, select.argmax_chooser)
     levels, cells = nets.start_candidates(plan)
     values = np.asarray(nets.start_values(points.T, jnp.ones(len(X), bool), plan))
     starts = (cells + 0.5) * 2.0 ** -levels[:, None]
@@ -206,6 +266,8 @@ def test_elbow_reads_the_last_large_drop():
         (dict(levels=21), "levels must be"),
         (dict(point_mask=np.ones(3, bool)), "point_mask must have shape"),
         (dict(grid_dim=5), "grid_dim"),
+        (dict(method="lloyd"), "method must be"),
+        (dict(method="histogram", levels=20), "balls"),
     ],
 )
 def test_bad_input_is_refused_before_any_work(blobs2d, kwargs, message):

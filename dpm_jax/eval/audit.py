@@ -388,7 +388,7 @@ def greedy_selection_mechanism(epsilon: float, levels: int = 2) -> Mechanism:
 
     def mechanism(key, data):
         points, mask = data
-        greedy = select.greedy_centres(key, points, mask, plan, 1, choose)
+        greedy = select.greedy_centres(key, select.point_scores(points, mask, plan), plan, 1, choose)
         return greedy.start_level[0], greedy.start_cell[0, 0]
 
     return mechanism

@@ -7,8 +7,11 @@ Pipeline (each DP step a release of :mod:`dpm_jax.releases`, one ledger line eac
   1. working coordinates: the data mapped to [0, 1]^d by the public bounds; when d >
      ``grid_dim`` projected to [0, 1]^m by a data-independent orthonormal projection
      (public seed), y = 1/2 + Q^T (u - 1/2) / sqrt(d) (|Q^T v| <= |v| <= sqrt(d) / 2).
-  2. the greedy (:mod:`dpm_jax.greedy.select`): k (1 + L) exponential mechanisms, one
-     zCDP-composed line ("greedy_select").
+  2. the greedy (:mod:`dpm_jax.greedy.select`), by ``method``: "exponential": k (1 + L)
+     exponential mechanisms, one zCDP-composed line ("greedy_select"); "histogram": every
+     ball value of levels 0 .. L released once with discrete Gaussian noise
+     (:mod:`dpm_jax.greedy.histogram`, Section 4; "greedy_histogram"), the greedy by arg
+     max on it (post-processing).
   3. the lift (:mod:`dpm_jax.greedy.lift`): noisy cell sizes ("greedy_count") and noisy
      fixed-point sums in the original coordinates ("greedy_sum", rows "centre_sums").
   4. the cost curve of the first k' greedy centres ("greedy_sum", rows "cost_curve"), and
@@ -41,8 +44,17 @@ from dpm_jax.averaging import AveragingPlan, plan_averaging
 from dpm_jax.budget import Budget
 from dpm_jax import exact
 from dpm_jax.greedy.lift import cost_unit, exact_costs, lift_exact, lift_private, nearest, private_costs
-from dpm_jax.greedy.nets import MAX_POINTS, VALUE_BITS, NetPlan, child_offsets, plan_nets, start_candidates
-from dpm_jax.greedy.select import argmax_chooser, greedy_centres
+from dpm_jax.greedy.nets import (
+    MAX_POINTS,
+    VALUE_BITS,
+    NetPlan,
+    child_offsets,
+    level_values,
+    plan_nets,
+    start_candidates,
+)
+from dpm_jax.greedy.histogram import check_balls, histogram_release, histogram_scores, noisy_values
+from dpm_jax.greedy.select import argmax_chooser, greedy_centres, point_scores
 from dpm_jax.ledger import Ledger
 from dpm_jax.releases import ComposedSelectionRelease, CountRelease, GaussianRelease, at_most, ledger_of, split_budget
 
@@ -59,6 +71,7 @@ START_RATIO = (4.0, 1.0)
 DEFAULT_LEVELS = 10
 MAX_LEVELS = 20
 MAX_GRID_DIM = 2
+METHODS = ("exponential", "histogram")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +112,8 @@ class GreedyPlan(NamedTuple):
     k: int
     d: int
     projection_seed: int
-    select: ComposedSelectionRelease | None  # None: the non-private run
+    method: str
+    select: ComposedSelectionRelease | GaussianRelease | None  # the greedy's release; None: not private
     count: CountRelease | None
     sums: AveragingPlan | None
     costs: AveragingPlan | None
@@ -107,26 +121,27 @@ class GreedyPlan(NamedTuple):
 
 
 @functools.lru_cache(maxsize=64)
-def plan_greedy(budget: Budget | None, k: int, d: int, z: int, levels: int, grid_dim: int, projection_seed: int):
+def plan_greedy(
+    budget: Budget | None,
+    k: int,
+    d: int,
+    z: int,
+    levels: int,
+    grid_dim: int,
+    projection_seed: int,
+    method: str = "exponential",
+):
     """Calibrate every release of a run to its share of ``budget`` (host side)."""
     nets = plan_nets(min(d, grid_dim), levels, z)
     if budget is None:
-        return GreedyPlan(nets, k, d, projection_seed, None, None, None, None, ())
+        return GreedyPlan(nets, k, d, projection_seed, method, None, None, None, None, ())
     eps = split_budget(budget.epsilon, SHARES)
     count = CountRelease("greedy_count", eps[1], keys.GREEDY_COUNT, rule="sizes of the disjoint Voronoi cells")
     dlt = _delta_parts(budget.delta, count.entry().delta)
-    candidates = max(int(start_candidates(nets)[0].shape[0]), int(child_offsets(nets.dim).shape[0]))
-    select = ComposedSelectionRelease.calibrated(
-        "greedy_select",
-        eps[0],
-        dlt[0],
-        keys.GREEDY_SELECT,
-        2**VALUE_BITS,
-        candidates,
-        (k, k * levels),
-        START_RATIO,
-        rule="ball value, integer units of r^z / 2**8",
-    )
+    if method == "histogram":
+        select = histogram_release(eps[0], dlt[0], nets)
+    else:
+        select = _selection_release(eps[0], dlt[0], nets, k)
     sums, costs = plan_averaging(eps[2], dlt[2], d), plan_averaging(eps[3], dlt[3], k)
     releases = (
         select,
@@ -134,7 +149,23 @@ def plan_greedy(budget: Budget | None, k: int, d: int, z: int, levels: int, grid
         _gaussian("centre_sums", eps[2], dlt[2], sums),
         _gaussian("cost_curve", eps[3], dlt[3], costs),
     )
-    return GreedyPlan(nets, k, d, projection_seed, select, count, sums, costs, releases)
+    return GreedyPlan(nets, k, d, projection_seed, method, select, count, sums, costs, releases)
+
+
+def _selection_release(epsilon: float, delta: float, nets: NetPlan, k: int) -> ComposedSelectionRelease:
+    """The k (1 + L) exponential mechanisms of the "exponential" method, zCDP-composed."""
+    candidates = max(int(start_candidates(nets)[0].shape[0]), int(child_offsets(nets.dim).shape[0]))
+    return ComposedSelectionRelease.calibrated(
+        "greedy_select",
+        epsilon,
+        delta,
+        keys.GREEDY_SELECT,
+        2**VALUE_BITS,
+        candidates,
+        (k, k * nets.levels),
+        START_RATIO,
+        rule="ball value, integer units of r^z / 2**8",
+    )
 
 
 def _delta_parts(delta: float, count_delta: float) -> tuple[float, ...]:
@@ -170,6 +201,7 @@ def kmeans(
     grid_dim: int = MAX_GRID_DIM,
     projection_seed: int = 0,
     point_mask=None,
+    method: str = "exponential",
 ) -> KMeansResult:
     """DP k-means (z = 2) or k-median (z = 1) with k centres, and the private cost curve over k' <= k.
 
@@ -185,6 +217,9 @@ def kmeans(
       grid_dim: the largest working dimension m; data of higher d is projected.
       projection_seed: the public seed of the projection (data independent).
       point_mask: optional (n,) bool, rows to use.
+      method: "exponential" (an exponential mechanism per choice, Section 5.1) or
+        "histogram" (every ball value released once, the greedy as post-processing,
+        Section 4; its cost does not grow with k).
 
     Works under ``jax.jit`` (``k``, ``budget`` and the keywords static) and ``jax.vmap`` over keys.
     """
@@ -192,9 +227,13 @@ def kmeans(
     points = _validate_points(X)
     n, d = points.shape
     _validate_arguments(n, k, z, levels, grid_dim, budget)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "histogram":
+        check_balls(plan_nets(min(d, grid_dim), int(levels), int(z)))
     lower, upper = validate_bounds(bounds, d)
     mask = _validate_mask(point_mask, n)
-    plan = plan_greedy(budget, int(k), d, int(z), int(levels), int(grid_dim), int(projection_seed))
+    plan = plan_greedy(budget, int(k), d, int(z), int(levels), int(grid_dim), int(projection_seed), method)
     return _run(key, points, mask, jnp.asarray(lower), jnp.asarray(upper), plan)
 
 
@@ -219,12 +258,9 @@ def _validate_arguments(n: int, k, z, levels, grid_dim, budget) -> None:
 @functools.partial(jax.jit, static_argnames=("plan",))
 def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
     working, to_data = _working_coordinates(X, lower, upper, plan)
-    if plan.select is None:
-        choose = argmax_chooser
-    else:
-        table = em_table_on_device()
-        choose = lambda g, k_, s, v: plan.select.select(g, k_, table, exact.from_int32(s[None]), v[None])[0]  # noqa: E731
-    greedy = greedy_centres(keys.derive_key(key, keys.GREEDY_SELECT), working, mask, plan.nets, plan.k, choose)
+    select_key = keys.derive_key(key, keys.GREEDY_SELECT)
+    scores, choose = _greedy_inputs(select_key, working, mask, plan)
+    greedy = greedy_centres(select_key, scores, plan.nets, plan.k, choose)
     slot = nearest(working, greedy.centres)
     fallback = to_data(greedy.centres)
     if plan.select is None:
@@ -250,6 +286,22 @@ def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
         greedy.start_level,
         ledger_of(plan.releases),
     )
+
+
+def _greedy_inputs(select_key, working, mask, plan: GreedyPlan):
+    """(the greedy's scores, its chooser) for the plan's method (the histogram's noise drawn here)."""
+    if plan.method == "histogram":
+        points_t = working.T
+        if plan.select is None:
+            values = level_values(points_t, mask, plan.nets, plan.nets.levels)
+        else:
+            values = noisy_values(select_key, points_t, mask, plan.nets, plan.select)
+        return histogram_scores(values, plan.nets), argmax_chooser
+    if plan.select is None:
+        return point_scores(working, mask, plan.nets), argmax_chooser
+    table = em_table_on_device()
+    choose = lambda g, k_, s, v: plan.select.select(g, k_, table, exact.from_int32(s[None]), v[None])[0]  # noqa: E731
+    return point_scores(working, mask, plan.nets), choose
 
 
 def _projection(plan: GreedyPlan) -> np.ndarray:

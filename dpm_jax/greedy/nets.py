@@ -59,6 +59,8 @@ __all__ = [
     "start_candidates",
     "contributions",
     "start_values",
+    "level_values",
+    "touch_offsets",
     "cell_centres",
 ]
 
@@ -136,16 +138,29 @@ def _value_code(distance: jax.Array, r: jax.Array, z: int) -> jax.Array:
     return jnp.clip(jnp.floor(closeness * 2.0**VALUE_BITS), 0, 2**VALUE_BITS).astype(jnp.int32)
 
 
-def start_values(points_t: jax.Array, point_mask: jax.Array, plan: NetPlan) -> jax.Array:
-    """(M,) int32 values of every start candidate (:func:`start_candidates` order), exact.
+def touch_offsets(dim: int) -> np.ndarray:
+    """(T, m) int32 o: a point of level-i cell j can only be within r_i of the centres of cells j + o.
 
-    A point of cell j of level i can only be within r_i of the centres of cells j + o with
-    |o_k| <= (sqrt(m) + 1) / 2 per coordinate: one scatter-add per such offset.
+    |x - p| <= r_i = sqrt(m) 2**-(i+1) needs |x_k - p_k| <= r_i per coordinate, so the cell
+    offsets are at most (sqrt(m) + 1) / 2 per coordinate. The values below add a point to
+    the balls of these offsets only, so a point adds to at most T balls per level.
     """
-    reach = int(math.floor((math.sqrt(plan.dim) + 1.0) / 2.0))
-    offsets = np.array(list(itertools.product(range(-reach, reach + 1), repeat=plan.dim)), dtype=np.int32)
-    per_level = [_level_values(points_t, point_mask, level, offsets, plan) for level in range(plan.start_levels + 1)]
-    return jnp.concatenate(per_level)
+    reach = int(math.floor((math.sqrt(dim) + 1.0) / 2.0))
+    return np.array(list(itertools.product(range(-reach, reach + 1), repeat=dim)), dtype=np.int32)
+
+
+def start_values(points_t: jax.Array, point_mask: jax.Array, plan: NetPlan) -> jax.Array:
+    """(M,) int32 values of every start candidate (:func:`start_candidates` order), exact."""
+    return level_values(points_t, point_mask, plan, plan.start_levels)
+
+
+def level_values(points_t: jax.Array, point_mask: jax.Array, plan: NetPlan, last: int) -> jax.Array:
+    """int32 values of every ball of levels 0 .. ``last``, level by level, cells in C order, exact.
+
+    One scatter-add per offset of :func:`touch_offsets` and level.
+    """
+    offsets = touch_offsets(plan.dim)
+    return jnp.concatenate([_level_values(points_t, point_mask, level, offsets, plan) for level in range(last + 1)])
 
 
 def _level_values(points_t, point_mask, level: int, offsets: np.ndarray, plan: NetPlan) -> jax.Array:

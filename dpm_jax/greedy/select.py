@@ -39,11 +39,13 @@ from dpm_jax.greedy.nets import (
     start_values,
 )
 
-__all__ = ["Greedy", "Chooser", "greedy_centres", "argmax_chooser"]
+__all__ = ["Greedy", "Chooser", "ChildScores", "greedy_centres", "point_scores", "argmax_chooser"]
 
 # (group, key, scores (C,) int32, valid (C,) bool) -> the index of the chosen candidate;
 # group 0: a start selection, 1: a descent step.
 Chooser = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+# (level i, children (C, m) level-(i+1) cells) -> their scores (C,) int32 (any value for invalid cells)
+ChildScores = Callable[[jax.Array, jax.Array], jax.Array]
 
 
 class Greedy(NamedTuple):
@@ -60,13 +62,23 @@ def argmax_chooser(group: int, key: jax.Array, scores: jax.Array, valid: jax.Arr
     return jnp.argmax(jnp.where(valid, scores, -1))
 
 
-def greedy_centres(key: jax.Array, points: jax.Array, point_mask: jax.Array, plan: NetPlan, k: int, choose: Chooser):
-    """k centres of the greedy in working units (points: (n, m) in [0, 1]^m)."""
+def point_scores(points: jax.Array, point_mask: jax.Array, plan: NetPlan) -> tuple[jax.Array, ChildScores]:
+    """The exact ball values read from the points (n, m): start candidates' values and the children's."""
+    points_t = points.T  # (m, n): the values' arithmetic runs along n
+
+    def child_scores(level, children):
+        codes = contributions(points_t, cell_centres(children, level + 1), radius(level + 1, plan.dim), plan.z)
+        return jnp.sum(jnp.where(point_mask[None, :], codes, 0), axis=1)
+
+    return start_values(points_t, point_mask, plan), child_scores
+
+
+def greedy_centres(key: jax.Array, scores: tuple, plan: NetPlan, k: int, choose: Chooser) -> Greedy:
+    """k centres of the greedy in working units, from ``scores`` = (start candidates' (M,), ChildScores)."""
     levels, cells = (jnp.asarray(a) for a in start_candidates(plan))
     centres_of_start = cell_centres(cells, levels)
     forbid_radius = C_FORBID * radius(levels, plan.dim)
-    points_t = points.T  # (m, n): the values' arithmetic runs along n
-    values = start_values(points_t, point_mask, plan)
+    values, child_scores = scores
 
     def one_centre(c, state):
         greedy, forbidden = state
@@ -76,7 +88,7 @@ def greedy_centres(key: jax.Array, points: jax.Array, point_mask: jax.Array, pla
         cell = jax.lax.fori_loop(
             levels[chosen],
             plan.levels,
-            lambda i, j: _descend(key_c, points_t, point_mask, plan, choose, i, j),
+            lambda i, j: _descend(key_c, child_scores, choose, i, j),
             cells[chosen],
         )
         centre = cell_centres(cell, plan.levels)
@@ -93,10 +105,9 @@ def greedy_centres(key: jax.Array, points: jax.Array, point_mask: jax.Array, pla
     return greedy
 
 
-def _descend(key_c, points_t, point_mask, plan: NetPlan, choose: Chooser, level, cell):
+def _descend(key_c, child_scores: ChildScores, choose: Chooser, level, cell):
     """One step: the chosen child (a level + 1 cell) of the level-``level`` ball of ``cell``."""
-    children = 2 * cell + 1 + jnp.asarray(child_offsets(plan.dim))
+    children = 2 * cell + 1 + jnp.asarray(child_offsets(cell.shape[0]))
     valid = jnp.all((children >= 0) & (children < 2 ** (level + 1)), axis=1)
-    codes = contributions(points_t, cell_centres(children, level + 1), radius(level + 1, plan.dim), plan.z)
-    scores = jnp.sum(jnp.where(point_mask[None, :], codes, 0), axis=1)
+    scores = child_scores(level, children)
     return children[choose(1, jax.random.fold_in(key_c, level + 1), scores, valid)]
