@@ -14,6 +14,9 @@ Gaussian blobs of std 1 with centres uniform in [-100, 100]^d, bounds (-100, 100
               at n = 25k, 50k, 100k (linearity), and the 2-d k = 8 run.
   projection  the random projection's cost in 10 d (8 blobs; Synth-10d, 64 blobs): working
               grids of 2 and 3 dimensions, without noise and at epsilon = 1.
+  methods     method="exponential" against method="histogram" (Section 4), same keys, same run,
+              epsilon = 1: cost / k-means++ on 2-d 8 blobs (k = 8) and Synth-10d (k = 64),
+              and the private elbow on K = 4 .. 32 blobs (k = 1.5 K + 2).
 Outputs: ``--out`` (JSON) and the same path with ``.md``.
 """
 
@@ -132,15 +135,47 @@ def projection(num_keys: int) -> list[dict]:
     return rows
 
 
-PARTS = dict(quality=quality, elbow=elbow, speed=speed, projection=projection)
+def methods(num_keys: int) -> list[dict]:
+    rows = []
+    cases = (("blobs-2d-8", synthetic_blobs(100_000, 2, 8, seed=2), 8), ("synth-10d", paper_blobs(10), 64))
+    for name, data, k in cases:
+        for method in ("exponential", "histogram"):
+            ratios = []
+            for s in range(num_keys):
+                key = jax.random.key(s)
+                result = dpm_jax.kmeans(key, data.points, k, BUDGET, bounds=data.bounds, method=method)
+                ratios.append(cost(data.points, result.centers) / kmeanspp(key, data.points, k))
+            row = dict(data=name, k=k, method=method, epsilon=1.0, ratios=ratios, median_ratio=float(np.median(ratios)))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    for true_k in (4, 8, 16, 32):
+        data = synthetic_blobs(100_000, 2, true_k, seed=true_k)
+        k = int(1.5 * true_k) + 2
+        for method in ("exponential", "histogram"):
+            found = [
+                int(
+                    dpm_jax.kmeans(jax.random.key(s), data.points, k, BUDGET, bounds=data.bounds, method=method).elbow_k
+                )
+                for s in range(num_keys)
+            ]
+            row = dict(data=f"elbow K={true_k}", k=k, method=method, epsilon=1.0, elbow=found)
+            row["median_elbow"] = float(np.median(found))
+            row["within_25_percent"] = bool(abs(row["median_elbow"] - true_k) <= 0.25 * true_k)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+PARTS = dict(quality=quality, elbow=elbow, speed=speed, projection=projection, methods=methods)
 
 
 def markdown(document: dict) -> str:
     lines = [f"# dpm_jax.kmeans (the unified greedy): {document['machine']['platform']}, shared machine", ""]
     for name, rows in document["parts"].items():
-        lines += [f"## {name}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        columns = list(dict.fromkeys(column for row in rows for column in row))  # every row's keys, first-seen order
+        lines += [f"## {name}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         for row in rows:
-            lines.append("| " + " | ".join(_fmt(v) for v in row.values()) + " |")
+            lines.append("| " + " | ".join(_fmt(row[c]) if c in row else "" for c in columns) + " |")
         lines.append("")
     return "\n".join(lines)
 

@@ -30,6 +30,7 @@ Algorithms (``--algorithms``, default all available):
   dpm-numpy       the plain NumPy DPM of dpm_jax/eval/baselines/numpy_dpm.py, the sequential
                   speed baseline
   greedy          dpm_jax.kmeans, the unified greedy k-means (given the baselines' k)
+  greedy-histogram  the same with method="histogram" (every ball value released once, Section 4)
 
 Outputs: ``--out`` (JSON rows), the same path with ``.md`` (Markdown tables) and
 ``.png`` (a figure comparing the algorithms). For the data sets of the paper's
@@ -64,7 +65,16 @@ from dpm_jax.eval.datasets import Dataset, load_dataset
 from dpm_jax.eval.zoo import DPM_VARIANTS, LATTICE_VARIANTS, variant_config
 
 DPM_NAMES = (*DPM_VARIANTS, *LATTICE_VARIANTS)
-ALGORITHMS = ("kmeans", "kmeans-sklearn", "dp-lloyd", "diffprivlib", *DPM_NAMES, "dpm-numpy", "greedy")
+ALGORITHMS = (
+    "kmeans",
+    "kmeans-sklearn",
+    "dp-lloyd",
+    "diffprivlib",
+    *DPM_NAMES,
+    "dpm-numpy",
+    "greedy",
+    "greedy-histogram",
+)
 METRICS = ("silhouette", "accuracy", "ari", "inertia", "kmeans_distance", "k", "seconds")
 METRIC_TITLES = {
     "silhouette": "Silh. score (up)",
@@ -254,10 +264,14 @@ def _run_dpm_numpy(key, task: Task):
     return centers, np.ones(len(centers), bool)
 
 
-def _run_greedy(key, task: Task):
-    """dpm_jax.kmeans (the unified greedy) with the baselines' k."""
-    result = dpm_jax.kmeans(key, task.dataset.points, task.num_clusters, task.budget, bounds=task.dataset.bounds)
-    return _all_valid(result.centers, task)
+def _greedy_runner(method: str) -> Callable:
+    def run(key, task: Task):
+        """dpm_jax.kmeans (the unified greedy) with the baselines' k."""
+        data = task.dataset
+        result = dpm_jax.kmeans(key, data.points, task.num_clusters, task.budget, bounds=data.bounds, method=method)
+        return _all_valid(result.centers, task)
+
+    return run
 
 
 def run_timed(runner: Callable, key, task: Task) -> Clustering:
@@ -309,9 +323,10 @@ RUNNERS: dict[str, Callable] = {
     "kmeans-sklearn": _run_kmeans_sklearn,
     "diffprivlib": _run_diffprivlib,
     "dpm-numpy": _run_dpm_numpy,
-    "greedy": _run_greedy,
+    "greedy": _greedy_runner("exponential"),
+    "greedy-histogram": _greedy_runner("histogram"),
 }
-COMPILED = {*DPM_NAMES, "dp-lloyd", "kmeans", "greedy"}  # JAX programs: a warm-up run compiles them
+COMPILED = {*DPM_NAMES, "dp-lloyd", "kmeans", "greedy", "greedy-histogram"}  # JAX programs: a warm-up run compiles them
 
 
 def unavailable_reason(algorithm: str) -> str | None:

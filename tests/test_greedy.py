@@ -124,6 +124,7 @@ def test_histogram_noise_is_the_keyed_discrete_gaussian_at_the_release_sigma():
     assert abs(noise.std() / release.sigma - 1.0) < 0.03
 
 
+@pytest.mark.slow  # compiles a whole kmeans program
 def test_nonprivate_histogram_greedy_is_the_pointwise_greedy(blobs2d):
     """The histogram holds the same exact values the point-wise scores compute: same centres without noise."""
     X = blobs2d.points
@@ -133,17 +134,24 @@ def test_nonprivate_histogram_greedy_is_the_pointwise_greedy(blobs2d):
     np.testing.assert_array_equal(np.asarray(by_points.start_level), np.asarray(by_histogram.start_level))
 
 
-def test_histogram_ledger_adds_up_and_does_not_grow_with_k():
-    small = api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0, "histogram")
-    large = api.plan_greedy(BUDGET, 64, 2, 2, 10, 2, 0, "histogram")
-    ledger = ledger_of(small.releases)
-    assert [e.name for e in ledger] == ["greedy_histogram", "greedy_count", "greedy_centre_sums", "greedy_cost_curve"]
+@pytest.mark.parametrize("method, first", [("exponential", "greedy_select"), ("histogram", "greedy_histogram")])
+def test_planned_ledger_adds_up_to_the_budget_and_never_above(method, first):
+    """The plan's releases (the run's ledger is ledger_of of them) add up to the budget in float64."""
+    ledger = ledger_of(api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0, method).releases)
+    assert [e.name for e in ledger] == [first, "greedy_count", "greedy_centre_sums", "greedy_cost_curve"]
     assert math.fsum(e.epsilon for e in ledger) <= BUDGET.epsilon
     assert math.fsum(e.delta for e in ledger) <= BUDGET.delta
     assert math.isclose(math.fsum(e.epsilon for e in ledger), BUDGET.epsilon, rel_tol=1e-12)
     assert math.isclose(math.fsum(e.delta for e in ledger), BUDGET.delta, rel_tol=1e-12)
+
+
+def test_histogram_noise_does_not_grow_with_k():
+    small = api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0, "histogram")
+    large = api.plan_greedy(BUDGET, 64, 2, 2, 10, 2, 0, "histogram")
     assert small.select.sigma == large.select.sigma
-    assert ledger[0].key_path == (keys.GREEDY_SELECT, "histogram")
+    assert small.select.entry().key_path == (keys.GREEDY_SELECT, "histogram")
+    exponential = api.plan_greedy(BUDGET, 64, 2, 2, 10, 2, 0, "exponential")
+    assert exponential.select.epsilon_each[0] < api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0).select.epsilon_each[0]
 
 
 # -------------------------------------------------------------- selection
@@ -170,6 +178,7 @@ def test_nonprivate_greedy_starts_at_the_best_available_ball(blobs2d):
         np.testing.assert_array_equal(np.asarray(greedy.start_cell[c]), cells[best])
 
 
+@pytest.mark.slow  # compiles a whole kmeans program
 def test_nonprivate_kmeans_is_close_to_kmeans_plusplus(blobs2d):
     from sklearn.cluster import KMeans
 
@@ -181,6 +190,7 @@ def test_nonprivate_kmeans_is_close_to_kmeans_plusplus(blobs2d):
 
 
 # ----------------------------------------------------------------- privacy
+@pytest.mark.slow  # compiles a whole kmeans program
 def test_ledger_adds_up_to_the_budget_and_never_above(blobs2d):
     result = dpm_jax.kmeans(jax.random.key(0), blobs2d.points, 5, BUDGET, bounds=blobs2d.bounds)
     ledger = result.ledger
@@ -199,6 +209,7 @@ def test_composed_selection_is_calibrated_tightly():
     assert release.epsilon_each[0] == pytest.approx(4 * release.epsilon_each[1])
 
 
+@pytest.mark.slow  # compiles a whole kmeans program
 def test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise(blobs2d):
     """Every lifted number re-derived from its key stream and the plan's sigma (catches dropped noise)."""
     X, key = blobs2d.points, jax.random.key(7)
@@ -229,6 +240,7 @@ def test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise(blobs2d):
     np.testing.assert_allclose(np.asarray(result.centers)[valid], np.asarray(expected)[valid], rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow  # compiles a whole kmeans program
 def test_private_kmeans_runs_under_jit_and_vmap_over_keys(blobs2d):
     X = jnp.asarray(blobs2d.points)
     run = jax.jit(lambda k: dpm_jax.kmeans(k, X, 4, BUDGET, bounds=blobs2d.bounds))
@@ -292,6 +304,7 @@ def test_estimator_fits_predicts_and_clones(blobs2d):
         DPKMeans(3).fit(blobs2d.points)
 
 
+@pytest.mark.slow  # compiles a whole kmeans program
 def test_cli_writes_the_release(tmp_path, blobs2d):
     import json
 
