@@ -241,9 +241,10 @@ def test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise(blobs2d):
 
 
 @pytest.mark.slow  # compiles a whole kmeans program
-def test_private_kmeans_runs_under_jit_and_vmap_over_keys(blobs2d):
+@pytest.mark.parametrize("method", api.METHODS)
+def test_private_kmeans_runs_under_jit_and_vmap_over_keys(blobs2d, method):
     X = jnp.asarray(blobs2d.points)
-    run = jax.jit(lambda k: dpm_jax.kmeans(k, X, 4, BUDGET, bounds=blobs2d.bounds))
+    run = jax.jit(lambda k: dpm_jax.kmeans(k, X, 4, BUDGET, bounds=blobs2d.bounds, method=method))
     batch = jax.vmap(run)(jax.random.split(jax.random.key(3), 3))
     single = run(jax.random.split(jax.random.key(3), 3)[1])
     np.testing.assert_allclose(np.asarray(batch.centers[1]), np.asarray(single.centers), atol=1e-4)

@@ -2,7 +2,7 @@
 
 The release JSON has the fields of ``dpm-jax cluster``'s that apply (columns, k, centers,
 counts, budget, bounds, ledger) and the greedy's own: the noisy cost curve over k' <= k,
-the elbow read from it and the public parameters (z, levels, grid_dim, projection_seed).
+the elbow read from it and the public parameters (z, levels, grid_dim, projection_seed, method).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from dpm_jax.budget import Budget
 from dpm_jax.cli.readers import read_points
 from dpm_jax.files import write_atomically
-from dpm_jax.greedy.api import DEFAULT_LEVELS, MAX_GRID_DIM, KMeansResult, kmeans
+from dpm_jax.greedy.api import DEFAULT_LEVELS, MAX_GRID_DIM, METHODS, KMeansResult, kmeans
 from dpm_jax.keys import key_from_seed
 
 __all__ = ["add_parser", "kmeans_release"]
@@ -41,6 +41,12 @@ def add_parser(commands, seed_type) -> None:
     run.add_argument("--z", type=int, default=2, choices=(1, 2), help="2: k-means (default), 1: k-median")
     run.add_argument("--levels", type=int, default=DEFAULT_LEVELS, help="last level of the nets")
     run.add_argument("--grid-dim", type=int, default=MAX_GRID_DIM, help="working dimension (higher d is projected)")
+    run.add_argument(
+        "--method",
+        default="exponential",
+        choices=METHODS,
+        help="exponential: a mechanism per choice; histogram: every ball value released once",
+    )
     run.add_argument("--seed", type=seed_type, default=None, help="integer seed (keep it secret); default: fresh")
     run.add_argument("--out", metavar="FILE", default=None, help="write the JSON release here (default stdout)")
     run.set_defaults(handler=run_kmeans)
@@ -57,7 +63,7 @@ def kmeans_release(result: KMeansResult, budget: Budget, bounds, args: argparse.
         elbow_k=int(result.elbow_k),
         budget=dict(epsilon=budget.epsilon, delta=budget.delta),
         bounds=dict(lower=bounds[0], upper=bounds[1]),
-        config=dict(z=args.z, levels=args.levels, grid_dim=args.grid_dim, projection_seed=0),
+        config=dict(z=args.z, levels=args.levels, grid_dim=args.grid_dim, projection_seed=0, method=args.method),
         ledger=result.ledger.to_dicts(),
     )
 
@@ -83,6 +89,7 @@ def run_kmeans(args: argparse.Namespace) -> int:
         z=args.z,
         levels=args.levels,
         grid_dim=args.grid_dim,
+        method=args.method,
     )
     text = json.dumps(kmeans_release(result, budget, (lower, upper), args, points.columns), indent=2, allow_nan=False)
     if args.out is None:

@@ -33,7 +33,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
 
     Parameters: n_clusters; epsilon, delta (the budget of one ``fit``); bounds (public
     ``(lo, hi)``, required); seed (None: fresh randomness per fit; an integer makes fits
-    reproducible, keep it secret); z, levels, grid_dim (public, see :func:`dpm_jax.kmeans`).
+    reproducible, keep it secret); z, levels, grid_dim, method (public, see :func:`dpm_jax.kmeans`).
     """
 
     def __init__(
@@ -47,6 +47,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
         z: int = 2,
         levels: int = DEFAULT_LEVELS,
         grid_dim: int = MAX_GRID_DIM,
+        method: str = "exponential",
     ):
         self.n_clusters = n_clusters
         self.epsilon = epsilon
@@ -56,6 +57,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
         self.z = z
         self.levels = levels
         self.grid_dim = grid_dim
+        self.method = method
 
     def fit(self, X, y=None):
         """One DP run on X (y is ignored)."""
@@ -70,6 +72,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
             z=self.z,
             levels=self.levels,
             grid_dim=self.grid_dim,
+            method=self.method,
         )
         self.cluster_centers_ = np.asarray(result.centers, np.float64)
         self.sizes_ = np.asarray(result.sizes)
