@@ -30,26 +30,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import averaging as averaging_lib
-from dpm_jax import exact, interval, keys, tree
+from dpm_jax import exact
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
-from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
+from dpm_jax.averaging import leaf_centers, plan_averaging
 from dpm_jax.cache import library_programs
-from dpm_jax.budget import (
-    Allocation,
-    Budget,
-    allocate,
-    count_entry,
-    validate_budget_and_config,
-)
+from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.depth import DepthPlan, depth_of, noisy_size, plan_depth
-from dpm_jax.depth import ledger_entry as depth_ledger_entry
+from dpm_jax.depth import DepthPlan, depth_of, depth_release, noisy_size, plan_depth
+from dpm_jax.dpm_releases import DPMReleases, dpm_releases
 from dpm_jax.diagnostics.plan import warn_if_insufficient
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
-from dpm_jax.ledger import Ledger, LedgerEntry
+from dpm_jax.ledger import Ledger
 from dpm_jax.mechanisms import (
     EM_DIGITS,
     EM_TRIES,
@@ -62,7 +55,6 @@ from dpm_jax.tree import Leaves, SplitTree, build_tree, level_count_noise, level
 __all__ = [
     "ClusterResult",
     "cluster",
-    "build_ledger",
     "MAX_POINTS",
     "validate_key",
     "validate_bounds",
@@ -103,8 +95,9 @@ class ClusterResult:
     NOT differentially private (a function of each individual point):
       labels_nonprivate: (n,) cluster slot of every input point; do not publish.
     Static:
-      ledgers: ((depth, ledger), ...): the privacy ledger (:class:`dpm_jax.ledger.Ledger`) of
-        every depth the run may take, one for a fixed tau_r; :attr:`ledger` is the run's.
+      releases: ((depth, releases), ...): the run's releases
+        (:class:`dpm_jax.dpm_releases.DPMReleases`) at every depth it may take, one for a fixed
+        tau_r; :attr:`ledgers` are their ledgers, :attr:`ledger` the run's.
     """
 
     centers: jax.Array
@@ -116,7 +109,12 @@ class ClusterResult:
     split_interval_size: jax.Array
     leaf_node: jax.Array
     labels_nonprivate: jax.Array
-    ledgers: tuple[tuple[int, Ledger], ...] = dataclasses.field(metadata=dict(static=True))
+    releases: tuple[tuple[int, DPMReleases], ...] = dataclasses.field(metadata=dict(static=True))
+
+    @property
+    def ledgers(self) -> tuple[tuple[int, Ledger], ...]:
+        """((depth, ledger), ...): the ledger of every depth the run may take."""
+        return tuple((depth, releases.ledger()) for depth, releases in self.releases)
 
     @property
     def ledger(self) -> Ledger:
@@ -125,8 +123,12 @@ class ClusterResult:
         Under ``tau_r="auto"`` the depth is data dependent, so a result of ``jax.vmap`` over
         runs of different depths has one ledger per run: :meth:`ledger_at` gives each.
         """
-        if len(self.ledgers) == 1:
-            return self.ledgers[0][1]
+        return self.releases_of_run().ledger()
+
+    def releases_of_run(self) -> DPMReleases:
+        """The releases of this run: of the depth it ran at (under ``tau_r="auto"`` read outside jit)."""
+        if len(self.releases) == 1:
+            return self.releases[0][1]
         if isinstance(self.depth, jax.core.Tracer):
             raise ValueError("the depth of a traced result is not known yet: read the ledger outside jax.jit")
         depths = np.unique(np.asarray(self.depth))
@@ -135,14 +137,18 @@ class ClusterResult:
                 f"these runs chose different depths {depths.tolist()} (tau_r='auto'): each has its own "
                 "ledger, result.ledger_at(int(result.depth[i]))"
             )
-        return self.ledger_at(int(depths[0]))
+        return self.releases_at(int(depths[0]))
+
+    def releases_at(self, depth: int) -> DPMReleases:
+        """The releases of the run at ``depth``."""
+        releases = dict(self.releases)
+        if depth not in releases:
+            raise ValueError(f"this run cannot have depth {depth}; its depths are {sorted(releases)}")
+        return releases[depth]
 
     def ledger_at(self, depth: int) -> Ledger:
         """The ledger of the run at ``depth`` (every one adds up to the budget, never more)."""
-        ledgers = dict(self.ledgers)
-        if depth not in ledgers:
-            raise ValueError(f"this run cannot have depth {depth}; its depths are {sorted(ledgers)}")
-        return ledgers[depth]
+        return self.releases_at(depth).ledger()
 
 
 jax.tree_util.register_dataclass(
@@ -158,31 +164,56 @@ jax.tree_util.register_dataclass(
         "leaf_node",
         "labels_nonprivate",
     ],
-    meta_fields=["ledgers"],
+    meta_fields=["releases"],
 )
 
 
 class RunPlan(NamedTuple):
-    """Everything public a run needs before it sees data: its possible depths and their budgets.
+    """Everything public a run needs before it sees data: its possible depths and their releases.
 
-    A fixed tau_r: one allocation. ``tau_r="auto"``: the depth count's plan and one allocation
-    of the remaining budget per depth 1..max_depth (:mod:`dpm_jax.depth`); the averaging
-    mechanism's budget is the same at every depth. Hashable (a static argument of jit).
+    A fixed tau_r: one depth's releases. ``tau_r="auto"``: the depth count's plan and the
+    releases of the remaining budget at every depth 1..max_depth (:mod:`dpm_jax.depth`); the
+    leaf sums' release is the same at every depth. Hashable (a static argument of jit).
     """
 
     depth_plan: DepthPlan | None
-    allocations: tuple[Allocation, ...]  # consecutive depths, the first at depth first_depth
-    averaging: AveragingPlan
-    ledgers: tuple[tuple[int, Ledger], ...]
+    releases: tuple[tuple[int, DPMReleases], ...]  # consecutive depths
 
     @property
     def first_depth(self) -> int:
-        return len(self.allocations[0].split_epsilons)
+        return self.releases[0][0]
 
     @property
-    def interval_epsilon(self) -> float:
-        """Algorithm 2's epsilon (0 on the cell grid): the same at every depth (allocate's shares)."""
-        return self.allocations[0].interval_epsilon
+    def ledgers(self) -> tuple[tuple[int, Ledger], ...]:
+        """((depth, ledger), ...): every possible depth's ledger; each adds up to the budget."""
+        return tuple((depth, releases.ledger()) for depth, releases in self.releases)
+
+    @property
+    def by_depth(self) -> tuple[DPMReleases, ...]:
+        """The releases of every possible depth, from :attr:`first_depth` on."""
+        return tuple(releases for _, releases in self.releases)
+
+    @property
+    def interval(self):
+        """Algorithm 2's release (None on the cell grid): the same at every depth (allocate's shares)."""
+        return self.releases[0][1].interval
+
+    @property
+    def leaf_sums(self):
+        """The leaf sums' release: the same at every depth."""
+        return self.releases[0][1].leaf_sums
+
+    @property
+    def count_stream(self) -> str:
+        """The key stream of the node counts (one draw for every depth, :func:`dpm_jax.tree.level_count_noise`)."""
+        (stream,) = {count.stream for releases in self.by_depth for count in releases.counts}
+        return stream
+
+    @property
+    def split_stream(self) -> str:
+        """The key stream of the split choices (one draw of bits for the whole tree)."""
+        (stream,) = {split.stream for releases in self.by_depth for split in releases.splits}
+        return stream
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,41 +221,27 @@ def plan_run(budget: Budget, config: DPMConfig, d: int) -> RunPlan:
     """The :class:`RunPlan` of ``budget`` and ``config`` in d dimensions; its ledgers add up to the budget."""
     if config.tau_r != AUTO_DEPTH:
         allocation = allocate(budget, config, d)
-        averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-        return RunPlan(
-            None, (allocation,), averaging, ((config.tau_r, build_ledger(allocation, config, d, averaging)),)
-        )
+        leaf_sums = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+        return RunPlan(None, ((config.tau_r, dpm_releases(allocation, config, d, leaf_sums)),))
     depth_plan = plan_depth(budget, config, d)
     depths = range(1, depth_plan.deepest + 1)
-    allocations = tuple(allocate(depth_plan.remaining, config.at_depth(depth), d) for depth in depths)
+    allocations = [allocate(depth_plan.remaining, config.at_depth(depth), d) for depth in depths]
     # The leaf sums are drawn before the depth is known to them (one sampler table): every depth
     # averages with the smallest of its allocations' averaging budgets, which differ by at most
     # the ulps allocate rounds them down by, so each ledger still stays within the budget.
-    common = dict(
-        average_epsilon=min(a.average_epsilon for a in allocations),
-        average_delta=min(a.average_delta for a in allocations),
+    leaf_sums = plan_averaging(
+        min(a.average_epsilon for a in allocations), min(a.average_delta for a in allocations), d
     )
-    allocations = tuple(a._replace(**common) for a in allocations)
-    averaging = plan_averaging(common["average_epsilon"], common["average_delta"], d)
-    ledgers = tuple(
+    releases = tuple(
         (
             depth,
-            Ledger(
-                [
-                    depth_ledger_entry(depth_plan, depth),
-                    *_on_row(build_ledger(a, config.at_depth(depth), d, averaging), depth - 1),
-                ]
+            dpm_releases(allocation, config.at_depth(depth), d, leaf_sums, count_row=depth - 1)._replace(
+                depth_count=depth_release(depth_plan, depth)
             ),
         )
-        for depth, a in zip(depths, allocations)
+        for depth, allocation in zip(depths, allocations)
     )
-    return RunPlan(depth_plan, allocations, averaging, ledgers)
-
-
-def _on_row(ledger: Ledger, row: int) -> list[LedgerEntry]:
-    """The ledger's count lines with their row of the per-depth count draw (:func:`dpm_jax.tree.level_count_noise`)."""
-    on_row = lambda entry: entry._replace(key_path=(keys.COUNT, f"row {row}", *entry.key_path[1:]))
-    return [on_row(entry) if entry.key_path[0] == keys.COUNT else entry for entry in ledger]
+    return RunPlan(depth_plan, releases)
 
 
 def _is_tracer(x) -> bool:
@@ -373,11 +390,11 @@ def cluster(
         lower,
         upper,
         em_table_on_device(),
-        gaussian_thresholds_on_device(run_plan.averaging.sigma),
+        gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
         run_plan=run_plan,
         config=config,
     )
-    result = ClusterResult(**arrays, ledgers=run_plan.ledgers)
+    result = ClusterResult(**arrays, releases=run_plan.releases)
     warn_if_starved(result, budget, config, d)
     return result
 
@@ -393,30 +410,6 @@ def warn_if_starved(result: ClusterResult, budget: Budget, config: DPMConfig, d:
     root = result.tree.noisy_count
     if not _is_tracer(root):
         warn_if_insufficient(float(root[1]), d, budget, config, "the released size n~", stacklevel=3)
-
-
-@functools.lru_cache(maxsize=64)
-def build_ledger(allocation: Allocation, config: DPMConfig, d: int, averaging: AveragingPlan) -> Ledger:
-    """The run's ledger: every mechanism's own lines, in the order Algorithm 1 runs them.
-
-    The root count (line 7), Algorithm 2 (line 8), the tree's split choices and child
-    counts level by level (lines 13-28), the leaf sums (line 11). Each line comes from
-    the module that draws the noise, from the parameters it draws it with; the lines
-    add up exactly to the budget (:func:`dpm_jax.budget.allocate`).
-    """
-    interval_entries = (
-        []
-        if config.split_grid == CELL_GRID
-        else [interval.ledger_entry(allocation.interval_epsilon, allocation.interval_sampler_delta, d, config)]
-    )
-    return Ledger(
-        [
-            count_entry(allocation, 0),
-            *interval_entries,
-            *tree.ledger_entries(allocation, config),
-            averaging_lib.ledger_entry(averaging, allocation.average_epsilon, allocation.average_delta),
-        ]
-    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -465,10 +458,10 @@ def _cluster_arrays(
 
     # tau_r="auto": the depth from a noisy count (dpm_jax.depth); then its allocation.
     depth = run_depth(key, jnp.sum(mask, dtype=jnp.int32), run_plan)
-    schedule = level_schedule(run_plan.allocations, depth, config.padded_depth)
+    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
     # exact integers.
-    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth, config.padded_depth)
+    noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, config.padded_depth)
     root_noisy_count = add_count_noise(
         jnp.sum(mask, dtype=jnp.int32), exact.Int(tuple(limb[1] for limb in noise.limbs))
     )
@@ -477,24 +470,24 @@ def _cluster_arrays(
         beta = root_interval_size(lower, upper, config)
     else:
         beta, _ = estimate_split_interval_size(
-            derive_key(key, keys.INTERVAL),
+            derive_key(key, run_plan.interval.stream),
             em_table,
             to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
             mask,
             exact.to_float32(root_noisy_count),
-            run_plan.interval_epsilon,
+            run_plan.interval,
             config,
         )
     # Lines 10, 13-28.
     split_bits = jax.random.bits(
-        derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
+        derive_key(key, run_plan.split_stream), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
     )
     tree, leaves = build_tree(
         split_bits, noise, em_table, points, mask, lower, upper, root_noisy_count, beta, schedule, config
     )
     # Line 11.
     centers = leaf_centers(
-        derive_key(key, keys.AVERAGE),
+        derive_key(key, run_plan.leaf_sums.stream),
         points,
         mask,
         leaves.point_slot,
@@ -503,7 +496,7 @@ def _cluster_arrays(
         lower,
         upper,
         gaussian_thresholds,
-        run_plan.averaging,
+        run_plan.leaf_sums,
     )
     return dict(
         **released_arrays(tree, leaves, centers, beta, lower, upper, depth), labels_nonprivate=leaves.point_slot

@@ -1,10 +1,9 @@
-"""The privacy ledger: one line per mechanism and level, written by the mechanism itself.
+"""The privacy ledger: one line per mechanism and level, stated by the release itself.
 
-Every module that releases something writes the ledger lines of its own releases
-from the same parameters that drive its noise (:func:`dpm_jax.mechanisms.count_entry`,
-:func:`dpm_jax.interval.ledger_entry`, :func:`dpm_jax.tree.ledger_entries`,
-:func:`dpm_jax.averaging.ledger_entry`); :func:`dpm_jax.api.build_ledger` lists them
-in the order Algorithm 1 runs them. Key paths name the stream of
+Every DP output is made by a release (:mod:`dpm_jax.releases`) that holds the
+parameters its noise is drawn with and states its line from them (``entry()``);
+a run's ledger is the list of its releases' lines (:func:`dpm_jax.releases.ledger_of`;
+DPM's in the order Algorithm 1 runs them, :meth:`dpm_jax.dpm_releases.DPMReleases.ledger`). Key paths name the stream of
 :mod:`dpm_jax.keys` and the rows of its draw (heap layout: row i is tree node i).
 """
 

@@ -51,6 +51,7 @@ __all__ = [
     "CountRelease",
     "SelectionRelease",
     "GaussianRelease",
+    "key_path",
     "ledger_of",
     "split_budget",
     "at_most",
@@ -64,6 +65,13 @@ class Release(Protocol):
     stream: str
 
     def entry(self) -> LedgerEntry: ...
+
+
+def key_path(stream: str, rows: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """A release's key path: its stream, then which rows of the stream's draw it uses (if not all)."""
+    if rows is None:
+        return (stream,)
+    return (stream, rows) if isinstance(rows, str) else (stream, *rows)
 
 
 def ledger_of(releases: Sequence[Release]) -> Ledger:
@@ -111,17 +119,19 @@ class CountRelease(NamedTuple):
     it; over ``draws_per_record`` draws a record can influence (Δ for per-dimension
     histograms) the ledger charges ``sampler_delta`` = draws tv (1 + e^epsilon).
     ``offset_delta`` is any extra delta the caller spends through this release (e.g.
-    the shifted count's P[n~ - lambda > |S|], Equation 1 of the DPM paper).
+    the shifted count's P[n~ - lambda > |S|], Equation 1 of the DPM paper), ``offset``
+    the lambda it pays for (a public number the consumer subtracts; 0: none).
     """
 
     name: str
     epsilon: float
     stream: str
     sensitivity: int = 1
-    rows: str | None = None  # which part of the stream's draw (key path detail)
+    rows: str | tuple[str, ...] | None = None  # which part of the stream's draw (key path detail)
     level: int | None = None
     offset_delta: float = 0.0
     rule: str = "count of disjoint sets"
+    offset: float = 0.0
 
     @property
     def noise_epsilon(self) -> float:
@@ -140,7 +150,6 @@ class CountRelease(NamedTuple):
         return add_count_noise(counts, noise)
 
     def entry(self) -> LedgerEntry:
-        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
         return LedgerEntry(
             self.name,
             "discrete_laplace",
@@ -150,7 +159,7 @@ class CountRelease(NamedTuple):
             float(self.sensitivity),
             f"L1: {self.rule}",
             self.sensitivity / self.epsilon,
-            path,
+            key_path(self.stream, self.rows),
             sampler_delta=self.sampler_delta,
         )
 
@@ -161,7 +170,9 @@ class SelectionRelease(NamedTuple):
     Privacy: (epsilon, (1 + e^epsilon) em_sampler_tv(M))-DP per row when every integer
     score changes by at most ``sensitivity`` (Δ) between neighbours (McSherry and Talwar
     2007; the sampler's errors in :mod:`dpm_jax.mechanisms`); rows over disjoint sets
-    compose in parallel, rows over the same records must be separate releases.
+    compose in parallel, rows over the same records must be separate releases. The
+    sampler spends EM_EPSILON_MARGIN of epsilon (:func:`dpm_jax.mechanisms.em_exponent_scale`
+    subtracts it), stated as the line's ``sampler_epsilon``.
     """
 
     name: str
@@ -169,7 +180,7 @@ class SelectionRelease(NamedTuple):
     stream: str
     sensitivity: int
     num_candidates: int
-    rows: str | None = None
+    rows: str | tuple[str, ...] | None = None
     level: int | None = None
     rule: str = "integer score"
 
@@ -190,7 +201,6 @@ class SelectionRelease(NamedTuple):
         return exponential_mechanism(key, table, scores, valid, self.epsilon, self.sensitivity)
 
     def entry(self) -> LedgerEntry:
-        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
         return LedgerEntry(
             self.name,
             "exponential",
@@ -200,7 +210,8 @@ class SelectionRelease(NamedTuple):
             float(self.sensitivity),
             f"{self.rule}; {self.num_candidates} candidates",
             2.0 * self.sensitivity / self.epsilon,
-            path,
+            key_path(self.stream, self.rows),
+            sampler_epsilon=EM_EPSILON_MARGIN,
             sampler_delta=self.sampler_delta,
         )
 
@@ -221,7 +232,7 @@ class GaussianRelease(NamedTuple):
     l2_sensitivity: float
     sigma: float
     sampler_delta: float
-    rows: str | None = None
+    rows: str | tuple[str, ...] | None = None
     level: int | None = None
     rule: str = "L2 of an integer vector"
 
@@ -248,7 +259,6 @@ class GaussianRelease(NamedTuple):
         return discrete_gaussian_noise(key, high, low, table.support_min, shape)
 
     def entry(self) -> LedgerEntry:
-        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
         return LedgerEntry(
             self.name,
             "discrete_gaussian",
@@ -258,7 +268,7 @@ class GaussianRelease(NamedTuple):
             self.l2_sensitivity,
             self.rule,
             self.sigma,
-            path,
+            key_path(self.stream, self.rows),
             sampler_delta=self.sampler_delta,
         )
 

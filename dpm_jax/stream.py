@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import exact, keys
+from dpm_jax import exact
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (
     MAX_POINTS,
@@ -304,21 +304,21 @@ def cluster_stream(
         beta = _root_interval_size(lower, upper, config=config)
     else:
         beta = _interval_size(
-            key,
+            derive_key(key, run_plan.interval.stream),
             source,
             rows,
             lower,
             upper,
             root_size,
             em_table,
-            run_plan.interval_epsilon,
+            run_plan.interval,
             config,
             column_bytes,
             report,
         )
     # Lines 10, 13-28, level by level.
     split_bits = jax.random.bits(
-        derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
+        derive_key(key, run_plan.split_stream), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
     )
     public = (em_table, lower, upper, root_noisy_count, beta, depth)
     width = 2 ** (config.padded_depth - 1)
@@ -343,7 +343,7 @@ def cluster_stream(
         width=width,
         config=config,
     )
-    schedule = level_schedule(run_plan.allocations, depth, config.padded_depth)
+    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     for level in range(config.padded_depth):
         level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
         split_dim, split = _choose_splits(
@@ -357,6 +357,7 @@ def cluster_stream(
             schedule.split_epsilons[level],
             schedule.count_offsets[level],
             config=config,
+            split_sensitivity=schedule.split_sensitivity,
         )
         # One pass: this level's children sizes and, for every child as if its parent were
         # split, the next level's histogram (rows of children not split into are zeroed below).
@@ -406,22 +407,23 @@ def cluster_stream(
         jnp.int32(config.padded_depth),
         width=width,
         config=config,
+        leaf_sums=run_plan.leaf_sums,
     )
     centers = _centers_from_sums(
-        derive_key(key, keys.AVERAGE),
+        derive_key(key, run_plan.leaf_sums.stream),
         sums,
         leaves.noisy_count,
         leaves.valid,
         lower,
         upper,
-        gaussian_thresholds_on_device(run_plan.averaging.sigma),
-        run_plan.averaging,
+        gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
+        run_plan.leaf_sums,
     )
     report(None)
     result = ClusterResult(
         **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
         labels_nonprivate=None,
-        ledgers=run_plan.ledgers,
+        releases=run_plan.releases,
     )
     warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
     return result
@@ -439,12 +441,12 @@ class _Routes(NamedTuple):
 
 # The node-level steps are compiled, as in the in-memory program: XLA's fused float32
 # arithmetic (the released split positions, the centres) then rounds the same way.
-@functools.partial(jax.jit, static_argnames="config")
+@functools.partial(jax.jit, static_argnames=("config", "split_sensitivity"))
 def _choose_splits(
-    public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *, config
+    public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *, config, split_sensitivity
 ) -> tuple[jax.Array, DrawnSplit]:
     """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
-    inputs = _inputs(public, config)
+    inputs = _inputs(public, config)._replace(split_sensitivity=split_sensitivity)
     grid, candidate_valid = level_grid(inputs, *cells)
     split_dim, split_index = choose_splits(
         inputs, level, counts, node_count, node_active, candidate_valid, level_bits, epsilon, offset
@@ -502,10 +504,10 @@ def _assemble_tree(releases: list[LevelRelease], *, tau_r: int):
     return assemble_tree(stacked, jnp.zeros(0, jnp.int32), tau_r)
 
 
-@functools.partial(jax.jit, static_argnames=("epsilon", "num_dims", "config"))
-def _select_interval_size(key, em_table, histograms, noisy_count, *, epsilon: float, num_dims: int, config: DPMConfig):
+@functools.partial(jax.jit, static_argnames=("release", "num_dims", "config"))
+def _select_interval_size(key, em_table, histograms, noisy_count, *, release, num_dims: int, config: DPMConfig):
     return select_interval_size(
-        key, em_table, counts_from_gap_histogram(jnp.stack(histograms)), noisy_count, epsilon, num_dims, config
+        key, em_table, counts_from_gap_histogram(jnp.stack(histograms)), noisy_count, release, num_dims, config
     )
 
 
@@ -514,7 +516,7 @@ def _root_count(key, n, *, run_plan, padded):
     """The run's depth (:func:`dpm_jax.api.run_depth`), the count stream's noise of every node
     (heap layout) and the root's noisy count (Algorithm 1, line 7), as ``cluster`` draws them."""
     depth = run_depth(key, n, run_plan)
-    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth, padded)
+    noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, padded)
     return depth, noise, add_count_noise(n, exact.Int(tuple(limb[1] for limb in noise.limbs)))
 
 
@@ -616,12 +618,12 @@ def _children_of_chunk(
     return child_true, _histogram(inputs, (split.cell_lower, split.cell_upper), child, active)
 
 
-@functools.partial(jax.jit, static_argnames=("width", "config"))
-def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig):
+@functools.partial(jax.jit, static_argnames=("width", "config", "leaf_sums"))
+def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig, leaf_sums):
     # At depth tau_r a point's local index is its leaf's slot (dpm_jax.tree).
     slot, _ = _route(_inputs(public, config, piece), valid, routes, levels)
     _, lower, upper, _, _, _ = public
-    return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters)
+    return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters, leaf_sums)
 
 
 @functools.partial(jax.jit, static_argnames="dims")
@@ -644,13 +646,13 @@ def _interval_size(
     upper,
     root_size,
     em_table,
-    epsilon: float,
+    release,
     config: DPMConfig,
     column_bytes: int,
     report,
 ) -> jax.Array:
     """Algorithm 2 (:func:`dpm_jax.interval.estimate_split_interval_size`) with one sorted column at a time."""
-    dims_key, select_key = jax.random.split(derive_key(key, keys.INTERVAL))
+    dims_key, select_key = jax.random.split(key)
     d = source.d
     chosen = interval_dimensions(dims_key, d, config.interval_max_dims)
     dims = list(range(d)) if chosen is None else [int(i) for i in np.asarray(chosen)]
@@ -674,7 +676,7 @@ def _interval_size(
             histograms.append(_column_gap_histogram(column, step, config.num_sigmas))
         del columns
     beta, _ = _select_interval_size(
-        select_key, em_table, histograms, root_size, epsilon=epsilon, num_dims=len(dims), config=config
+        select_key, em_table, histograms, root_size, release=release, num_dims=len(dims), config=config
     )
     return beta
 

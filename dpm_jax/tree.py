@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import exact, keys
+from dpm_jax import exact
 from dpm_jax._arrays import bin_dtype, materialized, reciprocal, to_unit_range, unit_coordinates
 from dpm_jax.histogram import (
     CellGrid,
@@ -64,10 +64,9 @@ from dpm_jax.histogram import (
     level_histogram,
     root_cell,
 )
-from dpm_jax.budget import Allocation, count_entry, heap_count_epsilons
+from dpm_jax.budget import heap_count_epsilons
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.ledger import LedgerEntry, heap_rows
-from dpm_jax.mechanisms import EM_EPSILON_MARGIN, add_count_noise, count_noise, em_exponent_scale, select_with_bits
+from dpm_jax.mechanisms import add_count_noise, count_noise, em_exponent_scale, select_with_bits
 from dpm_jax.scoring import (
     ScoreCoefficients,
     boundary_statistics,
@@ -94,7 +93,6 @@ __all__ = [
     "count_children",
     "stopping_rule",
     "root_interval_size",
-    "ledger_entries",
     "paper_split_position",
     "release_level",
     "next_point_nodes",
@@ -159,6 +157,7 @@ def select_splits(
     offset,
     coefficients: ScoreCoefficients,
     statistics=candidate_statistics,
+    sensitivity: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Algorithm 1, lines 22-25 for a batch of nodes: the exponential mechanism over all splits.
 
@@ -181,6 +180,7 @@ def select_splits(
       epsilon, offset: the level's epsilon_exp and count offset lambda.
       coefficients: :func:`dpm_jax.scoring.score_coefficients`.
       statistics: the candidates' statistics from the counts (:func:`dpm_jax.scoring.split_scores`).
+      sensitivity: the split release's sensitivity Delta (None: the score's, ``coefficients.sensitivity``).
     Returns:
       (dimension, candidate index), (nodes,) int32 each.
     """
@@ -193,7 +193,8 @@ def select_splits(
         nodes, d * num_candidates
     )
     ratio = exponent_ratio(exact.to_float32(noisy_count), offset, size)
-    scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)
+    delta_f = coefficients.sensitivity if sensitivity is None else sensitivity
+    scale = em_exponent_scale(epsilon, delta_f, ratio)
     index = select_with_bits(bits, em_table, flat, valid, scale)
     return index // num_candidates, index % num_candidates
 
@@ -236,6 +237,7 @@ class _TreeInputs(NamedTuple):
     em_table: tuple  # the exponential mechanism's weight table on the device
     candidate_valid: jax.Array | None  # (B,) bool: candidates inside the bounds (paper grid)
     coefficients: ScoreCoefficients
+    split_sensitivity: int  # the split releases' sensitivity (the exponent's Delta)
     min_child: jax.Array  # int32 ceil(tau_e): a noisy child count n~ >= tau_e iff n~ >= this
     depth: jax.Array  # int32 the run's tau_r: levels 0..depth-1 draw splits (traced under tau_r="auto")
     lower: jax.Array  # (d,) public bounds, for the released split positions
@@ -288,6 +290,7 @@ def choose_splits(
             offset,
             inputs.coefficients,
             functools.partial(boundary_statistics, window=inputs.split_window) if inputs.cell else candidate_statistics,
+            inputs.split_sensitivity,
         )
         return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0) for c, p in zip(chosen, picked))
 
@@ -591,72 +594,51 @@ def _lattice_unit(lower: jax.Array, upper: jax.Array, config: DPMConfig) -> jax.
     return None if config.lattice_step is None else config.lattice_step / (upper - lower)
 
 
-def ledger_entries(allocation: Allocation, config: DPMConfig) -> list[LedgerEntry]:
-    """The ledger lines of the tree's releases, level by level: the split choice of the
-    level's nodes (:func:`select_splits`, rows ``heap_rows(level)`` of the split stream)
-    and the counts of their children (:func:`dpm_jax.budget.count_entry`)."""
-    sensitivity = score_coefficients(config.t, config.q, config.alpha).sensitivity
-    entries = []
-    for level in range(config.tau_r):
-        entries.append(
-            LedgerEntry(
-                f"split/level{level}",
-                "exponential",
-                level,
-                allocation.split_epsilons[level],
-                allocation.split_sampler_deltas[level],
-                float(sensitivity),
-                f"integer score; x min(1,(n~-{allocation.count_offsets[level]:.4g})/N)",
-                None,
-                (keys.SPLIT, heap_rows(level)),
-                sampler_epsilon=EM_EPSILON_MARGIN,
-                sampler_delta=allocation.split_sampler_deltas[level],
-            )
-        )
-        entries.append(count_entry(allocation, level + 1))
-    return entries
-
-
 class LevelSchedule(NamedTuple):
-    """The run's depth and each padded level's budget: the arrays the scan reads (traced under "auto")."""
+    """The run's depth and each padded level's release parameters: what the scan reads (traced under "auto")."""
 
     depth: jax.Array  # int32 the run's tau_r
     split_epsilons: jax.Array  # (padded_depth,) float32 epsilon_exp per level; from depth on a placeholder
     count_offsets: jax.Array  # (padded_depth,) float32 lambda of every level's node counts (Equation 1)
+    split_sensitivity: int  # the integer score's sensitivity the split releases state
 
 
-def level_schedule(allocations: tuple[Allocation, ...], depth, padded: int) -> LevelSchedule:
-    """The schedule of the allocation for ``depth`` among ``allocations`` (consecutive depths),
-    padded to the tree's ``padded`` levels (``DPMConfig.padded_depth``).
+def level_schedule(releases: tuple, depth, padded: int) -> LevelSchedule:
+    """The schedule of the releases for ``depth`` among ``releases`` (one
+    :class:`dpm_jax.dpm_releases.DPMReleases` per consecutive depth), padded to the tree's
+    ``padded`` levels (``DPMConfig.padded_depth``).
 
-    ``allocations`` holds one allocation (a fixed tau_r) or one per depth 1..F (``tau_r="auto"``,
+    ``releases`` holds one run's (a fixed tau_r) or one per depth 1..F (``tau_r="auto"``,
     :mod:`dpm_jax.depth`; F <= max_depth is the deepest depth the budget allows); ``depth`` may be
     traced. Levels from the depth on draw no split, so their epsilon is only a positive
     placeholder (the last level's).
     """
-    first = len(allocations[0].split_epsilons)
+    first = releases[0].depth
     pad = lambda values, size: list(values) + [values[-1]] * (size - len(values))
-    splits = np.asarray([pad(a.split_epsilons, padded) for a in allocations], np.float32)
-    offsets = np.asarray([pad(a.count_offsets[:-1], padded) for a in allocations], np.float32)
+    splits = np.asarray([pad(r.split_epsilons, padded) for r in releases], np.float32)
+    offsets = np.asarray([pad(r.count_offsets[:-1], padded) for r in releases], np.float32)
+    (sensitivity,) = {r.split_sensitivity for r in releases}
     row = jnp.asarray(depth, jnp.int32) - first
-    return LevelSchedule(jnp.asarray(depth, jnp.int32), jnp.asarray(splits)[row], jnp.asarray(offsets)[row])
+    return LevelSchedule(
+        jnp.asarray(depth, jnp.int32), jnp.asarray(splits)[row], jnp.asarray(offsets)[row], sensitivity
+    )
 
 
-def level_count_noise(key: jax.Array, allocations: tuple[Allocation, ...], depth, padded: int) -> exact.Int:
+def level_count_noise(key: jax.Array, releases: tuple, depth, padded: int) -> exact.Int:
     """The count noise of every node in heap layout (2**(padded + 1),), for the run's depth.
 
-    One allocation: one draw with its per-node epsilons (:func:`dpm_jax.budget.heap_count_epsilons`).
-    Several (``tau_r="auto"``): one draw per depth, each padded with its deepest level's epsilon
-    (those entries are never released), as rows of one call; the run's depth picks its row. Only
-    that row is added to counts, and which row is post-processing of the released depth.
+    One run's releases: one draw with their per-node epsilons (:func:`dpm_jax.budget.heap_count_epsilons`).
+    Several (``tau_r="auto"``, one per depth): one draw per depth, each padded with its deepest
+    level's epsilon (those entries are never released), as rows of one call; the run's depth picks
+    its row. Only that row is added to counts, and which row is post-processing of the released depth.
     """
     size = 2 ** (padded + 1)
-    rows = [heap_count_epsilons(a) for a in allocations]
+    rows = [heap_count_epsilons(r) for r in releases]
     epsilons = np.asarray([list(r) + [r[-1]] * (size - len(r)) for r in rows])
-    if len(allocations) == 1:
+    if len(releases) == 1:
         return count_noise(key, epsilons[0])
     noise = count_noise(key, epsilons)
-    row = jnp.asarray(depth, jnp.int32) - len(allocations[0].split_epsilons)
+    row = jnp.asarray(depth, jnp.int32) - releases[0].depth
     return exact.Int(tuple(limb[row] for limb in noise.limbs))
 
 
@@ -695,6 +677,7 @@ def build_tree(
     n = points.shape[0]
     tau_r = config.padded_depth
     inputs = point_inputs(points, em_table, lower, upper, root_noisy_count, beta, config, schedule.depth)
+    inputs = inputs._replace(split_sensitivity=schedule.split_sensitivity)
     width, max_splits = inputs.width, inputs.max_splits
     randomness = padded_randomness(split_bits, count_noise, width)
 
@@ -766,6 +749,7 @@ def tree_inputs(
     depth = jnp.int32(config.tau_r) if depth is None else jnp.asarray(depth, jnp.int32)
     cell = config.split_grid == CELL_GRID
     root_noisy_size = exact.to_float32(root_noisy_count)
+    coefficients = score_coefficients(config.t, config.q, config.alpha)
     tau_e = jnp.ldexp(root_noisy_size, -depth) if config.tau_e is None else jnp.float32(config.tau_e)
     return _TreeInputs(
         half_bins=half_bins,
@@ -773,7 +757,8 @@ def tree_inputs(
         lattice_unit=_lattice_unit(lower, upper, config),
         em_table=em_table,
         candidate_valid=None if cell else jnp.arange(max_splits) < candidate_count(beta, config),
-        coefficients=score_coefficients(config.t, config.q, config.alpha),
+        coefficients=coefficients,
+        split_sensitivity=coefficients.sensitivity,  # the releases': build_tree sets their schedule's
         min_child=jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32),  # float32-exact ends
         depth=depth,
         lower=lower,

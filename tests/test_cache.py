@@ -72,11 +72,25 @@ def test_a_cache_configured_for_jax_is_kept(tmp_path):
     assert out == [theirs] and not (tmp_path / "ours").exists()
 
 
+FIRST_ENTRY = (
+    "import dpm_jax, os, sys; print(os.path.exists(sys.argv[1]))\n"
+    "with dpm_jax.cache.library_programs(): pass\n"
+    "print(dpm_jax.cache.compilation_cache_dir())"
+)
+
+
 def test_an_unwritable_cache_directory_leaves_the_cache_off(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    out = _run("import dpm_jax; print(dpm_jax.cache.compilation_cache_dir())", DPM_JAX_CACHE_DIR=str(blocker / "xla"))
-    assert out == ["None"]
+    out = _run(FIRST_ENTRY.replace("sys.argv[1]", repr(str(blocker / "xla"))), DPM_JAX_CACHE_DIR=str(blocker / "xla"))
+    assert out == ["False", "None"]  # not created, so off once an entry point runs
+
+
+def test_import_creates_nothing_on_disk_and_the_first_entry_point_makes_a_private_directory(tmp_path):
+    home = tmp_path / "xdg"
+    out = _run(FIRST_ENTRY.replace("sys.argv[1]", repr(str(home))), XDG_CACHE_HOME=str(home))
+    assert out == ["False", str(home / "dpm_jax" / "xla")]
+    assert (home / "dpm_jax" / "xla").stat().st_mode & 0o777 == 0o700
 
 
 def test_the_test_process_uses_no_cache():

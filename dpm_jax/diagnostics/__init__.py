@@ -22,9 +22,9 @@ from dpm_jax.diagnostics.plan import (
     Plan,
     UniformPrediction,
     plan,
-    recommended_tau_r,
     warn_if_insufficient,
 )
+from dpm_jax.depth import recommended_tau_r
 
 __all__ = [
     "AlphaWindow",

@@ -17,7 +17,8 @@ split choices carry signal:
 A level is flagged *near random* when even the largest possible score gap (t + alpha:
 the best central, empty candidate against the worst) cannot outweigh the other
 candidates: B (t + alpha) < ln(M), M = d * (candidates per dimension). This is a
-heuristic read of the exponential mechanism (it drives :func:`recommended_tau_r`).
+heuristic read of the exponential mechanism (it drives :func:`dpm_jax.depth.recommended_tau_r`,
+whose level arithmetic this report shows).
 
 The :class:`Plan`'s methods answer the questions of "Understanding the Theoretical
 Guarantees of DPM" (:mod:`dpm_jax.diagnostics.theory`, :mod:`dpm_jax.diagnostics.separation`):
@@ -28,13 +29,20 @@ how many balanced clusters the budget separates (:meth:`Plan.max_reliable_k`,
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from typing import NamedTuple
 
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.depth import (
+    candidates_per_node,
+    depth_rule,
+    exponent_scale,
+    near_random,
+    plan_depth,
+    recommended_tau_r,
+)
 from dpm_jax.diagnostics import separation, theory
 
 __all__ = [
@@ -44,14 +52,10 @@ __all__ = [
     "UniformPrediction",
     "AlphaWindow",
     "plan",
-    "recommended_tau_r",
-    "candidates_per_node",
-    "near_random",
     "InsufficientBudgetWarning",
     "warn_if_insufficient",
 ]
 
-_MAX_RECOMMENDED_DEPTH = 12
 _BISECTION_STEPS = 40
 
 
@@ -126,19 +130,6 @@ class AlphaWindow(NamedTuple):
 
     def __contains__(self, alpha: float) -> bool:
         return self.low <= alpha <= self.high
-
-
-def candidates_per_node(d: int, config: DPMConfig) -> int:
-    """M: d times the candidates per dimension: the paper's grid at its smallest interval size (an upper
-    bound), or the cell grid's inner half-bin boundaries (2 max_splits_per_dim - 1)."""
-    if config.split_grid == CELL_GRID:
-        return d * (2 * config.max_splits_per_dim - 1)
-    return d * min(math.ceil(1.0 / config.finest_interval - 1e-6), config.max_splits_per_dim)
-
-
-def near_random(scale: float, candidates: int, config: DPMConfig) -> bool:
-    """B (t + alpha) < ln(M): even the largest score gap cannot outweigh the other candidates."""
-    return scale * (config.t + config.alpha) < math.log(candidates)
 
 
 class Plan(NamedTuple):
@@ -363,8 +354,6 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
         raise ValueError(f"d must be a positive integer, got {d!r}")
     validate_budget_and_config(budget, config)
     if config.tau_r == AUTO_DEPTH:
-        from dpm_jax.depth import depth_rule, plan_depth  # dpm_jax.depth builds on this module
-
         remaining = plan_depth(budget, config, d).remaining
         return plan(n, d, remaining, config.at_depth(depth_rule(n, d, remaining, config)))
     allocation = allocate(budget, config, d)
@@ -373,7 +362,7 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
     for level in range(config.tau_r):
         node_size = n / 2**level
         offset = allocation.count_offsets[level]
-        scale = separation.exponent_scale(allocation.split_epsilons[level], node_size, offset, config)
+        scale = exponent_scale(allocation.split_epsilons[level], node_size, offset, config)
         levels.append(
             LevelPlan(
                 level,
@@ -388,24 +377,6 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
             )
         )
     return Plan(float(n), d, budget, config, candidates, tuple(levels))
-
-
-def recommended_tau_r(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> int:
-    """The largest depth tau_r (<= 12) at which :func:`plan` finds no near-random level; 0 if none.
-
-    A smaller tau_r gives each level more budget, so the search runs over tau_r itself.
-    Measured against the depth that clusters best in benchmarks/diagnostics.py (results
-    in benchmarks/results/diagnostics.json). Public inputs only, like :func:`plan`.
-    """
-    best = 0
-    for tau_r in range(1, _MAX_RECOMMENDED_DEPTH + 1):
-        try:
-            candidate = plan(n, d, budget, dataclasses.replace(config, tau_r=tau_r))
-        except ValueError:  # a budget the exact samplers cannot certify at this depth
-            break
-        if candidate.useful_depth == tau_r:
-            best = tau_r
-    return best
 
 
 class InsufficientBudgetWarning(UserWarning):

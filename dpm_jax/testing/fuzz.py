@@ -83,8 +83,8 @@ def points_for(draw, n: int, d: int, bounds, config: dpm_jax.DPMConfig):
     if kind == "uniform":
         points = lo + rng.random((n, d)) * width
     elif kind == "blobs":
-        centres = lo + rng.random((3, d)) * width
-        points = centres[rng.integers(0, 3, n)] + rng.normal(0, 0.01, (n, d)) * width
+        centers = lo + rng.random((3, d)) * width
+        points = centers[rng.integers(0, 3, n)] + rng.normal(0, 0.01, (n, d)) * width
     elif kind == "constant columns":
         points = lo + rng.random((n, d)) * width
         points[:, rng.random(d) < 0.5] = lo + 0.3 * width if d == 1 else points[0, 0]
