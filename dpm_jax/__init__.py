@@ -31,8 +31,7 @@ __all__ = [
     "cluster_stream",
     "derive_key",
     "diagnostics",
-    "DPMClustering",
-]
+]  # DPMClustering (scikit-learn's estimator) is an attribute, not in *: scikit-learn is optional
 __version__ = "0.1.0"
 
 cache.enable_by_default()  # JAX's persistent compilation cache; opt-out: DPM_JAX_NO_COMPILATION_CACHE=1

@@ -383,3 +383,20 @@ def test_a_starved_budget_warns_from_the_released_size(small_blobs, budget, key)
     with warnings.catch_warnings():
         warnings.simplefilter("error", InsufficientBudgetWarning)
         _cluster(key, small_blobs.points, dpm_jax.Budget(15.0, 1e-6), small_blobs.bounds)
+
+
+def test_star_import_works_without_scikit_learn():
+    """``from dpm_jax import *`` needs no scikit-learn (the estimator stays a lazy attribute)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['sklearn'] = None\n"  # an import of sklearn now fails
+        "from dpm_jax import *\n"
+        "print(cluster.__name__, Budget.__name__)\n"
+        "import dpm_jax\n"
+        "try:\n    dpm_jax.DPMClustering\nexcept ImportError:\n    print('estimator needs sklearn')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["cluster Budget", "estimator needs sklearn"]
