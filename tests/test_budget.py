@@ -167,6 +167,7 @@ def test_degenerate_budgets_are_refused(budget, config, message):
         allocate(budget, config, d)
 
 
+@pytest.mark.slow
 def test_the_noise_actually_added_has_the_ledgers_scales():
     # Long because: 4,000 keys, for a spread test with a stated error rate (~11 s).
     """Over 4,000 keys on fixed data and a fixed one-leaf tree, the released root count

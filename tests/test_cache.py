@@ -13,6 +13,7 @@ import textwrap
 import jax
 
 import dpm_jax
+import pytest
 from dpm_jax import cache
 
 RUN = textwrap.dedent("""
@@ -42,6 +43,7 @@ def _run(code: str, **env_changes) -> list[str]:
     return done.stdout.split()
 
 
+@pytest.mark.slow
 def test_second_process_loads_the_compiled_program_and_gets_the_same_release(tmp_path):
     # Long because: one cold compile of a small configuration in a fresh process, then a warm one.
     directory = str(tmp_path / "xla")
@@ -127,6 +129,7 @@ CLOSED_OVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_programs_closing_over_data_are_never_written_to_the_librarys_cache(tmp_path):
     # Long because: three fresh processes, each compiling cluster twice (under the caller's jit and alone).
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"

@@ -52,6 +52,7 @@ def _ci_check(name: str):
     return CI_SETTINGS(given(**strategies)(check))
 
 
+@pytest.mark.slow
 @CI_SETTINGS
 @given(data=st.data())
 def test_cluster_on_fuzzed_valid_inputs(data):

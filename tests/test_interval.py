@@ -68,6 +68,7 @@ def test_gap_counts_below_with_grouped_sorts_and_under_vmap():
         assert row == [int(np.sum(gaps < step * g)) for g in range(1, count + 1)]
 
 
+@pytest.mark.slow
 def test_estimate_finds_the_sigma_of_gaussian_data():
     # Long because: Algorithm 2 on several sigmas at a sample size where the percentile is stable (~11 s).
     """Data from N(0.5, 0.04^2): sigma* should be the grid value 0.04 (relative).

@@ -206,6 +206,7 @@ def test_interval_utility_sensitivity_holds_at_four_million_points():
     assert exact_values(base).max() > 2**22  # the counts are in the range where float32 failed
 
 
+@pytest.mark.slow
 def test_masked_points_do_not_influence_the_release():
     # Long because: compiles cluster with a point mask for two data sizes (~11 s).
     """cluster(X padded, mask) must equal cluster(X) draw for draw (masking is removal).
