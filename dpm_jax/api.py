@@ -62,6 +62,8 @@ __all__ = [
     "RunPlan",
     "plan_run",
     "run_depth",
+    "root_count",
+    "split_bits",
     "warn_if_starved",
     "em_table_on_device",
     "gaussian_thresholds_on_device",
@@ -438,6 +440,22 @@ def run_depth(key: jax.Array, num_points: jax.Array, run_plan: RunPlan) -> jax.A
     return depth_of(noisy_size(key, num_points, run_plan.depth_plan), run_plan.depth_plan)
 
 
+def root_count(key: jax.Array, num_points: jax.Array, run_plan: RunPlan, padded: int):
+    """The steps before the levels, for every kind of run (in memory, streamed, sharded): the run's
+    depth (:func:`run_depth`), the count stream's noise of every node in heap layout
+    (:func:`dpm_jax.tree.level_count_noise`) and the root's noisy count n~ = |S| + Z (Algorithm 1,
+    line 7), exact integers. Traceable."""
+    depth = run_depth(key, num_points, run_plan)
+    noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, padded)
+    return depth, noise, add_count_noise(num_points, exact.Int(tuple(limb[1] for limb in noise.limbs)))
+
+
+def split_bits(key: jax.Array, run_plan: RunPlan, config: DPMConfig) -> jax.Array:
+    """The split choices' random words of every node in heap layout, (2**padded_depth, EM_TRIES, EM_DIGITS)."""
+    shape = (config.max_clusters, EM_TRIES, EM_DIGITS)
+    return jax.random.bits(derive_key(key, run_plan.split_stream), shape, dtype=jnp.uint32)
+
+
 @functools.partial(jax.jit, static_argnames=("run_plan", "config"))
 def _cluster_arrays(
     key,
@@ -456,15 +474,8 @@ def _cluster_arrays(
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
 
-    # tau_r="auto": the depth from a noisy count (dpm_jax.depth); then its allocation.
-    depth = run_depth(key, jnp.sum(mask, dtype=jnp.int32), run_plan)
+    depth, noise, root_noisy_count = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
     schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
-    # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
-    # exact integers.
-    noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, config.padded_depth)
-    root_noisy_count = add_count_noise(
-        jnp.sum(mask, dtype=jnp.int32), exact.Int(tuple(limb[1] for limb in noise.limbs))
-    )
     # Line 8: Algorithm 2 (the cell grid needs no interval size: it reports its root's).
     if config.split_grid == CELL_GRID:
         beta = root_interval_size(lower, upper, config)
@@ -479,11 +490,18 @@ def _cluster_arrays(
             config,
         )
     # Lines 10, 13-28.
-    split_bits = jax.random.bits(
-        derive_key(key, run_plan.split_stream), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
-    )
     tree, leaves = build_tree(
-        split_bits, noise, em_table, points, mask, lower, upper, root_noisy_count, beta, schedule, config
+        split_bits(key, run_plan, config),
+        noise,
+        em_table,
+        points,
+        mask,
+        lower,
+        upper,
+        root_noisy_count,
+        beta,
+        schedule,
+        config,
     )
     # Line 11.
     centers = leaf_centers(

@@ -61,7 +61,8 @@ from dpm_jax.api import (
     warn_if_starved,
     plan_run,
     released_arrays,
-    run_depth,
+    root_count,
+    split_bits,
 )
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums
 from dpm_jax.cache import library_programs
@@ -75,7 +76,6 @@ from dpm_jax.interval import (
     select_interval_size,
 )
 from dpm_jax.keys import derive_key
-from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise
 from dpm_jax.tree import (
     DrawnSplit,
     LevelRelease,
@@ -88,7 +88,6 @@ from dpm_jax.tree import (
     level_randomness,
     next_point_nodes,
     padded_randomness,
-    level_count_noise,
     level_schedule,
     point_inputs,
     release_level,
@@ -307,24 +306,67 @@ def cluster_stream(
             derive_key(key, run_plan.interval.stream),
             source,
             rows,
-            lower,
-            upper,
-            root_size,
-            em_table,
+            (lower, upper, root_size, em_table),
             run_plan.interval,
             config,
             column_bytes,
             report,
         )
     # Lines 10, 13-28, level by level.
-    split_bits = jax.random.bits(
-        derive_key(key, run_plan.split_stream), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
-    )
     public = (em_table, lower, upper, root_noisy_count, beta, depth)
+    randomness = padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (config.padded_depth - 1))
+    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
+    releases, routes = _levels(source, rows, report, public, randomness, schedule, config)
+    tree, leaves = _assemble_tree(releases, tau_r=config.padded_depth)
+    # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
+    centers = _centers(key, source, rows, report, public, routes, leaves, run_plan, config)
+    report(None)
+    result = ClusterResult(
+        **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
+        labels_nonprivate=None,
+        releases=run_plan.releases,
+    )
+    warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
+    return result
+
+
+def _centers(key, source: _Chunks, rows: list[int], report, public, routes, leaves, run_plan, config: DPMConfig):
+    """Line 11: the leaves' exact code sums accumulated over the chunks, then the leaf sums' release."""
+    sums = _accumulate(
+        source,
+        rows,
+        "leaf sums",
+        report,
+        _leaf_sums_of_chunk,
+        public,
+        routes,
+        jnp.int32(config.padded_depth),
+        width=2 ** (config.padded_depth - 1),
+        config=config,
+        leaf_sums=run_plan.leaf_sums,
+    )
+    _, lower, upper, _, _, _ = public
+    return _centers_from_sums(
+        derive_key(key, run_plan.leaf_sums.stream),
+        sums,
+        leaves.noisy_count,
+        leaves.valid,
+        lower,
+        upper,
+        gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
+        run_plan.leaf_sums,
+    )
+
+
+def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedule, config: DPMConfig):
+    """Lines 13-28, level by level, one pass over the chunks per level: (the levels' releases, the routes).
+
+    The released splits of the levels so far are kept padded to the tree's levels (one compiled
+    program per pass kind); every step is the in-memory tree's (:func:`dpm_jax.tree.split_level`).
+    """
     width = 2 ** (config.padded_depth - 1)
-    randomness = padded_randomness(split_bits, noise, width)
+    _, _, _, root_noisy_count, _, _ = public
     cells = _root_cells(public, config=config)
-    # The released splits of the levels so far, padded to the tree's levels (one compiled program per pass kind).
     routes = _Routes(
         *(jnp.zeros((config.padded_depth, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
         *(jnp.zeros((config.padded_depth,) + end.shape, end.dtype) for end in cells),
@@ -343,7 +385,6 @@ def cluster_stream(
         width=width,
         config=config,
     )
-    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     for level in range(config.padded_depth):
         level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
         split_dim, split = _choose_splits(
@@ -394,39 +435,7 @@ def cluster_stream(
             routes, jnp.int32(level), cells, split_dim, split, release, child_exact, next_counts, width=width
         )
         cells = (split.cell_lower, split.cell_upper)
-    tree, leaves = _assemble_tree(releases, tau_r=config.padded_depth)
-    # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
-    sums = _accumulate(
-        source,
-        rows,
-        "leaf sums",
-        report,
-        _leaf_sums_of_chunk,
-        public,
-        routes,
-        jnp.int32(config.padded_depth),
-        width=width,
-        config=config,
-        leaf_sums=run_plan.leaf_sums,
-    )
-    centers = _centers_from_sums(
-        derive_key(key, run_plan.leaf_sums.stream),
-        sums,
-        leaves.noisy_count,
-        leaves.valid,
-        lower,
-        upper,
-        gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
-        run_plan.leaf_sums,
-    )
-    report(None)
-    result = ClusterResult(
-        **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
-        labels_nonprivate=None,
-        releases=run_plan.releases,
-    )
-    warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
-    return result
+    return releases, routes
 
 
 class _Routes(NamedTuple):
@@ -511,13 +520,7 @@ def _select_interval_size(key, em_table, histograms, noisy_count, *, release, nu
     )
 
 
-@functools.partial(jax.jit, static_argnames=("run_plan", "padded"))
-def _root_count(key, n, *, run_plan, padded):
-    """The run's depth (:func:`dpm_jax.api.run_depth`), the count stream's noise of every node
-    (heap layout) and the root's noisy count (Algorithm 1, line 7), as ``cluster`` draws them."""
-    depth = run_depth(key, n, run_plan)
-    noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, padded)
-    return depth, noise, add_count_noise(n, exact.Int(tuple(limb[1] for limb in noise.limbs)))
+_root_count = jax.jit(root_count, static_argnames=("run_plan", "padded"))
 
 
 def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
@@ -642,16 +645,16 @@ def _interval_size(
     key,
     source: _Chunks,
     rows: list[int],
-    lower,
-    upper,
-    root_size,
-    em_table,
+    public_numbers,
     release,
     config: DPMConfig,
     column_bytes: int,
     report,
 ) -> jax.Array:
-    """Algorithm 2 (:func:`dpm_jax.interval.estimate_split_interval_size`) with one sorted column at a time."""
+    """Algorithm 2 (:func:`dpm_jax.interval.estimate_split_interval_size`) with one sorted column at a time.
+
+    ``public_numbers``: (lower, upper, the released root size n~, the EM weight table)."""
+    lower, upper, root_size, em_table = public_numbers
     dims_key, select_key = jax.random.split(key)
     d = source.d
     chosen = interval_dimensions(dims_key, d, config.interval_max_dims)
