@@ -33,12 +33,12 @@ import numpy as np
 from dpm_jax import exact
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
-from dpm_jax.averaging import leaf_centers, plan_averaging
+from dpm_jax.averaging import leaf_centers
 from dpm_jax.cache import library_programs
-from dpm_jax.budget import Budget, allocate, validate_budget_and_config
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.depth import DepthPlan, depth_of, depth_release, noisy_size, plan_depth
-from dpm_jax.dpm_releases import DPMReleases, dpm_releases
+from dpm_jax.budget import Budget, validate_budget_and_config
+from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.depth import AutoDepth, FixedDepth, depth_strategy
+from dpm_jax.dpm_releases import DPMReleases
 from dpm_jax.diagnostics.plan import warn_if_insufficient
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
@@ -61,7 +61,6 @@ __all__ = [
     "released_arrays",
     "RunPlan",
     "plan_run",
-    "run_depth",
     "root_count",
     "split_bits",
     "warn_if_starved",
@@ -171,19 +170,14 @@ jax.tree_util.register_dataclass(
 
 
 class RunPlan(NamedTuple):
-    """Everything public a run needs before it sees data: its possible depths and their releases.
-
-    A fixed tau_r: one depth's releases. ``tau_r="auto"``: the depth count's plan and the
-    releases of the remaining budget at every depth 1..max_depth (:mod:`dpm_jax.depth`); the
-    leaf sums' release is the same at every depth. Hashable (a static argument of jit).
+    """Everything public a run needs before it sees data: its depth rule and the releases of every
+    depth it may take (:class:`dpm_jax.depth.FixedDepth`: one; :class:`dpm_jax.depth.AutoDepth`:
+    1..max_depth on the budget its count leaves; the leaf sums' release is the same at every depth).
+    Hashable (a static argument of jit).
     """
 
-    depth_plan: DepthPlan | None
+    depth_rule: FixedDepth | AutoDepth
     releases: tuple[tuple[int, DPMReleases], ...]  # consecutive depths
-
-    @property
-    def first_depth(self) -> int:
-        return self.releases[0][0]
 
     @property
     def ledgers(self) -> tuple[tuple[int, Ledger], ...]:
@@ -192,7 +186,7 @@ class RunPlan(NamedTuple):
 
     @property
     def by_depth(self) -> tuple[DPMReleases, ...]:
-        """The releases of every possible depth, from :attr:`first_depth` on."""
+        """The releases of every possible depth, in order (consecutive depths)."""
         return tuple(releases for _, releases in self.releases)
 
     @property
@@ -221,29 +215,8 @@ class RunPlan(NamedTuple):
 @functools.lru_cache(maxsize=64)
 def plan_run(budget: Budget, config: DPMConfig, d: int) -> RunPlan:
     """The :class:`RunPlan` of ``budget`` and ``config`` in d dimensions; its ledgers add up to the budget."""
-    if config.tau_r != AUTO_DEPTH:
-        allocation = allocate(budget, config, d)
-        leaf_sums = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-        return RunPlan(None, ((config.tau_r, dpm_releases(allocation, config, d, leaf_sums)),))
-    depth_plan = plan_depth(budget, config, d)
-    depths = range(1, depth_plan.deepest + 1)
-    allocations = [allocate(depth_plan.remaining, config.at_depth(depth), d) for depth in depths]
-    # The leaf sums are drawn before the depth is known to them (one sampler table): every depth
-    # averages with the smallest of its allocations' averaging budgets, which differ by at most
-    # the ulps allocate rounds them down by, so each ledger still stays within the budget.
-    leaf_sums = plan_averaging(
-        min(a.average_epsilon for a in allocations), min(a.average_delta for a in allocations), d
-    )
-    releases = tuple(
-        (
-            depth,
-            dpm_releases(allocation, config.at_depth(depth), d, leaf_sums, count_row=depth - 1)._replace(
-                depth_count=depth_release(depth_plan, depth)
-            ),
-        )
-        for depth, allocation in zip(depths, allocations)
-    )
-    return RunPlan(depth_plan, releases)
+    rule = depth_strategy(budget, config, d)
+    return RunPlan(rule, rule.releases(budget, config, d))
 
 
 def _is_tracer(x) -> bool:
@@ -431,21 +404,12 @@ def gaussian_thresholds_on_device(sigma: float):
         return jax.device_put(table.thresholds_high), jax.device_put(table.thresholds_low)
 
 
-def run_depth(key: jax.Array, num_points: jax.Array, run_plan: RunPlan) -> jax.Array:
-    """int32 the run's tau_r: the fixed one, or under ``tau_r="auto"`` the depth of a noisy count
-    of the ``num_points`` points (:func:`dpm_jax.depth.noisy_size`, :func:`dpm_jax.depth.depth_of`).
-    Traceable."""
-    if run_plan.depth_plan is None:
-        return jnp.int32(run_plan.first_depth)
-    return depth_of(noisy_size(key, num_points, run_plan.depth_plan), run_plan.depth_plan)
-
-
 def root_count(key: jax.Array, num_points: jax.Array, run_plan: RunPlan, padded: int):
     """The steps before the levels, for every kind of run (in memory, streamed, sharded): the run's
-    depth (:func:`run_depth`), the count stream's noise of every node in heap layout
+    depth (its depth rule's ``choose``), the count stream's noise of every node in heap layout
     (:func:`dpm_jax.tree.level_count_noise`) and the root's noisy count n~ = |S| + Z (Algorithm 1,
     line 7), exact integers. Traceable."""
-    depth = run_depth(key, num_points, run_plan)
+    depth = run_plan.depth_rule.choose(key, num_points)
     noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, padded)
     return depth, noise, add_count_noise(num_points, exact.Int(tuple(limb[1] for limb in noise.limbs)))
 

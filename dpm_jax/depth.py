@@ -43,12 +43,17 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact, keys
+from dpm_jax.averaging import plan_averaging
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
+from dpm_jax.dpm_releases import DPMReleases, dpm_releases
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.mechanisms import count_sampler_tv
 from dpm_jax.releases import CountRelease, at_most
 
 __all__ = [
+    "FixedDepth",
+    "AutoDepth",
+    "depth_strategy",
     "AUTO_DEPTH_EPSILON_SHARE",
     "AUTO_DEPTH_SLACK",
     "DepthPlan",
@@ -224,3 +229,54 @@ def depth_of(released: exact.Int, plan: DepthPlan) -> jax.Array:
     count = exact.clip_to_int32(released, -_MAX_COUNT, _MAX_COUNT)
     reached = [count >= threshold for threshold in plan.thresholds if threshold is not None]
     return 1 + sum((r.astype(jnp.int32) for r in reached), jnp.int32(0))
+
+
+class FixedDepth(NamedTuple):
+    """The depth rule of ``DPMConfig(tau_r=int)``: the paper's fixed depth (Algorithm 1's tau_r)."""
+
+    depth: int
+
+    def releases(self, budget: Budget, config: DPMConfig, d: int) -> tuple[tuple[int, DPMReleases], ...]:
+        """The run's releases at its one depth; their lines add up to the budget."""
+        allocation = allocate(budget, config, d)
+        leaf_sums = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+        return ((self.depth, dpm_releases(allocation, config, d, leaf_sums)),)
+
+    def choose(self, key: jax.Array, num_points: jax.Array) -> jax.Array:
+        """int32 the depth (no release)."""
+        return jnp.int32(self.depth)
+
+
+class AutoDepth(NamedTuple):
+    """The depth rule of ``DPMConfig(tau_r="auto")``: a noisy count, then the depth of its thresholds."""
+
+    plan: DepthPlan
+
+    def releases(self, budget: Budget, config: DPMConfig, d: int) -> tuple[tuple[int, DPMReleases], ...]:
+        """The releases of every depth 1..deepest on the remaining budget, each led by the depth's count."""
+        depths = range(1, self.plan.deepest + 1)
+        allocations = [allocate(self.plan.remaining, config.at_depth(depth), d) for depth in depths]
+        # The leaf sums are drawn before the depth is known to them (one sampler table): every depth
+        # averages with the smallest of its allocations' averaging budgets, which differ by at most
+        # the ulps allocate rounds them down by, so each ledger still stays within the budget.
+        leaf_sums = plan_averaging(
+            min(a.average_epsilon for a in allocations), min(a.average_delta for a in allocations), d
+        )
+        return tuple(
+            (
+                depth,
+                dpm_releases(allocation, config.at_depth(depth), d, leaf_sums, count_row=depth - 1)._replace(
+                    depth_count=depth_release(self.plan, depth)
+                ),
+            )
+            for depth, allocation in zip(depths, allocations)
+        )
+
+    def choose(self, key: jax.Array, num_points: jax.Array) -> jax.Array:
+        """int32 the depth of a noisy count of ``num_points`` (:func:`noisy_size`, :func:`depth_of`). Traceable."""
+        return depth_of(noisy_size(key, num_points, self.plan), self.plan)
+
+
+def depth_strategy(budget: Budget, config: DPMConfig, d: int) -> FixedDepth | AutoDepth:
+    """The depth rule of ``config``, chosen once: the engine never tests ``tau_r == "auto"`` again."""
+    return AutoDepth(plan_depth(budget, config, d)) if config.tau_r == AUTO_DEPTH else FixedDepth(config.tau_r)

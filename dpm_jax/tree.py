@@ -65,7 +65,7 @@ from dpm_jax.histogram import (
     root_cell,
 )
 from dpm_jax.budget import heap_count_epsilons
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.config import CELL_GRID, DPMConfig
 from dpm_jax.mechanisms import add_count_noise, count_noise, em_exponent_scale, select_with_bits
 from dpm_jax.scoring import (
     ScoreCoefficients,
@@ -717,7 +717,7 @@ def point_inputs(
     root_noisy_count: exact.Int,
     beta,
     config: DPMConfig,
-    depth: jax.Array | None = None,
+    depth: jax.Array,
 ) -> _TreeInputs:
     """:func:`tree_inputs` for these points (data units): every point's half-bins on the paper grid
     (once per run), the points themselves on the cell grid (binned per level)."""
@@ -737,16 +737,15 @@ def tree_inputs(
     root_noisy_count: exact.Int,
     beta,
     config: DPMConfig,
-    depth: jax.Array | None = None,
+    depth: jax.Array,
 ) -> _TreeInputs:
     """The public per-run quantities every level reads (``half_bins`` None for streamed data).
 
-    ``depth``: the run's tau_r (int32, traced under ``tau_r="auto"``); None: ``config.tau_r``.
+    ``depth``: the run's depth (int32; chosen by its depth rule, :mod:`dpm_jax.depth`, traced under
+    ``tau_r="auto"``).
     """
     tau_r, max_splits = config.padded_depth, config.max_splits_per_dim
-    if depth is None and config.tau_r == AUTO_DEPTH:
-        raise ValueError(f"tau_r={AUTO_DEPTH!r}: pass the run's depth (dpm_jax.api.run_depth)")
-    depth = jnp.int32(config.tau_r) if depth is None else jnp.asarray(depth, jnp.int32)
+    depth = jnp.asarray(depth, jnp.int32)
     cell = config.split_grid == CELL_GRID
     root_noisy_size = exact.to_float32(root_noisy_count)
     coefficients = score_coefficients(config.t, config.q, config.alpha)

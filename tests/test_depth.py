@@ -139,7 +139,7 @@ def test_the_schedule_is_the_chosen_depths_allocation():
     run = plan_run(BUDGET, AUTO, 2)
     for depth in (1, 4, 7):
         schedule = level_schedule(run.by_depth, jnp.int32(depth), 7)
-        allocation = allocate(run.depth_plan.remaining, AUTO.at_depth(depth), 2)
+        allocation = allocate(run.depth_rule.plan.remaining, AUTO.at_depth(depth), 2)
         np.testing.assert_array_equal(
             np.asarray(schedule.split_epsilons)[:depth], np.float32(allocation.split_epsilons)
         )
@@ -167,4 +167,4 @@ def test_a_budget_too_small_for_deep_trees_caps_the_depth():
     budget = dpm_jax.Budget(2e-4, 1e-6)
     run = plan_run(budget, AUTO, 2)
     assert 1 <= len(run.by_depth) < AUTO.max_depth
-    assert all(t is None for t in run.depth_plan.thresholds[len(run.by_depth) - 1 :])
+    assert all(t is None for t in run.depth_rule.plan.thresholds[len(run.by_depth) - 1 :])

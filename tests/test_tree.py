@@ -225,7 +225,7 @@ def test_level_counts_and_split_dimension_bins_are_those_of_the_whole_arrays_bin
     ]
     for config in configs:
         inputs = tree.point_inputs(
-            points, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07), config
+            points, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07), config, jnp.int32(3)
         )
         grid, _ = tree.level_grid(inputs, *cells)
         whole = (

@@ -344,7 +344,9 @@ def split_step_mechanism(
     def mechanism(key, unit_points):
         n, d = unit_points.shape
         count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
-        inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(beta), config)
+        inputs = tree.point_inputs(
+            unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(beta), config, jnp.int32(config.tau_r)
+        )
         grid, candidate_valid = tree.level_grid(inputs, *tree.root_cells(inputs))
         point_node, point_active = jnp.zeros(n, jnp.int32), jnp.ones(n, bool)
         histogram = tree.level_counts(inputs, grid, point_node, point_active)
