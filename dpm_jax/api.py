@@ -36,7 +36,7 @@ from dpm_jax.sharding import automatic_axes
 from dpm_jax.averaging import leaf_centers
 from dpm_jax.cache import library_programs
 from dpm_jax.budget import Budget, validate_budget_and_config
-from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.config import DPMConfig
 from dpm_jax.depth import AutoDepth, FixedDepth, depth_strategy
 from dpm_jax.dpm_releases import DPMReleases
 from dpm_jax.diagnostics.plan import warn_if_insufficient
@@ -440,8 +440,8 @@ def _cluster_arrays(
 
     depth, noise, root_noisy_count = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
     schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
-    # Line 8: Algorithm 2 (the cell grid needs no interval size: it reports its root's).
-    if config.split_grid == CELL_GRID:
+    # Line 8: Algorithm 2's release (the cell grid has none: it reports its root's interval size).
+    if run_plan.interval is None:
         beta = root_interval_size(lower, upper, config)
     else:
         beta, _ = estimate_split_interval_size(

@@ -67,7 +67,7 @@ from dpm_jax.api import (
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums
 from dpm_jax.cache import library_programs
 from dpm_jax.budget import Budget, validate_budget_and_config
-from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.config import DPMConfig
 from dpm_jax.interval import (
     counts_from_gap_histogram,
     first_gap_threshold,
@@ -298,8 +298,8 @@ def cluster_stream(
     # exact integer cluster counts; the run's allocation is that depth's (dpm_jax.depth).
     depth, noise, root_noisy_count = _root_count(key, jnp.int32(n), run_plan=run_plan, padded=config.padded_depth)
     root_size = exact.to_float32(root_noisy_count)
-    # Line 8: Algorithm 2 from sorted columns (the cell grid runs none: it reports its root's interval size).
-    if config.split_grid == CELL_GRID:
+    # Line 8: Algorithm 2's release from sorted columns (the cell grid has none: it reports its root's interval size).
+    if run_plan.interval is None:
         beta = _root_interval_size(lower, upper, config=config)
     else:
         beta = _interval_size(

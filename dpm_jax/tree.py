@@ -98,6 +98,9 @@ __all__ = [
     "next_point_nodes",
     "candidate_count",
     "tree_inputs",
+    "PaperGrid",
+    "CellSplitGrid",
+    "split_grid_of",
     "root_node_counts",
     "padded_randomness",
     "level_randomness",
@@ -247,8 +250,7 @@ class _TreeInputs(NamedTuple):
     width: int  # node slots per level: 2**(padded_depth - 1)
     num_levels: int  # padded_depth: levels the scan runs (those from ``depth`` on split nothing)
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
-    cell: bool  # the cell grid (DPMConfig.split_grid)
-    split_window: int  # half-bins on each side of a cell-grid candidate in its split interval
+    split_grid: "PaperGrid | CellSplitGrid"  # the run's split grid (DPMConfig.split_grid), a strategy
 
 
 def choose_splits(
@@ -289,7 +291,7 @@ def choose_splits(
             epsilon,
             offset,
             inputs.coefficients,
-            functools.partial(boundary_statistics, window=inputs.split_window) if inputs.cell else candidate_statistics,
+            inputs.split_grid.statistics(),
             inputs.split_sensitivity,
         )
         return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0) for c, p in zip(chosen, picked))
@@ -382,45 +384,22 @@ def split_level(
 
 def root_cells(inputs: _TreeInputs) -> tuple[jax.Array, jax.Array]:
     """The root level's cells, (width, d) each (every slot the root's cell); (0,) on the paper grid."""
-    if not inputs.cell:
-        return jnp.zeros(0, jnp.float32), jnp.zeros(0, jnp.float32)
-    d = inputs.lower.shape[0]
-    lower, upper = root_cell(d, inputs.lattice_unit)
-    return jnp.broadcast_to(lower, (inputs.width, d)), jnp.broadcast_to(upper, (inputs.width, d))
+    return inputs.split_grid.root_cells(inputs)
 
 
 def level_grid(inputs: _TreeInputs, cell_lower: jax.Array, cell_upper: jax.Array) -> tuple[CellGrid | None, jax.Array]:
-    """A level's half-bins and which candidates lie inside the bounds or cells (public).
-
-    The paper grid: (None, (B,) bool), the same for every level. The cell grid: the
-    :class:`dpm_jax.histogram.CellGrid` of the level's cells and (width, d, 2B) bool:
-    candidate i - 1 sits at boundary i, inside the cell for i < used.
-    """
-    if not inputs.cell:
-        return None, inputs.candidate_valid
-    grid = cell_grid(cell_lower, cell_upper, inputs.max_splits, inputs.lattice_unit)
-    return grid, jnp.arange(2 * inputs.max_splits) + 1 < grid.used[..., None]
+    """A level's half-bins and which candidates lie inside the bounds or cells (public; the run's
+    split grid's, :class:`PaperGrid` or :class:`CellSplitGrid`)."""
+    return inputs.split_grid.level_grid(inputs, cell_lower, cell_upper)
 
 
 def level_counts(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array, point_active: jax.Array):
-    """(width, d, 2B) half-bin counts of the active points of every node on the level's grid: the
-    run's global half-bins (paper grid) or every point's half-bin in its node's cell (cell grid).
+    """(width, d, 2B) half-bin counts of the active points of every node on the level's grid.
 
     The one histogram of a level: the in-memory tree and the streamed passes both call it, so
-    their counts agree bit for bit. On the cell grid the points are binned and counted block by
-    block (:func:`_over_row_blocks`), so their (n, d) bins are never stored; the counts are
-    exact integers, the same whatever the blocks.
+    their counts agree bit for bit.
     """
-    width, max_splits = inputs.width, inputs.max_splits
-    if grid is None:
-        return level_histogram(inputs.half_bins, point_node, point_active, width, max_splits)
-
-    def add_block(counts, start, fresh, points, node, active):
-        bins = cell_half_bin_indices(to_unit_range(points, inputs.lower, inputs.upper), node, grid, max_splits)
-        return counts + level_histogram(bins, node, active & fresh, width, max_splits)
-
-    initial = jnp.zeros((width, inputs.points.shape[1], 2 * max_splits), jnp.int32)
-    return _over_row_blocks(add_block, initial, inputs.points, point_node, point_active)
+    return inputs.split_grid.level_counts(inputs, grid, point_node, point_active)
 
 
 def route_on_split_dimensions(
@@ -438,23 +417,7 @@ def split_dimension_half_bins(
     """(n, 1) every point's half-bin in its node's split dimension, the one :func:`level_counts`
     counted it in, binned alone (the same arithmetic per coordinate, so the same bin); all that
     routing reads (:func:`route_points` with dimension 0)."""
-    if grid is None:
-        return inputs.half_bins[jnp.arange(point_node.shape[0]), split_dim[point_node]][:, None]
-    pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
-    split_grid = CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used))
-
-    scale = reciprocal(inputs.upper - inputs.lower)  # to_unit_range's, once
-
-    def bin_block(out, start, fresh, points, node):
-        point_dim = split_dim[node]
-        per_point = lambda a: a[point_dim][:, None]  # (block, 1): the point's split dimension's
-        coordinate = points[jnp.arange(node.shape[0]), point_dim][:, None]
-        column = unit_coordinates(coordinate, per_point(inputs.lower), per_point(inputs.upper), per_point(scale))
-        bins = cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
-        return jax.lax.dynamic_update_slice_in_dim(out, bins, start, axis=0)  # an overlap rewrites the same bins
-
-    initial = jnp.zeros((point_node.shape[0], 1), bin_dtype(2 * inputs.max_splits))
-    return _over_row_blocks(bin_block, initial, inputs.points, point_node)
+    return inputs.split_grid.split_dimension_half_bins(inputs, grid, point_node, split_dim)
 
 
 def _over_row_blocks(step, initial, *per_row: jax.Array):
@@ -497,14 +460,7 @@ def drawn_split(
     split_index: jax.Array,
 ) -> DrawnSplit:
     """Line 24-25 (with the erratum fixed, module docstring): the split at (dim, j) of every slot."""
-    if grid is None:
-        return DrawnSplit(
-            2 * split_index + 1, paper_split_position(inputs, split_dim, split_index), cell_lower, cell_upper
-        )
-    first_right = split_index + 1  # candidate j sits at boundary j + 1
-    cut = _cell_cut(grid, split_dim, first_right)
-    position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
-    return DrawnSplit(first_right, position, *_children_cells(cell_lower, cell_upper, split_dim, cut))
+    return inputs.split_grid.drawn_split(inputs, grid, cell_lower, cell_upper, split_dim, split_index)
 
 
 def paper_split_position(inputs: _TreeInputs, split_dim: jax.Array, split_index: jax.Array) -> jax.Array:
@@ -704,9 +660,119 @@ def build_tree(
     return assemble_tree(released, last.point_node, tau_r)
 
 
-def candidate_count(beta, config: DPMConfig) -> jax.Array:
+def candidate_count(beta, max_splits: int) -> jax.Array:
     """numSplits on the paper grid: candidates per dimension for the split interval size beta."""
-    return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), config.max_splits_per_dim)
+    return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
+
+
+class PaperGrid(NamedTuple):
+    """``split_grid="paper"``: Algorithm 1's global grid, interval size beta from Algorithm 2, the
+    candidates at the middles of pairs of half-bins; every point is binned once per run."""
+
+    max_splits: int  # max_splits_per_dim
+    carries_counts: bool = True  # its levels share one grid: counts can pass by sibling subtraction
+
+    def statistics(self):
+        return candidate_statistics
+
+    def point_inputs(self, points, lower, upper, beta):
+        """(every point's half-bins, None): binned once per run."""
+        unit_points = to_unit_range(points, lower, upper)
+        return half_bin_indices(unit_points, beta, candidate_count(beta, self.max_splits), self.max_splits), None
+
+    def candidate_valid(self, beta):
+        """(B,) bool: the candidates inside the bounds for the interval size beta."""
+        return jnp.arange(self.max_splits) < candidate_count(beta, self.max_splits)
+
+    def root_cells(self, inputs):
+        return jnp.zeros(0, jnp.float32), jnp.zeros(0, jnp.float32)
+
+    def level_grid(self, inputs, cell_lower, cell_upper):
+        """(None, (B,) bool): the same grid at every level."""
+        return None, inputs.candidate_valid
+
+    def level_counts(self, inputs, grid, point_node, point_active):
+        return level_histogram(inputs.half_bins, point_node, point_active, inputs.width, inputs.max_splits)
+
+    def split_dimension_half_bins(self, inputs, grid, point_node, split_dim):
+        return inputs.half_bins[jnp.arange(point_node.shape[0]), split_dim[point_node]][:, None]
+
+    def drawn_split(self, inputs, grid, cell_lower, cell_upper, split_dim, split_index):
+        position = paper_split_position(inputs, split_dim, split_index)
+        return DrawnSplit(2 * split_index + 1, position, cell_lower, cell_upper)
+
+
+class CellSplitGrid(NamedTuple):
+    """``split_grid="cell"``: every node's own grid, its cell (the bounds cut by the released splits
+    above it) in 2 max_splits half-bins; the candidates are the inner half-bin boundaries, each
+    scored on ``window`` half-bins per side (:func:`dpm_jax.scoring.boundary_statistics`)."""
+
+    max_splits: int
+    window: int  # DPMConfig.split_window
+    carries_counts: bool = False  # siblings' grids differ from their parent's
+
+    def statistics(self):
+        return functools.partial(boundary_statistics, window=self.window)
+
+    def point_inputs(self, points, lower, upper, beta):
+        """(None, the points in data units): binned per level, block by block."""
+        return None, points
+
+    def candidate_valid(self, beta):
+        return None
+
+    def root_cells(self, inputs):
+        """(width, d) each: every slot the root's cell."""
+        d = inputs.lower.shape[0]
+        lower, upper = root_cell(d, inputs.lattice_unit)
+        return jnp.broadcast_to(lower, (inputs.width, d)), jnp.broadcast_to(upper, (inputs.width, d))
+
+    def level_grid(self, inputs, cell_lower, cell_upper):
+        """The :class:`dpm_jax.histogram.CellGrid` of the level's cells and (width, d, 2B) bool:
+        candidate i - 1 sits at boundary i, inside the cell for i < used."""
+        grid = cell_grid(cell_lower, cell_upper, inputs.max_splits, inputs.lattice_unit)
+        return grid, jnp.arange(2 * inputs.max_splits) + 1 < grid.used[..., None]
+
+    def level_counts(self, inputs, grid, point_node, point_active):
+        """Every point's half-bin in its node's cell, binned and counted block by block
+        (:func:`_over_row_blocks`): the (n, d) bins are never stored; exact, whatever the blocks."""
+        width, max_splits = inputs.width, inputs.max_splits
+
+        def add_block(counts, start, fresh, points, node, active):
+            bins = cell_half_bin_indices(to_unit_range(points, inputs.lower, inputs.upper), node, grid, max_splits)
+            return counts + level_histogram(bins, node, active & fresh, width, max_splits)
+
+        initial = jnp.zeros((width, inputs.points.shape[1], 2 * max_splits), jnp.int32)
+        return _over_row_blocks(add_block, initial, inputs.points, point_node, point_active)
+
+    def split_dimension_half_bins(self, inputs, grid, point_node, split_dim):
+        pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
+        split_grid = CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used))
+        scale = reciprocal(inputs.upper - inputs.lower)  # to_unit_range's, once
+
+        def bin_block(out, start, fresh, points, node):
+            point_dim = split_dim[node]
+            per_point = lambda a: a[point_dim][:, None]  # (block, 1): the point's split dimension's
+            coordinate = points[jnp.arange(node.shape[0]), point_dim][:, None]
+            column = unit_coordinates(coordinate, per_point(inputs.lower), per_point(inputs.upper), per_point(scale))
+            bins = cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
+            return jax.lax.dynamic_update_slice_in_dim(out, bins, start, axis=0)  # an overlap rewrites the same bins
+
+        initial = jnp.zeros((point_node.shape[0], 1), bin_dtype(2 * inputs.max_splits))
+        return _over_row_blocks(bin_block, initial, inputs.points, point_node)
+
+    def drawn_split(self, inputs, grid, cell_lower, cell_upper, split_dim, split_index):
+        first_right = split_index + 1  # candidate j sits at boundary j + 1
+        cut = _cell_cut(grid, split_dim, first_right)
+        position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
+        return DrawnSplit(first_right, position, *_children_cells(cell_lower, cell_upper, split_dim, cut))
+
+
+def split_grid_of(config: DPMConfig) -> PaperGrid | CellSplitGrid:
+    """The split grid of ``config``: the one place ``DPMConfig.split_grid`` is told apart in the tree."""
+    if config.split_grid == CELL_GRID:
+        return CellSplitGrid(config.max_splits_per_dim, config.split_window)
+    return PaperGrid(config.max_splits_per_dim)
 
 
 def point_inputs(
@@ -721,11 +787,8 @@ def point_inputs(
 ) -> _TreeInputs:
     """:func:`tree_inputs` for these points (data units): every point's half-bins on the paper grid
     (once per run), the points themselves on the cell grid (binned per level)."""
-    if config.split_grid == CELL_GRID:
-        return tree_inputs(None, points, em_table, lower, upper, root_noisy_count, beta, config, depth)
-    unit_points = to_unit_range(points, lower, upper)
-    half_bins = half_bin_indices(unit_points, beta, candidate_count(beta, config), config.max_splits_per_dim)
-    return tree_inputs(half_bins, None, em_table, lower, upper, root_noisy_count, beta, config, depth)
+    half_bins, kept = split_grid_of(config).point_inputs(points, lower, upper, beta)
+    return tree_inputs(half_bins, kept, em_table, lower, upper, root_noisy_count, beta, config, depth)
 
 
 def tree_inputs(
@@ -746,7 +809,7 @@ def tree_inputs(
     """
     tau_r, max_splits = config.padded_depth, config.max_splits_per_dim
     depth = jnp.asarray(depth, jnp.int32)
-    cell = config.split_grid == CELL_GRID
+    grid = split_grid_of(config)
     root_noisy_size = exact.to_float32(root_noisy_count)
     coefficients = score_coefficients(config.t, config.q, config.alpha)
     tau_e = jnp.ldexp(root_noisy_size, -depth) if config.tau_e is None else jnp.float32(config.tau_e)
@@ -755,7 +818,7 @@ def tree_inputs(
         points=points,
         lattice_unit=_lattice_unit(lower, upper, config),
         em_table=em_table,
-        candidate_valid=None if cell else jnp.arange(max_splits) < candidate_count(beta, config),
+        candidate_valid=grid.candidate_valid(beta),
         coefficients=coefficients,
         split_sensitivity=coefficients.sensitivity,  # the releases': build_tree sets their schedule's
         min_child=jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32),  # float32-exact ends
@@ -769,9 +832,8 @@ def tree_inputs(
         # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
         # few, carrying the counts from level to level costs more than it saves under vmap
         # (measured at 10 and 100 dimensions, benchmarks/speed.py).
-        use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and not cell,
-        cell=cell,
-        split_window=config.split_window,
+        use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and grid.carries_counts,
+        split_grid=grid,
     )
 
 
