@@ -317,7 +317,7 @@ def cluster_stream(
     randomness = padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (config.padded_depth - 1))
     schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     releases, routes = _levels(source, rows, report, public, randomness, schedule, config)
-    tree, leaves = _assemble_tree(releases, tau_r=config.padded_depth)
+    tree, leaves = _assemble_tree(releases, padded=config.padded_depth)
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
     centers = _centers(key, source, rows, report, public, routes, leaves, run_plan, config)
     report(None)
@@ -507,10 +507,10 @@ def _next_level(
     return routes, exact.Int(tuple(limb[:width] for limb in child_exact.limbs)), node_active, next_counts
 
 
-@functools.partial(jax.jit, static_argnames="tau_r")
-def _assemble_tree(releases: list[LevelRelease], *, tau_r: int):
+@functools.partial(jax.jit, static_argnames="padded")
+def _assemble_tree(releases: list[LevelRelease], *, padded: int):
     stacked = LevelRelease(*(jnp.stack(field) for field in zip(*releases)))
-    return assemble_tree(stacked, jnp.zeros(0, jnp.int32), tau_r)
+    return assemble_tree(stacked, jnp.zeros(0, jnp.int32), padded)
 
 
 @functools.partial(jax.jit, static_argnames=("release", "num_dims", "config"))

@@ -631,7 +631,7 @@ def build_tree(
       config: hyper-parameters.
     """
     n = points.shape[0]
-    tau_r = config.padded_depth
+    padded = config.padded_depth
     inputs = point_inputs(points, em_table, lower, upper, root_noisy_count, beta, config, schedule.depth)
     inputs = inputs._replace(split_sensitivity=schedule.split_sensitivity)
     width, max_splits = inputs.width, inputs.max_splits
@@ -654,10 +654,10 @@ def build_tree(
         root_histogram,
         *root_cells(inputs),
     )
-    level_inputs = (jnp.arange(tau_r), schedule.split_epsilons, schedule.count_offsets)
+    level_inputs = (jnp.arange(padded), schedule.split_epsilons, schedule.count_offsets)
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
-    # At depth tau_r a point's local index is its leaf's slot (module docstring).
-    return assemble_tree(released, last.point_node, tau_r)
+    # At depth padded a point's local index is its leaf's slot (module docstring).
+    return assemble_tree(released, last.point_node, padded)
 
 
 def candidate_count(beta, max_splits: int) -> jax.Array:
@@ -807,7 +807,7 @@ def tree_inputs(
     ``depth``: the run's depth (int32; chosen by its depth rule, :mod:`dpm_jax.depth`, traced under
     ``tau_r="auto"``).
     """
-    tau_r, max_splits = config.padded_depth, config.max_splits_per_dim
+    padded, max_splits = config.padded_depth, config.max_splits_per_dim
     depth = jnp.asarray(depth, jnp.int32)
     grid = split_grid_of(config)
     root_noisy_size = exact.to_float32(root_noisy_count)
@@ -827,8 +827,8 @@ def tree_inputs(
         upper=upper,
         beta=beta,
         max_splits=max_splits,
-        width=2 ** (tau_r - 1),  # nodes of the deepest split level; every level is padded to it
-        num_levels=tau_r,
+        width=2 ** (padded - 1),  # nodes of the deepest split level; every level is padded to it
+        num_levels=padded,
         # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
         # few, carrying the counts from level to level costs more than it saves under vmap
         # (measured at 10 and 100 dimensions, benchmarks/speed.py).
@@ -857,20 +857,20 @@ def level_randomness(randomness, level, width: int) -> tuple[jax.Array, exact.In
     return jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise
 
 
-def assemble_tree(released: LevelRelease, point_slot: jax.Array, tau_r: int) -> tuple[SplitTree, Leaves]:
+def assemble_tree(released: LevelRelease, point_slot: jax.Array, padded: int) -> tuple[SplitTree, Leaves]:
     """The released tree in heap layout and its leaves from the levels' releases (stacked by level)."""
 
     # Heap arrays: level l holds ids 2**l .. 2**(l+1) - 1 (the first 2**l padded slots);
-    # level tau_r (line 14: maximal depth, every reached node is a leaf) comes from the
+    # level padded (line 14: maximal depth, every reached node is a leaf) comes from the
     # last level's children. Index 0 is padding.
     def heap(per_level_values, padding, last_level):
         parts = [jnp.asarray([padding], per_level_values.dtype)]
-        parts += [per_level_values[level, : 2**level] for level in range(tau_r)]
+        parts += [per_level_values[level, : 2**level] for level in range(padded)]
         return jnp.concatenate(parts + [last_level.astype(per_level_values.dtype)])
 
-    deepest_active = released.child_active[tau_r - 1]
-    deepest_count = jnp.where(deepest_active, released.child_count[tau_r - 1], 0.0)
-    no_split = jnp.zeros(2**tau_r)
+    deepest_active = released.child_active[padded - 1]
+    deepest_count = jnp.where(deepest_active, released.child_count[padded - 1], 0.0)
+    no_split = jnp.zeros(2**padded)
     tree = SplitTree(
         heap(released.noisy_count, 0.0, deepest_count),
         heap(released.reached, False, deepest_active),
@@ -878,20 +878,20 @@ def assemble_tree(released: LevelRelease, point_slot: jax.Array, tau_r: int) -> 
         heap(released.split_dim, -1, no_split - 1),
         heap(released.split_position, jnp.nan, no_split + jnp.nan),
     )
-    return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), point_slot, tau_r)
+    return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), point_slot, padded)
 
 
-def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, tau_r: int) -> Leaves:
-    """Gather the leaves into their slots: local index j at level l -> slot j << (tau_r - l).
+def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, padded: int) -> Leaves:
+    """Gather the leaves into their slots: local index j at level l -> slot j << (padded - l).
 
     Slots of different levels coincide only for nodes on one left-most path, of
     which exactly one is a leaf, so a masked scatter-add places every leaf alone.
     """
-    heap = jnp.arange(2 ** (tau_r + 1))
+    heap = jnp.arange(2 ** (padded + 1))
     level = jnp.floor(jnp.log2(jnp.maximum(heap, 1))).astype(jnp.int32)
-    slot = (heap - 2**level) << (tau_r - level)
-    slot = jnp.where(is_leaf, slot, 2**tau_r)  # non-leaves are dropped
-    num_slots = 2**tau_r
+    slot = (heap - 2**level) << (padded - level)
+    slot = jnp.where(is_leaf, slot, 2**padded)  # non-leaves are dropped
+    num_slots = 2**padded
     count = jnp.zeros(num_slots, jnp.float32).at[slot].add(tree.noisy_count, mode="drop")
     valid = jnp.zeros(num_slots, bool).at[slot].set(True, mode="drop")
     node = jnp.zeros(num_slots, jnp.int32).at[slot].add(heap.astype(jnp.int32), mode="drop")
