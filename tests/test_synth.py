@@ -218,3 +218,17 @@ def test_nan_input_is_refused_and_caller_data_untouched():
     with pytest.raises(ValueError, match="NaN"):
         synthesize(jax.random.key(0), X, Budget(1.0, 1e-6), bounds=BOUNDS, method="grid")
     np.testing.assert_array_equal(X, before)
+
+
+def test_cli_synthesize_writes_rows_in_the_format_of_the_suffix(tmp_path):
+    from dpm_jax.cli.main import main
+
+    data = tmp_path / "x.npy"
+    np.save(data, _blobs(100))
+    for suffix in (".csv", ".npy"):
+        out = tmp_path / f"s{suffix}"
+        args = [str(data), "--epsilon", "1", "--delta", "1e-6", "--bounds", "0", "16", "--rows", "50", "--out"]
+        assert main(["synthesize", *args, str(out), "--seed", "3", "--method", "grid"]) == 0
+        rows = np.load(out) if suffix == ".npy" else np.loadtxt(out, delimiter=",", skiprows=1)
+        assert rows.shape == (50, 2) and np.all((rows >= 0) & (rows <= 16))
+    assert main(["synthesize", str(data), "--epsilon", "1", "--delta", "1e-6", "--rows", "5", "--out", "a.csv"]) == 1
