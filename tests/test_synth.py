@@ -232,3 +232,17 @@ def test_cli_synthesize_writes_rows_in_the_format_of_the_suffix(tmp_path):
         rows = np.load(out) if suffix == ".npy" else np.loadtxt(out, delimiter=",", skiprows=1)
         assert rows.shape == (50, 2) and np.all((rows >= 0) & (rows <= 16))
     assert main(["synthesize", str(data), "--epsilon", "1", "--delta", "1e-6", "--rows", "5", "--out", "a.csv"]) == 1
+
+
+def test_released_cells_are_in_code_order():
+    """Cells come out sorted by code, padding last: the order of the draws (non-empty cells
+    first, then the implicit empty ones) would show which released cells held data."""
+    X = np.full((300, 2), 15.5, np.float32)  # the last cell: drawn first, released last
+    result = synthesize(
+        jax.random.key(11), X, Budget(0.25, 1e-6), bounds=BOUNDS, method="grid", config=SynthConfig(levels=4)
+    )
+    valid = np.asarray(result.valid)
+    assert valid.sum() >= 2 and valid[: valid.sum()].all()
+    lower = jnp.asarray(np.asarray(result.lower)[valid] + 1e-3)
+    codes = np.asarray(cell_codes(lower, jnp.zeros(2), jnp.full(2, 16.0), 4))
+    assert np.all(np.diff(codes.astype(np.int64)) > 0)
