@@ -4,10 +4,12 @@
 between the tree and the leaf counts, nor t, tau, s1, s2 for its experiments. Choices here
 (docs/synthetic.md measures them):
 
-* ``size_share`` of epsilon buys a noisy count n~ (discrete Laplace); the grid's depth h
-  then follows n~ epsilon (:func:`choose_depth`), since the best cell size shrinks as
-  n epsilon grows (Theorem 6: the error is O((epsilon n)^(-1/3)) at the matching width).
-  A fixed depth (``levels``) skips that count.
+* ``size_share`` of epsilon buys a noisy count n~ (discrete Laplace); the depth h then
+  follows n~ epsilon (:func:`depth_choice`): c (n~ epsilon_leaf)^(1 / (d + 2)) cells per
+  axis, the rate at which a histogram's rounding error and its noise balance (a fixed
+  s2 saturates as n epsilon grows). c = 6 was fitted on the mixtures of Balog et al. in
+  d = 2 and 5 (benchmarks/synth_kdtree.py, docs/synthetic.md). A fixed depth (``levels``)
+  skips that count.
 * The leaf threshold t is the smallest integer with J P[Z >= t] <= 1 for J public
   cells: about one empty cell passes on average (Theorem 5's t = 8 log(1/delta) / epsilon
   is the high-probability version and drops far more of the data).
@@ -41,16 +43,16 @@ class SynthConfig:
     """Hyper-parameters of :func:`dpm_jax.synthesize` (hashable: a static argument of jax.jit).
 
     levels: data-independent depth h (grid: 2**h cells), or None for the n~ epsilon rule.
-    decisions: KD-tree levels decided by noisy counts (D); None: 2 d (two halvings per axis).
+    decisions: KD-tree levels decided by noisy counts (D); None: d (one halving per axis).
     size_share, tree_share: parts of epsilon for n~ and for the tree's decisions.
-    cells_per_point_epsilon: the rule's target, 2**h ~ n~ epsilon_leaf times this.
+    cells_per_axis: the rule's c: 2**(h / d) = c (n~ epsilon_leaf)^(1 / (d + 2)).
     """
 
     levels: int | None = None
     decisions: int | None = None
     size_share: float = 0.05
     tree_share: float = 0.3
-    cells_per_point_epsilon: float = 0.25
+    cells_per_axis: float = 6.0
 
     def __post_init__(self):
         if self.levels is not None and not (isinstance(self.levels, int) and 0 <= self.levels <= 30):
@@ -61,8 +63,8 @@ class SynthConfig:
             value = getattr(self, name)
             if not 0 < value < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {value!r}")
-        if not self.cells_per_point_epsilon > 0:
-            raise ValueError(f"cells_per_point_epsilon must be > 0, got {self.cells_per_point_epsilon!r}")
+        if not self.cells_per_axis > 0:
+            raise ValueError(f"cells_per_axis must be > 0, got {self.cells_per_axis!r}")
 
 
 class SynthPlan(NamedTuple):
@@ -75,7 +77,8 @@ class SynthPlan(NamedTuple):
     num_decisions: int
     tau: int
     total_depth: int
-    cells_per_point_epsilon: float
+    cells_per_axis: float
+    dimension: int
 
     @property
     def ledger(self) -> Ledger:
@@ -104,7 +107,7 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int, n_m
 
     ``n_max`` (the row count of X) is the stated maximum n of the Lemma-10 and truncation bounds.
     """
-    decisions = 0 if method == "grid" else (config.decisions or 2 * d)
+    decisions = 0 if method == "grid" else (config.decisions or d)
     depths = _depth_range(d, decisions, config.levels)
     size_share = 0.0 if config.levels is not None else config.size_share
     tree_share = config.tree_share if decisions else 0.0
@@ -137,11 +140,13 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int, n_m
             offset_delta=tree_delta - probe.sampler_delta, rule="one count per level of a root-to-leaf path"
         )
     return SynthPlan(
-        size, decision_release, leaves, depths, decisions, tau, max(depths) + decisions, config.cells_per_point_epsilon
+        size, decision_release, leaves, depths, decisions, tau, max(depths) + decisions, config.cells_per_axis, d
     )
 
 
 def depth_choice(plan: SynthPlan, noisy_size, xp=np):
-    """Index into ``plan.depths`` for the released size n~ (post-processing): 2**h ~ n~ eps_leaf c."""
-    target = xp.log2(xp.maximum(noisy_size * plan.leaves.epsilon * plan.cells_per_point_epsilon, 1.0))
+    """Index into ``plan.depths`` for the released size n~ (post-processing of n~)."""
+    d = plan.dimension
+    scale = xp.log2(xp.maximum(noisy_size * plan.leaves.epsilon, 1.0)) / (d + 2)
+    target = d * (np.log2(plan.cells_per_axis) + scale)
     return xp.clip(xp.round(target).astype(np.int32) - plan.depths[0], 0, len(plan.depths) - 1)
