@@ -7,7 +7,7 @@ between the tree and the leaf counts, nor t, tau, s1, s2 for its experiments. Ch
 * ``size_share`` of epsilon buys a noisy count n~ (discrete Laplace); the depth h then
   follows n~ epsilon (:func:`depth_choice`): c (n~ epsilon_leaf)^(1 / (d + 2)) cells per
   axis, the rate at which a histogram's rounding error and its noise balance (a fixed
-  s2 saturates as n epsilon grows). c = 6 was fitted on the mixtures of Balog et al. in
+  s2 saturates as n epsilon grows). c = 7 was fitted on the mixtures of Balog et al. in
   d = 2 and 5 (benchmarks/synth_kdtree.py, docs/synthetic.md). A fixed depth (``levels``)
   skips that count.
 * The leaf threshold t is the smallest integer with J P[Z >= t] <= 1 for J public
@@ -52,7 +52,7 @@ class SynthConfig:
     decisions: int | None = None
     size_share: float = 0.05
     tree_share: float = 0.3
-    cells_per_axis: float = 6.0
+    cells_per_axis: float = 7.0
 
     def __post_init__(self):
         if self.levels is not None and not (isinstance(self.levels, int) and 0 <= self.levels <= 30):
