@@ -112,6 +112,8 @@ def synthesize(
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
     if isinstance(bounds, str):
         raise ValueError(f"bounds={bounds!r} is not supported yet: give public (lo, hi)")
     if method == "dpm":
