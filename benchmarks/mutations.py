@@ -278,6 +278,46 @@ MUTATIONS = (
             "tests/test_averaging.py::test_float32_binade_attack_moves_the_exact_sum_by_the_added_code_only",
         ),
     ),
+    Mutation(
+        "synth leaf counts: half the discrete Laplace noise (twice its epsilon)",
+        "dpm_jax/releases.py",
+        (
+            (
+                "count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, self.epsilon))",
+                "count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, 2 * self.epsilon))",
+            ),
+        ),
+        ("tests/test_synth.py::test_nonempty_cell_counts_are_rederived_from_the_leaf_stream",),
+    ),
+    Mutation(
+        "synth KD-tree: the paper's printed decision count d log2(s1/s2) (d fewer levels)",
+        "dpm_jax/synth/plan.py",
+        (("sensitivity=decisions, rows=", "sensitivity=decisions - d, rows="),),
+        ("tests/test_synth.py::test_decision_noise_is_charged_for_every_level_decided",),
+    ),
+    Mutation(
+        "synth KD-tree: the Lemma-10 delta (empty cells never split) not charged",
+        "dpm_jax/synth/plan.py",
+        (("offset_delta=tree_delta - probe.sampler_delta,", "offset_delta=0.0,"),),
+        ("tests/test_synth.py::test_lemma10_delta_is_charged",),
+    ),
+    Mutation(
+        "synth implicit empty cells: pass probability of threshold t + 1",
+        "dpm_jax/releases.py",
+        (
+            (
+                "implicit.geometric_table(self.epsilon, t, implicit.SKIP_BITS)",
+                "implicit.geometric_table(self.epsilon, t + 1, implicit.SKIP_BITS)",
+            ),
+        ),
+        ("tests/test_synth.py::test_implicit_empty_cells_have_the_law_of_explicit_enumeration",),
+    ),
+    Mutation(
+        "synth output: cells in draw order (non-empty first) instead of by code",
+        "dpm_jax/synth/api.py",
+        (("order = jnp.lexsort((start, ~valid))", "order = jnp.lexsort((~valid,))"),),
+        ("tests/test_synth.py::test_released_cells_are_in_code_order",),
+    ),
 )
 
 

@@ -16,6 +16,8 @@ from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig
 from dpm_jax.keys import derive_key
 from dpm_jax.stream import ChunkError, cluster_stream
+from dpm_jax.synth.api import SynthResult, synthesize
+from dpm_jax.synth.plan import SynthConfig
 from dpm_jax.tree import SplitTree
 
 __all__ = [
@@ -26,11 +28,14 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "SplitTree",
+    "SynthConfig",
+    "SynthResult",
     "cache",
     "cluster",
     "cluster_stream",
     "derive_key",
     "diagnostics",
+    "synthesize",
 ]  # DPMClustering (scikit-learn's estimator) is an attribute, not in *: scikit-learn is optional
 __version__ = "0.1.0"
 

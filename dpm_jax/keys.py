@@ -16,11 +16,24 @@ import secrets
 import jax
 import numpy as np
 
-__all__ = ["COUNT", "INTERVAL", "SPLIT", "AVERAGE", "DEPTH", "STREAMS", "derive_key", "MAX_SEED", "key_from_seed"]
+__all__ = [
+    "COUNT",
+    "INTERVAL",
+    "SPLIT",
+    "AVERAGE",
+    "DEPTH",
+    "SYNTH_TREE",
+    "SYNTH_LEAF",
+    "STREAMS",
+    "derive_key",
+    "MAX_SEED",
+    "key_from_seed",
+]
 
 # One stream per mechanism; the ledger's key paths use the same names.
 COUNT, INTERVAL, SPLIT, AVERAGE, DEPTH = "count", "interval", "split", "average", "depth"
-STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4}
+SYNTH_TREE, SYNTH_LEAF = "synth_tree", "synth_leaf"  # dpm_jax.synth: the partition, the leaf counts
+STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4, SYNTH_TREE: 6, SYNTH_LEAF: 7}
 MAX_SEED = 2**32
 
 

@@ -29,6 +29,7 @@ from typing import Sequence
 from dpm_jax.api import cluster
 from dpm_jax.budget import Budget
 from dpm_jax.cli.readers import read_points, stream_points
+from dpm_jax.cli import synthesize as synthesize_command
 from dpm_jax.cli.release import release_to_dict, write_centers_csv
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.diagnostics import plan
@@ -313,6 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--delta", type=float, default=None, help="total delta (default 1/(n sqrt n))")
     _add_config_options(demo)
     demo.set_defaults(handler=_run_demo)
+
+    synthesize_command.add_parser(commands, _seed).set_defaults(
+        handler=lambda args: synthesize_command.run(args, _check_writable, _status, CommandError)
+    )
 
     bench = commands.add_parser(
         "bench", help="run the speed benchmark (arguments go to dpm_jax.eval.benchmark)", add_help=False
