@@ -65,6 +65,7 @@ from dpm_jax.api import (
 )
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums
 from dpm_jax.cache import library_programs
+from dpm_jax.entry import entry_point
 from dpm_jax.budget import Budget, validate_budget_and_config
 from dpm_jax.config import CELL_GRID, DPMConfig
 from dpm_jax.interval import (
@@ -250,6 +251,7 @@ def _check_chunk(chunk, index: int, d: int, pass_name: str, finite_rows: int = 0
     return int(shape[0])
 
 
+@entry_point("cluster_stream")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 @library_programs()  # the compilation cache holds the library's programs only (dpm_jax.cache)
 def cluster_stream(
     key: jax.Array,

@@ -18,12 +18,14 @@ from dpm_jax.diagnostics.plan import (
     AlphaWindow,
     HaltingPrediction,
     InsufficientBudgetWarning,
+    LargeDeltaWarning,
     LevelPlan,
     Plan,
     UniformPrediction,
     plan,
     recommended_tau_r,
     warn_if_insufficient,
+    warn_if_large_delta,
 )
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "Explanation",
     "HaltingPrediction",
     "InsufficientBudgetWarning",
+    "LargeDeltaWarning",
     "LevelPlan",
     "NodeExplanation",
     "Plan",
@@ -41,4 +44,5 @@ __all__ = [
     "separation",
     "theory",
     "warn_if_insufficient",
+    "warn_if_large_delta",
 ]

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
 from dpm_jax.diagnostics import separation, theory
+from dpm_jax.entry import user_stacklevel
 
 __all__ = [
     "LevelPlan",
@@ -48,11 +49,14 @@ __all__ = [
     "candidates_per_node",
     "near_random",
     "InsufficientBudgetWarning",
+    "LargeDeltaWarning",
+    "warn_if_large_delta",
     "warn_if_insufficient",
 ]
 
 _MAX_RECOMMENDED_DEPTH = 12
 _BISECTION_STEPS = 40
+_LARGEST_EPSILON = 50.0  # min_n_epsilon searches epsilon up to this
 
 
 class LevelPlan(NamedTuple):
@@ -197,7 +201,7 @@ class Plan(NamedTuple):
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if k == 1:
             return 0.0
-        low, high = math.log(1e-6), math.log(50.0)
+        low, high = math.log(1e-6), math.log(_LARGEST_EPSILON)
         if not self._separates_at(k, math.exp(high)):
             return math.inf
         for _ in range(_BISECTION_STEPS):
@@ -409,24 +413,73 @@ def recommended_tau_r(n: float, d: int, budget: Budget, config: DPMConfig = DPMC
 
 
 class InsufficientBudgetWarning(UserWarning):
-    """The plan at a public size says the budget cannot separate even two clusters."""
+    """The plan at a public size says the budget cannot separate even two clusters.
+
+    Attributed to the caller's line; silence it with
+    ``warnings.filterwarnings("ignore", category=dpm_jax.InsufficientBudgetWarning)``.
+    """
 
 
-def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str, stacklevel: int = 2) -> bool:
+def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str, advice: str = "") -> bool:
     """Warn (:class:`InsufficientBudgetWarning`) if :func:`plan` cannot separate two clusters at ``n``; True if so.
 
     ``n`` must be public: declared so by the user, or a released noisy count
     (``what`` names it in the message, e.g. "the released size n~"). Public inputs only, like :func:`plan`.
+    ``advice`` replaces the default pointer to the report (the CLI points at ``dpm-jax plan``).
     """
     budget_plan = plan(max(float(n), 1.0), d, budget, config)
     if budget_plan.separates(2):
         return False
+    report = f"; print(dpm_jax.diagnostics.plan({n:.0f}, {d}, budget, config)) for the report" if n >= 1 else ""
     warnings.warn(
-        f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two "
-        f"clusters at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= "
-        f"{budget_plan.min_n_epsilon(2):,.0f}; print(dpm_jax.diagnostics.plan(n, d, budget, config)) "
-        "for the report",
+        _insufficient_message(budget, budget_plan, n, what) + (advice or report),
         InsufficientBudgetWarning,
-        stacklevel=stacklevel + 1,
+        stacklevel=user_stacklevel(),
     )
     return True
+
+
+class LargeDeltaWarning(UserWarning):
+    """delta >= 1/n: such a delta permits releasing a whole record."""
+
+
+def warn_if_large_delta(n: float, budget: Budget, what: str) -> bool:
+    """Warn (:class:`LargeDeltaWarning`) if ``budget.delta >= 1 / n``; True if so.
+
+    A mechanism that publishes each record with probability delta is (0, delta)-DP, so
+    delta >= 1/n allows publishing about one record outright (Dwork & Roth, Section 2.3).
+    ``n`` must be public (``what`` names it), e.g. the released size n~.
+    """
+    if budget.delta < 1.0 / max(float(n), 1.0):
+        return False
+    warnings.warn(
+        f"delta = {budget.delta:g} is at least 1/n for {what} = {n:,.0f}: such a delta permits releasing a "
+        f"whole record; choose delta well below 1/n (the paper uses 1/(n sqrt n), here {_paper_delta(n):.2g})",
+        LargeDeltaWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return True
+
+
+def _paper_delta(n: float) -> float:
+    n = max(float(n), 1.0)
+    return 1.0 / (n * math.sqrt(n))
+
+
+def _insufficient_message(budget: Budget, budget_plan: Plan, n: float, what: str) -> str:
+    head = f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two clusters"
+    if n < 1:
+        return (
+            f"{head}: {what} = {n:,.0f} is below 1 (the count noise at this epsilon is larger than the data); "
+            "spend more epsilon or collect more data"
+        )
+    needed = budget_plan.min_n_epsilon(2)
+    if math.isinf(needed):
+        return (
+            f"{head} at {what} = {n:,.0f}: no epsilon up to {_LARGEST_EPSILON:g} separates two clusters of "
+            "this few points; collect more data"
+        )
+    return (
+        f"{head} at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= {needed:,.0f} "
+        f"(now {n * budget.epsilon:,.0f})"
+    )
