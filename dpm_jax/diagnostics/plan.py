@@ -220,7 +220,8 @@ class Plan(NamedTuple):
 
         The central split's emptiness e_c depends on its interval beta against the
         cluster's standard deviation: the paper's grid has beta = sigma / 2 (what
-        Algorithm 2 finds on one Gaussian); the cell grid has beta = range /
+        Algorithm 2 finds on one Gaussian); the cell grid's split interval is the window of
+        ``split_window`` half-bins on each side of the cut, beta = split_window * range /
         max_splits_per_dim in a dimension not split yet, so it needs ``sigma``, the
         cluster's standard deviation as a share of the range -- a public guess, never
         read from data (default 0.05: N(0, 10**2) in bounds +-100; unused by the paper's
@@ -238,7 +239,7 @@ class Plan(NamedTuple):
         half_width = (
             theory.GAUSSIAN_HALF_WIDTH
             if config.split_grid != CELL_GRID
-            else 1.0 / (2.0 * config.max_splits_per_dim * sigma)
+            else config.split_window / (2.0 * config.max_splits_per_dim * sigma)
         )
         table = theory.central_emptiness_table(config.tau_r, half_width)
         fresh = tuple(theory.halting_margin(i, config.alpha, threshold, table[0]) for i in range(config.tau_r))
