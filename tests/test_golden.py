@@ -32,7 +32,7 @@ CASES = {  # name: (n, d, num_blobs, seed, config, keys)
 # The suite's JAX, on which every output is bit-identical to the recording. On older JAX (the declared
 # minimum, pyproject.toml) every integer and boolean output must still be identical; the float centres
 # (post-processing: the released sums over the released counts) may differ by a few ulps: measured 5 ulps
-# (relative 5.6e-7) on jax 0.6.0 and 0.7.0.
+# (relative 5.6e-7) on jax 0.6.0.
 BIT_EXACT_JAX = "0.10.2"
 CENTRE_ULPS = 16
 FIELDS = ("centers", "counts", "valid", "k", "split_interval_size", "leaf_node", "labels_nonprivate")
