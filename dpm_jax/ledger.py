@@ -29,7 +29,10 @@ class LedgerEntry(NamedTuple):
     what it is. ``sampler_epsilon`` and ``sampler_delta`` are the parts of
     ``epsilon`` and ``delta`` that pay for the exact sampler's proven distance from
     its ideal distribution (:mod:`dpm_jax.mechanisms`). ``noise_scale`` is in the
-    units of the input. ``key_path`` is the argument list of
+    units of the input: the Laplace scale of a count, none for the exponential mechanism,
+    and for the leaf sums the discrete Gaussian's sigma per coordinate in units of 2**s
+    fixed-point codes (one code is 2**-20 of the bounds' range;
+    :attr:`dpm_jax.averaging.AveragingPlan.noise_std_unit_range` gives it as a share of the range). ``key_path`` is the argument list of
     :func:`dpm_jax.keys.derive_key` that re-derives the entry's random key.
     """
 

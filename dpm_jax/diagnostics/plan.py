@@ -421,19 +421,18 @@ class InsufficientBudgetWarning(UserWarning):
     """
 
 
-def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str, advice: str = "") -> bool:
+def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str) -> bool:
     """Warn (:class:`InsufficientBudgetWarning`) if :func:`plan` cannot separate two clusters at ``n``; True if so.
 
     ``n`` must be public: declared so by the user, or a released noisy count
     (``what`` names it in the message, e.g. "the released size n~"). Public inputs only, like :func:`plan`.
-    ``advice`` replaces the default pointer to the report (the CLI points at ``dpm-jax plan``).
     """
     budget_plan = plan(max(float(n), 1.0), d, budget, config)
     if budget_plan.separates(2):
         return False
     report = f"; print(dpm_jax.diagnostics.plan({n:.0f}, {d}, budget, config)) for the report" if n >= 1 else ""
     warnings.warn(
-        _insufficient_message(budget, budget_plan, n, what) + (advice or report),
+        _insufficient_message(budget, budget_plan, n, what) + report,
         InsufficientBudgetWarning,
         stacklevel=user_stacklevel(),
     )
