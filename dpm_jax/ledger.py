@@ -32,8 +32,9 @@ class LedgerEntry(NamedTuple):
     units of the input: the Laplace scale of a count, none for the exponential mechanism,
     and for the leaf sums the discrete Gaussian's sigma per coordinate in units of 2**s
     fixed-point codes (one code is 2**-20 of the bounds' range;
-    :attr:`dpm_jax.averaging.AveragingPlan.noise_std_unit_range` gives it as a share of the range). ``key_path`` is the argument list of
-    :func:`dpm_jax.keys.derive_key` that re-derives the entry's random key.
+    :attr:`dpm_jax.averaging.AveragingPlan.noise_std_unit_range` gives it as a share of the
+    range). ``key_path`` is the argument list of :func:`dpm_jax.keys.derive_key` that
+    re-derives the entry's random key.
     """
 
     name: str
