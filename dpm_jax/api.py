@@ -546,13 +546,15 @@ def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper
 
     Shared by :func:`cluster` and :func:`dpm_jax.stream.cluster_stream`; all of it is
     post-processing of released values. A leaf whose released size is below 1 (tiny budgets:
-    count noise larger than the data) is not reported as a cluster: a valid cluster never has
-    a size below 1.
+    count noise larger than the data) is not reported as a cluster while another leaf reaches 1;
+    when none does, every leaf stays (k >= 1) with its size reported as 1. A valid cluster's
+    released size is never below 1.
     """
-    valid = leaves.valid & (leaves.noisy_count >= 1)
+    reaches_one = leaves.valid & (leaves.noisy_count >= 1)
+    valid = jnp.where(jnp.any(reaches_one), reaches_one, leaves.valid)
     return dict(
         centers=jnp.where(valid[:, None], centers, jnp.nan),
-        counts=jnp.where(valid, leaves.noisy_count, 0.0),
+        counts=jnp.where(valid, jnp.maximum(leaves.noisy_count, 1.0), 0.0),
         valid=valid,
         k=jnp.sum(valid).astype(jnp.int32),
         depth=jnp.asarray(depth, jnp.int32),
