@@ -265,9 +265,12 @@ def as_numeric_array(X, name: str = "X"):
                 f"{name}.drop(columns=[...]) or {name}.select_dtypes('number')"
             )
     try:
-        return np.asarray(X)
+        array = np.asarray(X)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{name} must be an array-like of shape (n, d), got {type(X).__name__}: {error}") from error
+    if array.dtype.kind not in "biufc":  # strings, objects: not numbers at all
+        raise TypeError(f"{name} must be a numeric array-like of shape (n, d), got {type(X).__name__}")
+    return array
 
 
 def _validate_points(X) -> jax.Array:
