@@ -10,7 +10,10 @@ exponential mechanism and returns DP cluster centres without being told k.
 """
 
 from dpm_jax import cache, diagnostics
+from dpm_jax.accountant import Accountant, BudgetExceededError
 from dpm_jax.api import ClusterResult, cluster
+from dpm_jax.assign import assign, released_clusters, training_labels
+from dpm_jax.diagnostics.plan import InsufficientBudgetWarning, LargeDeltaWarning
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig
@@ -21,7 +24,14 @@ from dpm_jax.synth.plan import SynthConfig
 from dpm_jax.tree import SplitTree
 
 __all__ = [
+    "Accountant",
     "Budget",
+    "BudgetExceededError",
+    "InsufficientBudgetWarning",
+    "LargeDeltaWarning",
+    "assign",
+    "released_clusters",
+    "training_labels",
     "ChunkError",
     "ClusterResult",
     "DPMConfig",

@@ -39,7 +39,8 @@ from dpm_jax.budget import Budget, validate_budget_and_config
 from dpm_jax.config import DPMConfig
 from dpm_jax.depth import AutoDepth, FixedDepth, depth_strategy
 from dpm_jax.dpm_releases import DPMReleases
-from dpm_jax.diagnostics.plan import warn_if_insufficient
+from dpm_jax.diagnostics.plan import warn_if_insufficient, warn_if_large_delta
+from dpm_jax.entry import entry_point
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
 from dpm_jax.ledger import Ledger
@@ -94,7 +95,10 @@ class ClusterResult:
         cell's half-bins, range / max_splits_per_dim).
       leaf_node: (2**P,) heap id in ``tree`` of each cluster (0 where not valid).
     NOT differentially private (a function of each individual point):
-      labels_nonprivate: (n,) cluster slot of every input point; do not publish.
+      labels_nonprivate: (n,) cluster *slot* of every input point (a row of ``centers``, e.g. 0, 32,
+        64, 96; not 0..k-1: indexing the k compacted centres with it is wrong, and JAX clamps
+        out-of-range indices silently); do not publish. Compact labels 0..k-1:
+        :func:`dpm_jax.training_labels`; labels of new data: :func:`dpm_jax.assign`.
     Static:
       releases: ((depth, releases), ...): the run's releases
         (:class:`dpm_jax.dpm_releases.DPMReleases`) at every depth it may take, one for a fixed
@@ -238,11 +242,31 @@ def validate_key(key) -> None:
     )
 
 
+def as_numeric_array(X, name: str = "X"):
+    """``X`` as an array: JAX and NumPy arrays as they are; pandas DataFrames, lists and other
+    array-likes through :func:`numpy.asarray` (a copy or a view, never written to); a clear
+    TypeError naming the non-numeric columns of a DataFrame."""
+    if isinstance(X, (jax.Array, np.ndarray)) or _is_tracer(X):
+        return X
+    columns, dtypes = getattr(X, "columns", None), getattr(X, "dtypes", None)
+    if columns is not None and dtypes is not None:  # a DataFrame: every column must be numeric
+        bad = [f"{c!r} ({t})" for c, t in zip(columns, dtypes) if getattr(t, "kind", "O") not in "iuf"]
+        if bad:
+            raise TypeError(
+                f"{name} has non-numeric columns {', '.join(bad)}: drop or encode them first, e.g. "
+                f"{name}.drop(columns=[...]) or {name}.select_dtypes('number')"
+            )
+    try:
+        array = np.asarray(X)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must be an array-like of shape (n, d), got {type(X).__name__}: {error}") from error
+    if array.dtype.kind not in "biufc":  # strings, objects: not numbers at all
+        raise TypeError(f"{name} must be a numeric array-like of shape (n, d), got {type(X).__name__}")
+    return array
+
+
 def _validate_points(X) -> jax.Array:
-    if isinstance(X, (list, tuple)):
-        X = np.asarray(X)
-    if not hasattr(X, "shape") or not hasattr(X, "dtype"):
-        raise TypeError(f"X must be an array of shape (n, d), got {type(X).__name__}")
+    X = as_numeric_array(X)
     if X.ndim != 2:
         raise ValueError(f"X must have rank 2 (n points, d dimensions), got shape {tuple(X.shape)}")
     if X.shape[0] == 0 or X.shape[1] == 0:
@@ -252,10 +276,8 @@ def _validate_points(X) -> jax.Array:
             f"X has {X.shape[0]} points; dpm_jax supports at most {MAX_POINTS} (2**31 - 1: "
             "counts are exact int32 integers)"
         )
-    if not (jnp.issubdtype(X.dtype, jnp.floating) or jnp.issubdtype(X.dtype, jnp.integer)) or jnp.issubdtype(
-        X.dtype, jnp.bool_
-    ):
-        raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
+    if X.dtype.kind not in "iuf":
+        raise TypeError(f"X must hold real numbers, got dtype {X.dtype}; convert it, e.g. np.asarray(X, float)")
     if not _is_tracer(X):
         # A JAX array is checked where it lives (one fused reduction, no transfer);
         # the position of the first bad value is only looked up when there is one.
@@ -288,8 +310,13 @@ def validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
     """(lower, upper) as (d,) float32 from public (lo, hi); a clear error for missing or bad bounds."""
     if bounds is None:
         raise ValueError(BOUNDS_REQUIRED)
+    if isinstance(bounds, (np.ndarray, jax.Array)) and bounds.ndim in (1, 2) and bounds.shape[0] == 2:
+        bounds = (bounds[0], bounds[1])  # an array of shape (2,) or (2, d): rows lo and hi
     if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
-        raise ValueError(f"bounds must be a pair (lo, hi), got {bounds!r}")
+        raise ValueError(
+            f"bounds must be a pair (lo, hi) of scalars or ({d},) arrays, or an array of shape (2,) or (2, {d}); "
+            f"got {bounds!r}"
+        )
     lower, upper = bounds
     arrays = []
     for name, value in (("lo", lower), ("hi", upper)):
@@ -324,6 +351,7 @@ def _validate_mask(point_mask, n: int) -> jax.Array:
     return jnp.asarray(point_mask, bool)
 
 
+@entry_point("cluster")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 @library_programs()  # the compilation cache holds the library's programs only (dpm_jax.cache)
 def cluster(
     key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(), point_mask: Any = None
@@ -332,9 +360,11 @@ def cluster(
 
     Args:
       key: a JAX PRNG key; every noise draw is derived from it (module docstring).
-      X: (n, d) data. Values outside ``bounds`` are clipped to them.
+      X: (n, d) data: a JAX or NumPy array, a pandas DataFrame with numeric columns, or any
+        numeric array-like. Values outside ``bounds`` are clipped to them.
       budget: the total :class:`Budget`; the ledger of the result adds up to it.
-      bounds: public (lo, hi), scalars or (d,) arrays. Required: see BOUNDS_REQUIRED.
+      bounds: public (lo, hi), scalars or (d,) arrays, or an array of shape (2,) or (2, d).
+        Required: see BOUNDS_REQUIRED.
       config: hyper-parameters (:class:`DPMConfig`, paper defaults).
       point_mask: optional (n,) bool; False marks padding points, which are ignored.
         Use it to batch data sets of different sizes under ``jax.vmap``.
@@ -345,7 +375,9 @@ def cluster(
 
     Works under ``jax.jit`` (with ``budget`` and ``config`` static) and ``jax.vmap``
     (over keys, data sets, masks). Value checks on X and bounds (NaN, lo < hi) run
-    only when they are concrete, i.e. outside of jit/vmap tracing.
+    only when they are concrete, i.e. outside of jit/vmap tracing. The release is the same
+    with ``jax_enable_x64`` on (:mod:`dpm_jax.entry`). Inside ``with accountant:`` the call
+    charges ``budget`` to the :class:`dpm_jax.Accountant` before it reads ``X``.
     """
     validate_key(key)
     validate_budget_and_config(budget, config)
@@ -375,7 +407,8 @@ def cluster(
 
 
 def warn_if_starved(result: ClusterResult, budget: Budget, config: DPMConfig, d: int) -> None:
-    """An InsufficientBudgetWarning when the plan cannot separate two clusters at the released size.
+    """An InsufficientBudgetWarning when the plan cannot separate two clusters at the released size,
+    a LargeDeltaWarning when delta >= 1 / the released size.
 
     The size is the released root count n~ (post-processing of the release: no privacy
     cost), not the row count of X, which is private under add/remove-one neighbours
@@ -384,7 +417,8 @@ def warn_if_starved(result: ClusterResult, budget: Budget, config: DPMConfig, d:
     """
     root = result.tree.noisy_count
     if not _is_tracer(root):
-        warn_if_insufficient(float(root[1]), d, budget, config, "the released size n~", stacklevel=3)
+        warn_if_insufficient(float(root[1]), d, budget, config, "the released size n~")
+        warn_if_large_delta(float(root[1]), budget, "the released size n~")
 
 
 @functools.lru_cache(maxsize=1)
@@ -489,13 +523,18 @@ def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper
     """The DP fields of a :class:`ClusterResult` from the tree, its leaves and their centres.
 
     Shared by :func:`cluster` and :func:`dpm_jax.stream.cluster_stream`; all of it is
-    post-processing of released values.
+    post-processing of released values. A leaf whose released size is below 1 (tiny budgets:
+    count noise larger than the data) is not reported as a cluster while another leaf reaches 1;
+    when none does, every leaf stays (k >= 1) with its size reported as 1. A valid cluster's
+    released size is never below 1.
     """
+    reaches_one = leaves.valid & (leaves.noisy_count >= 1)
+    valid = jnp.where(jnp.any(reaches_one), reaches_one, leaves.valid)
     return dict(
-        centers=centers,
-        counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
-        valid=leaves.valid,
-        k=jnp.sum(leaves.valid).astype(jnp.int32),
+        centers=jnp.where(valid[:, None], centers, jnp.nan),
+        counts=jnp.where(valid, jnp.maximum(leaves.noisy_count, 1.0), 0.0),
+        valid=valid,
+        k=jnp.sum(valid).astype(jnp.int32),
         depth=jnp.asarray(depth, jnp.int32),
         tree=tree,
         split_interval_size=beta * (upper - lower),

@@ -128,8 +128,10 @@ def plan_averaging(epsilon: float, delta: float, d: int) -> LeafSumsRelease:
     for _ in range(10):  # the sampler's delta depends (weakly) on the table it needs
         if sampler_delta > 0.1 * delta:
             raise ValueError(
-                f"the averaging mechanism's sampler would use {sampler_delta:.3g} of its "
-                f"delta {delta:.3g} (more than 10%); raise delta or lower epsilon"
+                f"epsilon is too large for the exact sampler of the leaf sums: its proven error, charged to "
+                f"delta and growing like e^epsilon, would be {sampler_delta:.3g} at the averaging mechanism's "
+                f"epsilon = {epsilon:.3g}, more than 10% of its delta share {delta:.3g}; use a smaller "
+                "epsilon (e.g. below 20) or a larger delta"
             )
         multiplier = discrete_gaussian_multiplier(epsilon, delta - sampler_delta)
         ratio = 2 ** int(np.clip(math.floor(math.log2(_TARGET_SIGMA / (multiplier * root_d))), 0, FIXED_POINT_BITS - 1))

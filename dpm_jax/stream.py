@@ -66,6 +66,8 @@ from dpm_jax.api import (
 )
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums
 from dpm_jax.cache import library_programs
+from dpm_jax.entry import entry_point
+from dpm_jax.tables import parquet_row_groups
 from dpm_jax.budget import Budget, validate_budget_and_config
 from dpm_jax.config import DPMConfig
 from dpm_jax.interval import (
@@ -113,7 +115,8 @@ class _Chunks:
     """The data as passes over chunks of rows, each split into pieces of at most ``chunk_rows``.
 
     Accepts a 2-D array (NumPy, memmap, anything array-like), a ``.npy`` path (read chunk
-    by chunk, opened again in every pass, so a file removed mid-run is an error), a sequence of
+    by chunk, opened again in every pass, so a file removed mid-run is an error), a ``.parquet``
+    path (row group by row group, :func:`dpm_jax.tables.parquet_row_groups`), a sequence of
     2-D arrays, or a factory: a function returning a fresh iterable of chunks per pass.
     """
 
@@ -122,7 +125,8 @@ class _Chunks:
         if isinstance(data, (str, os.PathLike)):
             path = os.fspath(data)
             self.describe = f"file {path!r}"
-            self._open = lambda: _npy_chunks(path, chunk_rows)
+            parquet = path.lower().endswith(".parquet")
+            self._open = (lambda: parquet_row_groups(path)()) if parquet else lambda: _npy_chunks(path, chunk_rows)
         elif callable(data):
             self.describe = "the chunk factory"
             self._open = data
@@ -207,7 +211,7 @@ def _npy_chunks(path: str, rows_per_chunk: int) -> Iterator[np.ndarray]:
     count 4 GB). The file is opened again in every pass, so a removed file is an error.
     """
     if not path.endswith(".npy"):
-        raise ChunkError(f"{path!r}: only .npy files are read directly; pass other formats as chunks")
+        raise ChunkError(f"{path!r}: only .npy and .parquet files are read directly; pass other formats as chunks")
     with open(path, "rb") as file:
         version = np.lib.format.read_magic(file)
         header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -249,6 +253,7 @@ def _check_chunk(chunk, index: int, d: int, pass_name: str, finite_rows: int = 0
     return int(shape[0])
 
 
+@entry_point("cluster_stream")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 @library_programs()  # the compilation cache holds the library's programs only (dpm_jax.cache)
 def cluster_stream(
     key: jax.Array,
@@ -267,7 +272,7 @@ def cluster_stream(
       key, budget, bounds, config: as for :func:`dpm_jax.cluster`; with ``tau_r="auto"`` the
         depth's noisy count (:func:`dpm_jax.depth.noisy_size`) reads the number of rows the
         validation pass counted, the exact integer ``cluster`` counts.
-      data: a 2-D array or memmap, a ``.npy`` path, a sequence of 2-D arrays (the chunks),
+      data: a 2-D array or memmap, a ``.npy`` or ``.parquet`` path, a sequence of 2-D arrays (the chunks),
         or a function returning a fresh iterable of chunks (called once per pass).
       chunk_rows: rows sent to the device at once (memory: about 10 bytes per coordinate).
       column_bytes: host memory for Algorithm 2's sorted columns (4 bytes per point each).
@@ -524,14 +529,17 @@ _root_count = jax.jit(root_count, static_argnames=("run_plan", "padded"))
 
 
 def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
+    """One status line per pass on stderr: rewritten in place on a terminal, plain lines elsewhere
+    (a log file or a notebook gets no escape codes)."""
+    terminal = sys.stderr.isatty()
+
     def report(pass_name: str | None) -> None:
         if enabled:
-            print(
-                "\r\033[K" + (f"dpm_jax: pass {pass_name}" if pass_name else "dpm_jax: done"),
-                end="" if pass_name else "\n",
-                file=sys.stderr,
-                flush=True,
-            )
+            text = f"dpm_jax: pass {pass_name}" if pass_name else "dpm_jax: done"
+            if terminal:
+                print("\r\033[K" + text, end="" if pass_name else "\n", file=sys.stderr, flush=True)
+            else:
+                print(text, file=sys.stderr, flush=True)
 
     return report
 

@@ -18,11 +18,13 @@ from dpm_jax.diagnostics.plan import (
     AlphaWindow,
     HaltingPrediction,
     InsufficientBudgetWarning,
+    LargeDeltaWarning,
     LevelPlan,
     Plan,
     UniformPrediction,
     plan,
     warn_if_insufficient,
+    warn_if_large_delta,
 )
 from dpm_jax.depth import recommended_tau_r
 
@@ -31,6 +33,7 @@ __all__ = [
     "Explanation",
     "HaltingPrediction",
     "InsufficientBudgetWarning",
+    "LargeDeltaWarning",
     "LevelPlan",
     "NodeExplanation",
     "Plan",
@@ -41,4 +44,5 @@ __all__ = [
     "separation",
     "theory",
     "warn_if_insufficient",
+    "warn_if_large_delta",
 ]

@@ -44,6 +44,7 @@ from dpm_jax.depth import (
     recommended_tau_r,
 )
 from dpm_jax.diagnostics import separation, theory
+from dpm_jax.entry import user_stacklevel
 
 __all__ = [
     "LevelPlan",
@@ -53,10 +54,13 @@ __all__ = [
     "AlphaWindow",
     "plan",
     "InsufficientBudgetWarning",
+    "LargeDeltaWarning",
+    "warn_if_large_delta",
     "warn_if_insufficient",
 ]
 
 _BISECTION_STEPS = 40
+_LARGEST_EPSILON = 50.0  # min_n_epsilon searches epsilon up to this
 
 
 class LevelPlan(NamedTuple):
@@ -188,7 +192,7 @@ class Plan(NamedTuple):
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if k == 1:
             return 0.0
-        low, high = math.log(1e-6), math.log(50.0)
+        low, high = math.log(1e-6), math.log(_LARGEST_EPSILON)
         if not self._separates_at(k, math.exp(high)):
             return math.inf
         for _ in range(_BISECTION_STEPS):
@@ -207,7 +211,8 @@ class Plan(NamedTuple):
 
         The central split's emptiness e_c depends on its interval beta against the
         cluster's standard deviation: the paper's grid has beta = sigma / 2 (what
-        Algorithm 2 finds on one Gaussian); the cell grid has beta = range /
+        Algorithm 2 finds on one Gaussian); the cell grid's split interval is the window of
+        ``split_window`` half-bins on each side of the cut, beta = split_window * range /
         max_splits_per_dim in a dimension not split yet, so it needs ``sigma``, the
         cluster's standard deviation as a share of the range -- a public guess, never
         read from data (default 0.05: N(0, 10**2) in bounds +-100; unused by the paper's
@@ -225,7 +230,7 @@ class Plan(NamedTuple):
         half_width = (
             theory.GAUSSIAN_HALF_WIDTH
             if config.split_grid != CELL_GRID
-            else 1.0 / (2.0 * config.max_splits_per_dim * sigma)
+            else config.split_window / (2.0 * config.max_splits_per_dim * sigma)
         )
         table = theory.central_emptiness_table(config.tau_r, half_width)
         fresh = tuple(theory.halting_margin(i, config.alpha, threshold, table[0]) for i in range(config.tau_r))
@@ -380,10 +385,14 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
 
 
 class InsufficientBudgetWarning(UserWarning):
-    """The plan at a public size says the budget cannot separate even two clusters."""
+    """The plan at a public size says the budget cannot separate even two clusters.
+
+    Attributed to the caller's line; silence it with
+    ``warnings.filterwarnings("ignore", category=dpm_jax.InsufficientBudgetWarning)``.
+    """
 
 
-def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str, stacklevel: int = 2) -> bool:
+def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str) -> bool:
     """Warn (:class:`InsufficientBudgetWarning`) if :func:`plan` cannot separate two clusters at ``n``; True if so.
 
     ``n`` must be public: declared so by the user, or a released noisy count
@@ -392,12 +401,56 @@ def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, wh
     budget_plan = plan(max(float(n), 1.0), d, budget, config)
     if budget_plan.separates(2):
         return False
+    report = f"; print(dpm_jax.diagnostics.plan({n:.0f}, {d}, budget, config)) for the report" if n >= 1 else ""
     warnings.warn(
-        f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two "
-        f"clusters at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= "
-        f"{budget_plan.min_n_epsilon(2):,.0f}; print(dpm_jax.diagnostics.plan(n, d, budget, config)) "
-        "for the report",
+        _insufficient_message(budget, budget_plan, n, what) + report,
         InsufficientBudgetWarning,
-        stacklevel=stacklevel + 1,
+        stacklevel=user_stacklevel(),
     )
     return True
+
+
+class LargeDeltaWarning(UserWarning):
+    """delta >= 1/n: such a delta permits releasing a whole record."""
+
+
+def warn_if_large_delta(n: float, budget: Budget, what: str) -> bool:
+    """Warn (:class:`LargeDeltaWarning`) if ``budget.delta >= 1 / n``; True if so.
+
+    A mechanism that publishes each record with probability delta is (0, delta)-DP, so
+    delta >= 1/n allows publishing about one record outright (Dwork & Roth, Section 2.3).
+    ``n`` must be public (``what`` names it), e.g. the released size n~.
+    """
+    if budget.delta < 1.0 / max(float(n), 1.0):
+        return False
+    warnings.warn(
+        f"delta = {budget.delta:g} is at least 1/n for {what} = {n:,.0f}: such a delta permits releasing a "
+        f"whole record; choose delta well below 1/n (the paper uses 1/(n sqrt n), here {_paper_delta(n):.2g})",
+        LargeDeltaWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return True
+
+
+def _paper_delta(n: float) -> float:
+    n = max(float(n), 1.0)
+    return 1.0 / (n * math.sqrt(n))
+
+
+def _insufficient_message(budget: Budget, budget_plan: Plan, n: float, what: str) -> str:
+    head = f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two clusters"
+    if n < 1:
+        return (
+            f"{head}: {what} = {n:,.0f} is below 1 (the count noise at this epsilon is larger than the data); "
+            "spend more epsilon or collect more data"
+        )
+    needed = budget_plan.min_n_epsilon(2)
+    if math.isinf(needed):
+        return (
+            f"{head} at {what} = {n:,.0f}: no epsilon up to {_LARGEST_EPSILON:g} separates two clusters of "
+            "this few points; collect more data"
+        )
+    return (
+        f"{head} at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= {needed:,.0f} "
+        f"(now {n * budget.epsilon:,.0f})"
+    )
