@@ -18,78 +18,22 @@ Neighbours differ by adding or removing one record (replace-one costs twice: doc
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from dpm_jax import exact, keys
 from dpm_jax.api import _validate_mask, _validate_points, validate_bounds, validate_key
 from dpm_jax.budget import Budget
-from dpm_jax.ledger import Ledger
+from dpm_jax.synth.from_dpm import synthesize_from_cluster
+from dpm_jax.synth.result import SynthResult, sample_boxes
 from dpm_jax.synth.cells import cell_boxes, cell_codes
 from dpm_jax.synth.kdtree import empty_cell_at, grow
 from dpm_jax.synth.plan import METHODS, SynthConfig, SynthPlan, depth_choice, plan_synthesis
 
 __all__ = ["SynthResult", "synthesize", "sample_boxes", "released_cells"]
-
-
-@dataclasses.dataclass(frozen=True)
-class SynthResult:
-    """A weighted synthetic data set; a JAX pytree (ledger and method are static). All DP.
-
-    centers: (m, d) the cells' centres (rows where ``valid`` is False are padding).
-    weights: (m,) float32 noisy counts (0 where not valid); ``weights / weights.sum()`` is the
-      synthetic distribution over the centres.
-    lower, upper: (m, d) the cells' boxes.
-    valid: (m,) bool.
-    depth: the depth of the run's ledger: DPM's tree depth for "dpm" (data dependent under
-      tau_r="auto"), -1 otherwise.
-    ledgers: ((depth, ledger), ...) static; :attr:`ledger` is the run's.
-    """
-
-    centers: jax.Array
-    weights: jax.Array
-    lower: jax.Array
-    upper: jax.Array
-    valid: jax.Array
-    depth: jax.Array
-    ledgers: tuple[tuple[int, Ledger], ...] = dataclasses.field(metadata=dict(static=True))
-    method: str = dataclasses.field(metadata=dict(static=True))
-
-    @property
-    def ledger(self) -> Ledger:
-        """The privacy ledger of this run (it adds up to the budget)."""
-        if len(self.ledgers) == 1:
-            return self.ledgers[0][1]
-        depths = np.unique(np.asarray(self.depth))  # raises under jit: the depth is not known yet
-        if depths.size != 1:
-            raise ValueError(f"these runs have different depths {depths.tolist()}: each has its own ledger")
-        return dict(self.ledgers)[int(depths[0])]
-
-    def sample(self, key: jax.Array, m: int) -> jax.Array:
-        """(m, d) synthetic rows: a box drawn by weight, a uniform point inside it (post-processing)."""
-        return sample_boxes(key, self.weights, self.lower, self.upper, m)
-
-
-jax.tree_util.register_dataclass(
-    SynthResult,
-    data_fields=["centers", "weights", "lower", "upper", "valid", "depth"],
-    meta_fields=["ledgers", "method"],
-)
-
-
-@functools.partial(jax.jit, static_argnames=("m",))
-def sample_boxes(key: jax.Array, weights: jax.Array, lower: jax.Array, upper: jax.Array, m: int) -> jax.Array:
-    """m rows: box i with probability weights_i / sum(weights), then uniform in [lower_i, upper_i]."""
-    pick, inside = jax.random.split(key)
-    logits = jnp.where(weights > 0, jnp.log(jnp.maximum(weights, 1e-30)), -jnp.inf)
-    rows = jax.random.categorical(pick, logits, shape=(m,))
-    u = jax.random.uniform(inside, (m, lower.shape[1]))
-    return lower[rows] + u * (upper[rows] - lower[rows])
 
 
 def synthesize(
@@ -117,8 +61,6 @@ def synthesize(
     if isinstance(bounds, str):
         raise ValueError(f"bounds={bounds!r} is not supported yet: give public (lo, hi)")
     if method == "dpm":
-        from dpm_jax.synth.from_dpm import synthesize_from_cluster
-
         return synthesize_from_cluster(key, X, budget, bounds, cluster_config, point_mask)
     validate_key(key)
     if not isinstance(config, SynthConfig):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from dpm_jax.api import ClusterResult, cluster
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
+from dpm_jax.synth.result import SynthResult
 
 __all__ = ["leaf_boxes", "synthesize_from_cluster"]
 
@@ -45,8 +46,6 @@ def leaf_boxes(result: ClusterResult, lower: jax.Array, upper: jax.Array):
 
 def synthesize_from_cluster(key: jax.Array, X: Any, budget: Budget, bounds, config: DPMConfig | None, point_mask):
     """The "dpm" method of :func:`dpm_jax.synthesize`: cluster, then the leaves as cells."""
-    from dpm_jax.synth.api import SynthResult
-
     result = cluster(key, X, budget, bounds, config=config or DPMConfig(), point_mask=point_mask)
     d = result.centers.shape[1]
     lower = jnp.broadcast_to(jnp.asarray(bounds[0], jnp.float32), (d,))
