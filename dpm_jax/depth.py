@@ -46,6 +46,7 @@ from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.diagnostics import recommended_tau_r
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import count_sampler_tv, noisy_count
+from dpm_jax.mechanisms import tv_delta
 
 __all__ = [
     "AUTO_DEPTH_EPSILON_SHARE",
@@ -61,6 +62,7 @@ __all__ = [
 
 AUTO_DEPTH_EPSILON_SHARE = 0.02  # noise scale 50 / epsilon points: ample for a depth
 AUTO_DEPTH_SLACK = 1  # levels beyond recommended_tau_r (benchmarks/depth_rule.py)
+_MAX_SAMPLER_SHARE = 0.01  # of delta, as dpm_jax.budget allows the samplers of a run
 _MAX_COUNT = 2**31 - 1  # dpm_jax.api.MAX_POINTS: thresholds above it are never reached
 
 
@@ -89,7 +91,13 @@ def plan_depth(budget: Budget, config: DPMConfig, d: int) -> DepthPlan:
     # exact for b in [a/2, a] (Sterbenz), so the ledger's lines never add up to more than it.
     remaining_epsilon = budget.epsilon * (1.0 - AUTO_DEPTH_EPSILON_SHARE)
     epsilon = budget.epsilon - remaining_epsilon
-    sampler_delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
+    sampler_delta = tv_delta(count_sampler_tv(epsilon), epsilon)
+    if not sampler_delta <= _MAX_SAMPLER_SHARE * budget.delta:  # also: budget.delta - remaining is exact
+        raise ValueError(
+            f"degenerate budget: at epsilon {budget.epsilon:.4g} the depth count's sampler would need delta "
+            f"{sampler_delta:.3g}, more than {_MAX_SAMPLER_SHARE:.0%} of delta {budget.delta:.3g}; lower epsilon, "
+            "raise delta, or fix tau_r"
+        )
     remaining_delta = budget.delta - sampler_delta
     while budget.delta - remaining_delta < sampler_delta:
         remaining_delta = math.nextafter(remaining_delta, 0.0)

@@ -10,7 +10,8 @@ Algorithm 1): the DP centres, their noisy sizes, the split tree, the split inter
 size and the privacy ledger, together with the public inputs (budget, bounds,
 hyper-parameters). Nothing computed from individual points without noise (labels,
 the exact number of rows) goes into it. Results go to stdout or to files written
-atomically; status messages go to stderr. Bad input ends the command with exit
+atomically; status messages go to stderr, and they hold public numbers and the release
+only, except the wall time, labelled NOT PRIVATE. Bad input ends the command with exit
 status 1 (2 for a malformed command line) and a one-line message, no traceback.
 """
 
@@ -146,8 +147,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
             result = cluster_stream(key, points.data, budget, (lower, upper), config=config, chunk_rows=args.chunk_rows)
         else:
             points = read_points(args.input)
-            n, d = points.values.shape
-            _status(f"read {n} points x {d} columns from {args.input}; clustering under {under}")
+            # The number of rows is private (add/remove-one neighbours): only the public column count.
+            _status(f"read {points.values.shape[1]} columns from {args.input}; clustering under {under}")
             result = cluster(key, points.values, budget, (lower, upper), config=config)
     for warning in caught:
         _status(f"warning: {warning.message}")
@@ -163,7 +164,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
         write_atomically(args.out, lambda f: f.write(text))
     written = [p for p in (args.out, args.centers_csv) if p is not None]
     _status(
-        f"k={release['k']} clusters in {seconds:.1f} s (including compilation); "
+        f"k={release['k']} clusters; NOT PRIVATE: wall time {seconds:.1f} s (including compilation; it grows "
+        "with the number of rows); "
         f"ledger total epsilon={result.ledger.total_epsilon:.6g}, "
         f"delta={result.ledger.total_delta:.3g}" + (f"; wrote {', '.join(written)}" if written else "")
     )
