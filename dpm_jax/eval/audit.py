@@ -474,7 +474,7 @@ def cli_mechanism(budget: Budget, bounds: tuple[float, float], options: tuple[st
             if status == 0:
                 with open(out) as file:
                     release = json.load(file)
-        return CliOutput(status, release, stderr.getvalue())
+        return CliOutput(status, release, stderr.getvalue().replace(folder, "<folder>"))  # one text per outcome
 
     return mechanism
 
