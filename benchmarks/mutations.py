@@ -253,7 +253,10 @@ MUTATIONS = (
         "edges: no saturation before the float32 cast (1e39 becomes inf, with a warning)",
         "dpm_jax/api.py",
         (("        return np.clip(X, -_FLOAT32_MAX, _FLOAT32_MAX)\n", "        return X\n"),),
-        ("tests/test_guarantee_edges.py::test_every_finite_record_is_clipped_to_the_bounds_on_every_entry_point",),
+        (
+            "tests/test_guarantee_edges.py::test_every_finite_record_is_clipped_to_the_bounds_on_every_entry_point",
+            "tests/test_guarantee_edges.py::test_cli_audit_of_neighbours_stays_below_the_claim",
+        ),
     ),
     Mutation(
         "edges: the command line prints the exact row count",

@@ -474,7 +474,8 @@ def cli_mechanism(budget: Budget, bounds: tuple[float, float], options: tuple[st
             if status == 0:
                 with open(out) as file:
                     release = json.load(file)
-        return CliOutput(status, release, stderr.getvalue().replace(folder, "<folder>"))  # one text per outcome
+        # The paths are the caller's (public) choice: masked, so that stderr has one text per outcome.
+        return CliOutput(status, release, stderr.getvalue().replace(folder, "<out>").replace(str(path), "<input>"))
 
     return mechanism
 
