@@ -318,6 +318,48 @@ MUTATIONS = (
         (("order = jnp.lexsort((start, ~valid))", "order = jnp.lexsort((~valid,))"),),
         ("tests/test_synth.py::test_released_cells_are_in_code_order",),
     ),
+    # Issue 21, the guarantee's edges ("edges:" runs them alone: --only edges:).
+    Mutation(
+        "edges: the averaging's share fitted on the rounded sum (fsum), not the exact one",
+        "dpm_jax/releases.py",
+        (("    if Fraction(last) <= room:\n", "    if math.fsum([*parts, last]) <= total:\n"),),
+        (
+            "tests/test_guarantee_edges.py::test_every_ledger_stays_within_its_budget_for_random_budgets",
+            "tests/test_guarantee_edges.py::test_the_reported_budget_gets_a_ledger_within_it",
+        ),
+    ),
+    Mutation(
+        "edges: no saturation before the float32 cast (1e39 becomes inf, with a warning)",
+        "dpm_jax/api.py",
+        (("        return np.clip(X, -_FLOAT32_MAX, _FLOAT32_MAX)\n", "        return X\n"),),
+        (
+            "tests/test_guarantee_edges.py::test_every_finite_record_is_clipped_to_the_bounds_on_every_entry_point",
+            "tests/test_guarantee_edges.py::test_cli_audit_of_neighbours_stays_below_the_claim",
+        ),
+    ),
+    Mutation(
+        "edges: the command line prints the exact row count",
+        "dpm_jax/cli/main.py",
+        (
+            (
+                '_status(f"read {d} columns (',
+                '_status(f"read {n} points, {d} columns (',
+            ),
+        ),
+        ("tests/test_guarantee_edges.py::test_cli_status_lines_hold_no_row_count",),
+    ),
+    Mutation(
+        "edges: the in-memory engine's programs (shaped by n) in the persistent cache",
+        "dpm_jax/api.py",
+        (("\ndef cluster(\n", "\n@__import__('dpm_jax.cache').cache.library_programs()\ndef cluster(\n"),),
+        ("tests/test_cache.py::test_nothing_on_disk_tells_neighbouring_sizes_apart",),
+    ),
+    Mutation(
+        "edges: bounds whose range float32 cannot scale by accepted",
+        "dpm_jax/api.py",
+        (("    if not np.all((width >= _MIN_RANGE) & (width <= _MAX_RANGE)):\n", "    if False:\n"),),
+        ("tests/test_guarantee_edges.py::test_bounds_float32_cannot_scale_by_are_refused_on_every_entry_point",),
+    ),
 )
 
 

@@ -34,7 +34,6 @@ from dpm_jax import exact
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
 from dpm_jax.averaging import leaf_centers
-from dpm_jax.cache import library_programs
 from dpm_jax.budget import Budget, validate_budget_and_config
 from dpm_jax.config import DPMConfig
 from dpm_jax.depth import AutoDepth, FixedDepth, depth_strategy
@@ -59,6 +58,7 @@ __all__ = [
     "MAX_POINTS",
     "validate_key",
     "validate_bounds",
+    "within_float32",
     "released_arrays",
     "RunPlan",
     "plan_run",
@@ -287,10 +287,28 @@ def _validate_points(X) -> jax.Array:
                 f"X contains NaN or inf (first at row {row}, column {col}); "
                 "remove or impute those values before clustering"
             )
+    if not (isinstance(X, jax.Array) or _is_tracer(X)):
+        X = within_float32(np.asarray(X))
     if not (isinstance(X, jax.Array) and X.dtype == jnp.float32):
         X = jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
     # A JAX array is immutable; sharded rows stay on their devices (dpm_jax.sharding).
     return X if _is_tracer(X) else automatic_axes(X)
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def within_float32(X: np.ndarray) -> np.ndarray:
+    """``X`` with values beyond float32's range set to +-its largest finite value (a copy if any).
+
+    The data domain is the finite reals, clipped to the bounds. Cast to float32, a finite float64
+    above 3.4e38 would become inf (clipped to the bound all the same) with a RuntimeWarning that
+    only data holding such a record emits; saturated first, it is clipped to the bound like every
+    other value, silently. A per-record map applied before any statistic: privacy is unaffected.
+    """
+    if X.dtype.kind == "f" and X.dtype.itemsize > 4 and X.size and (X.max() > _FLOAT32_MAX or X.min() < -_FLOAT32_MAX):
+        return np.clip(X, -_FLOAT32_MAX, _FLOAT32_MAX)
+    return X
 
 
 def _all_finite(X) -> bool:
@@ -332,15 +350,34 @@ def validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
     if not (_is_tracer(arrays[0]) or _is_tracer(arrays[1])):
         if not np.all(arrays[0] < arrays[1]):
             raise ValueError(f"bounds need lo < hi in every dimension, got lo={lower}, hi={upper}")
-        # the computation runs in float32: the range must survive that rounding
-        if not np.all(arrays[0].astype(np.float32) < arrays[1].astype(np.float32)):
-            raise ValueError(
-                f"bounds lo={lower}, hi={upper} collapse to lo == hi in float32; "
-                "rescale the data so the range is resolvable in single precision"
-            )
+        with np.errstate(over="ignore"):  # public numbers: an overflow is refused below, not warned about
+            _check_float32_range(*(a.astype(np.float32) for a in arrays), lower, upper)
     # Concrete bounds stay NumPy (float32): the value checks above ran on exactly these numbers.
     arrays = [a if _is_tracer(a) else np.asarray(a, np.float32) for a in arrays]
     return arrays[0], arrays[1]
+
+
+_MIN_RANGE, _MAX_RANGE = 2.0**-100, 2.0**100  # hi - lo; far from float32's subnormals (2**-126)
+
+
+def _check_float32_range(lower: np.ndarray, upper: np.ndarray, given_lower, given_upper) -> None:
+    """The computation runs in float32: the bounds must be finite there, and the range ``hi - lo``
+    and its reciprocal (every point is scaled by it) normal numbers well away from the subnormals,
+    which the CPU flushes to 0 (a range above 2**126 scaled every point to 0: one collapsed centre)."""
+    given = f"lo={given_lower}, hi={given_upper}"
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
+        raise ValueError(f"bounds {given} overflow float32 (|value| <= 3.4e38): rescale the data")
+    if not np.all(lower < upper):
+        raise ValueError(
+            f"bounds {given} collapse to lo == hi in float32; "
+            "rescale the data so the range is resolvable in single precision"
+        )
+    width = upper.astype(np.float64) - lower.astype(np.float64)
+    if not np.all((width >= _MIN_RANGE) & (width <= _MAX_RANGE)):
+        raise ValueError(
+            f"bounds {given}: the range hi - lo must be between 2**-100 (7.9e-31) and 2**100 (1.3e30) "
+            "for single-precision arithmetic: rescale the data (and the bounds) to a moderate range"
+        )
 
 
 def _validate_mask(point_mask, n: int) -> jax.Array:
@@ -352,7 +389,6 @@ def _validate_mask(point_mask, n: int) -> jax.Array:
 
 
 @entry_point("cluster")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
-@library_programs()  # the compilation cache holds the library's programs only (dpm_jax.cache)
 def cluster(
     key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(), point_mask: Any = None
 ) -> ClusterResult:

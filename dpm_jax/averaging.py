@@ -49,6 +49,7 @@ from dpm_jax.mechanisms import (
     discrete_gaussian_multiplier,
     discrete_gaussian_noise,
     discrete_gaussian_table,
+    tv_delta,
 )
 
 __all__ = [
@@ -137,7 +138,7 @@ def plan_averaging(epsilon: float, delta: float, d: int) -> LeafSumsRelease:
         ratio = 2 ** int(np.clip(math.floor(math.log2(_TARGET_SIGMA / (multiplier * root_d))), 0, FIXED_POINT_BITS - 1))
         sensitivity = ratio * root_d
         table = discrete_gaussian_table(max(1.0, multiplier * sensitivity))
-        needed = d * table.tv * (1.0 + math.exp(epsilon)) * (1.0 + 1e-6)
+        needed = tv_delta(d * table.tv, epsilon) * (1.0 + 1e-6)
         if needed <= sampler_delta:
             break
         sampler_delta = needed

@@ -33,7 +33,14 @@ from typing import NamedTuple
 
 from dpm_jax.config import CELL_GRID, DPMConfig, is_real_number
 from dpm_jax.releases import at_most
-from dpm_jax.mechanisms import EM_EPSILON_MARGIN, EM_MAX_CANDIDATES, count_offset, count_sampler_tv, em_sampler_tv
+from dpm_jax.mechanisms import (
+    EM_EPSILON_MARGIN,
+    EM_MAX_CANDIDATES,
+    count_offset,
+    count_sampler_tv,
+    em_sampler_tv,
+    tv_delta,
+)
 
 __all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons", "level_weights"]
 
@@ -147,9 +154,9 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
             f"d * candidates per dimension = {candidates} split candidates per node exceed "
             f"{EM_MAX_CANDIDATES}; lower max_splits_per_dim"
         )
-    count_sampler = tuple(count_sampler_tv(e) * (1.0 + math.exp(e)) for e in count_epsilons)
-    split_sampler = tuple(em_sampler_tv(candidates) * (1.0 + math.exp(e)) for e in split_epsilons)
-    interval_sampler = em_sampler_tv(config.num_sigmas) * (1.0 + math.exp(eps_int)) if interval else 0.0
+    count_sampler = tuple(tv_delta(count_sampler_tv(e), e) for e in count_epsilons)
+    split_sampler = tuple(tv_delta(em_sampler_tv(candidates), e) for e in split_epsilons)
+    interval_sampler = tv_delta(em_sampler_tv(config.num_sigmas), eps_int) if interval else 0.0
     sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,))
     if not sampler_total <= _MAX_SAMPLER_SHARE * delta_cnt:
         raise ValueError(

@@ -1,7 +1,7 @@
 """JAX's persistent compilation cache for dpm_jax's own programs: a fast first call.
 
-Compiling :func:`dpm_jax.cluster` costs seconds on CPU; the compiled program depends
-only on shapes, dtypes, the budget and the config, never on data values. JAX can keep
+Compiling DPM costs seconds on CPU; the compiled program depends only on shapes, dtypes,
+the budget and the config, never on data values. JAX can keep
 compiled programs on disk (its persistent compilation cache, keyed by the program,
 the JAX/XLA version and the device), so a second process with the same shapes loads
 instead of compiling. ``import dpm_jax`` chooses ``$DPM_JAX_CACHE_DIR``, else
@@ -22,11 +22,16 @@ included (measured: a closed-over array's bytes are in the cache entry, compress
 ``jax.jit`` that closes over private data (``jax.jit(lambda key: cluster(key, X, ...))``)
 would have it written to disk if the cache were on for every program of the process.
 So the cache is on only *while a dpm_jax entry point runs* (:func:`library_programs`,
-around :func:`dpm_jax.cluster` and :func:`dpm_jax.stream.cluster_stream`), and off
-otherwise: a caller's program is compiled after their trace of ``cluster`` has
-returned, with the cache off, and never stored. (Programs another thread compiles
+around :func:`dpm_jax.stream.cluster_stream`), and off otherwise: a caller's program is
+compiled after their trace of ``cluster`` has returned, with the cache off, and never stored.
+
+**Private sizes and the cache.** A cache entry is keyed by its program, shapes included,
+and :func:`dpm_jax.cluster`'s program is shaped by the data's (n, d): n is private under
+add/remove-one neighbours, so ``cluster`` never turns the cache on (nor do the estimator and
+the command line, which call it). ``cluster_stream``'s programs are shaped by ``chunk_rows``
+and fixed blocks, never by n (docs/privacy.md, section 6). (Programs another thread compiles
 while an entry point runs are cached too: do not compile programs closing over private
-data in a thread beside a running ``cluster``, or opt out.)
+data in a thread beside a running ``cluster_stream``, or opt out.)
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from dpm_jax.averaging import plan_averaging
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.dpm_releases import DPMReleases, dpm_releases
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.mechanisms import count_sampler_tv
+from dpm_jax.mechanisms import count_sampler_tv, tv_delta
 from dpm_jax.releases import CountRelease, at_most
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
 
 AUTO_DEPTH_EPSILON_SHARE = 0.02  # noise scale 50 / epsilon points: ample for a depth
 AUTO_DEPTH_SLACK = 1  # levels beyond recommended_tau_r (benchmarks/depth_rule.py)
+_MAX_SAMPLER_SHARE = 0.01  # of delta, as dpm_jax.budget allows the samplers of a run
 _MAX_COUNT = 2**31 - 1  # dpm_jax.api.MAX_POINTS: thresholds above it are never reached
 _MAX_RECOMMENDED_DEPTH = 12
 
@@ -148,7 +149,13 @@ def plan_depth(budget: Budget, config: DPMConfig, d: int) -> DepthPlan:
     # exact for b in [a/2, a] (Sterbenz), so the ledger's lines never add up to more than it.
     remaining_epsilon = budget.epsilon * (1.0 - AUTO_DEPTH_EPSILON_SHARE)
     epsilon = budget.epsilon - remaining_epsilon
-    sampler_delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
+    sampler_delta = tv_delta(count_sampler_tv(epsilon), epsilon)
+    if not sampler_delta <= _MAX_SAMPLER_SHARE * budget.delta:  # also: budget.delta - remaining is exact
+        raise ValueError(
+            f"degenerate budget: at epsilon {budget.epsilon:.4g} the depth count's sampler would need delta "
+            f"{sampler_delta:.3g}, more than {_MAX_SAMPLER_SHARE:.0%} of delta {budget.delta:.3g}; lower epsilon, "
+            "raise delta, or fix tau_r"
+        )
     remaining_delta = budget.delta - sampler_delta
     while budget.delta - remaining_delta < sampler_delta:
         remaining_delta = math.nextafter(remaining_delta, 0.0)

@@ -29,6 +29,7 @@ float64 (exact sum, ``math.fsum``): the ledger never states more than the user g
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import NamedTuple, Protocol, Sequence
 
 import jax
@@ -48,6 +49,7 @@ from dpm_jax.mechanisms import (
     discrete_gaussian_table,
     em_sampler_tv,
     exponential_mechanism,
+    tv_delta,
 )
 
 __all__ = [
@@ -84,21 +86,33 @@ def ledger_of(releases: Sequence[Release]) -> Ledger:
     return Ledger(r.entry() for r in releases)
 
 
-_ROUNDING_ULPS = 16  # more than float rounding of a few parts can need
+_ROUNDING_SLACK = 64  # ulps of the total: more than float rounding of the parts can need
 
 
 def at_most(total: float, parts: Sequence[float], last: float) -> float:
-    """``last``, lowered by ulps until ``math.fsum([*parts, last]) <= total``.
+    """``last``, or the largest float below it whose *exact* sum with ``parts`` is at most ``total``.
 
-    Only rounding is absorbed: an excess of more than a few ulps is a bug, and raises.
+    Exact (rational) sums, not rounded ones: ``math.fsum`` can round a sum a fraction of an
+    ulp above ``total`` down onto it, and a line added later (the depth's count) would then
+    lift the ledger one ulp above the budget. With the exact sum at most ``total``, every
+    ledger that adds more lines whose exact sum is at most their own budget stays within it.
+    Only rounding is absorbed: an excess above ``_ROUNDING_SLACK`` ulps of ``total`` is a bug
+    in the caller's arithmetic (AssertionError). ValueError when ``last`` cannot absorb it
+    (it would drop to 0 or below).
     """
-    for _ in range(_ROUNDING_ULPS):
-        if math.fsum([*parts, last]) <= total:
-            return last
-        last = math.nextafter(last, -math.inf)
-    if math.fsum([*parts, last]) <= total:
+    room = Fraction(total) - sum(map(Fraction, parts), Fraction(0))
+    if Fraction(last) <= room:
         return last
-    raise AssertionError(f"parts {parts} + {last} exceed the total {total} by more than rounding")
+    if Fraction(last) - room > _ROUNDING_SLACK * Fraction(math.ulp(total)):
+        raise AssertionError(f"parts {parts} + {last} exceed the total {total} by more than rounding")
+    lowered = float(room)  # the nearest float; lower it by one ulp if that is above the room
+    lowered = lowered if Fraction(lowered) <= room else math.nextafter(lowered, -math.inf)
+    if not lowered > 0:
+        raise ValueError(
+            f"the last part {last!r} of the total {total!r} is too small to absorb the rounding of the "
+            "others: raise its share"
+        )
+    return lowered
 
 
 def split_budget(total: float, shares: Sequence[float]) -> tuple[float, ...]:
@@ -146,7 +160,7 @@ class CountRelease(NamedTuple):
     @property
     def sampler_delta(self) -> float:
         draws = self.sensitivity
-        return draws * count_sampler_tv(self.noise_epsilon) * (1.0 + math.exp(self.epsilon))
+        return tv_delta(draws * count_sampler_tv(self.noise_epsilon), self.epsilon)
 
     def draw(self, key: jax.Array, true_counts: jax.Array) -> Int:
         """``true_counts + Z`` in exact integers (``key`` is this release's stream key)."""
@@ -195,7 +209,7 @@ class SelectionRelease(NamedTuple):
 
     @property
     def sampler_delta(self) -> float:
-        return em_sampler_tv(self.num_candidates) * (1.0 + math.exp(self.epsilon))
+        return tv_delta(em_sampler_tv(self.num_candidates), self.epsilon)
 
     def check(self) -> None:
         """A ValueError when epsilon is below the exact sampler's margin."""
@@ -255,7 +269,7 @@ class GaussianRelease(NamedTuple):
             if sampler_delta > 0.1 * delta:
                 raise ValueError(f"{name}: the sampler would need {sampler_delta:.3g} of delta {delta:.3g}")
             sigma = max(1.0, discrete_gaussian_multiplier(epsilon, delta - sampler_delta) * l2_sensitivity)
-            needed = dimension * discrete_gaussian_table(sigma).tv * (1.0 + math.exp(epsilon)) * (1.0 + 1e-6)
+            needed = tv_delta(dimension * discrete_gaussian_table(sigma).tv, epsilon) * (1.0 + 1e-6)
             if needed <= sampler_delta:
                 return cls(name, epsilon, delta, stream, float(l2_sensitivity), sigma, sampler_delta, **kw)
             sampler_delta = needed

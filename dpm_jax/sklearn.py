@@ -44,7 +44,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without scikit-learn
     raise ImportError("dpm_jax.sklearn needs scikit-learn >= 1.6: pip install scikit-learn") from error
 
-from dpm_jax.api import cluster
+from dpm_jax.api import MAX_POINTS, cluster, within_float32
 from dpm_jax.budget import Budget
 from dpm_jax.keys import key_from_seed
 from dpm_jax.config import DPMConfig
@@ -57,13 +57,16 @@ MIN_PADDED_ROWS = 256
 
 
 def padded_size(n: int) -> int:
-    """Rows the data is padded to: the next power of two, at least ``MIN_PADDED_ROWS``.
+    """Rows the data is padded to: the next power of two, at least ``MIN_PADDED_ROWS``, at most
+    :data:`dpm_jax.api.MAX_POINTS` (the limit of every entry point).
 
     Padding rows are masked out (``point_mask``), so the result is unchanged; data
     sets of similar size (cross-validation folds, bootstrap samples) then share one
     compiled program instead of paying a JIT compilation each.
     """
-    return max(MIN_PADDED_ROWS, 1 << max(n - 1, 0).bit_length())
+    if not 1 <= n <= MAX_POINTS:
+        raise ValueError(f"X has {n} points; dpm_jax supports 1 to {MAX_POINTS} (2**31 - 1: counts are exact int32)")
+    return min(MAX_POINTS, max(MIN_PADDED_ROWS, 1 << (n - 1).bit_length()))
 
 
 class PreprocessingWarning(UserWarning):
@@ -203,7 +206,7 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
         config = self.dpm_config()
         n = X.shape[0]
         padded = np.zeros((padded_size(n), X.shape[1]), dtype=np.float32)
-        padded[:n] = X
+        padded[:n] = within_float32(X)  # every finite value is in the domain (clipped to the bounds)
         mask = np.arange(padded.shape[0]) < n
         seed = _seed_of(self.seed, self.random_state)
         result = cluster(key_from_seed(seed), padded, budget, self.bounds, config=config, point_mask=mask)
@@ -217,7 +220,8 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
         self.split_tree_ = jax.tree.map(np.asarray, result.tree)
         self.split_interval_size_ = np.asarray(result.split_interval_size)
         self.ledger_ = result.ledger
-        self.labels_ = pairwise_distances_argmin(X, self.cluster_centers_)
+        with np.errstate(over="ignore", invalid="ignore"):  # a point near 1e300: no data-dependent warning
+            self.labels_ = pairwise_distances_argmin(X, self.cluster_centers_)
         return self
 
     def predict(self, X):

@@ -59,6 +59,7 @@ from dpm_jax.api import (
     validate_bounds,
     validate_key,
     warn_if_starved,
+    within_float32,
     plan_run,
     released_arrays,
     root_count,
@@ -103,7 +104,7 @@ from dpm_jax.tree import (
 __all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
 
 DEFAULT_CHUNK_ROWS = 2**20
-_GAP_BLOCK = 2**22  # sorted values per gap-histogram block
+_GAP_BLOCK = 2**20  # sorted values per gap-histogram block: fixed, so the program's shape never holds n
 _COLUMN_BYTES = 2**30
 
 
@@ -174,7 +175,7 @@ class _Chunks:
                 # A fresh buffer per piece: the device may use it without a copy while the
                 # host reads the next piece (asynchronous dispatch), so it is never reused.
                 buffer = np.zeros((self.chunk_rows, self.d), np.float32)
-                buffer[: stop - start] = chunk[start:stop]
+                buffer[: stop - start] = within_float32(np.asarray(chunk[start:stop]))
                 yield index, buffer, stop - start
         if expected_rows is not None and seen != len(expected_rows):
             raise ChunkError(
@@ -696,7 +697,7 @@ def _column_gap_histogram(column: np.ndarray, step, num_thresholds: int) -> jax.
     """:func:`dpm_jax.interval.gap_histogram` of one sorted column, accumulated over blocks of gaps."""
     n = column.shape[0]
     total = jnp.zeros(num_thresholds + 2, jnp.int32)
-    size = min(_GAP_BLOCK, max(n - 1, 1))
+    size = _GAP_BLOCK  # not min(_GAP_BLOCK, n - 1): the compiled program (cached on disk) would record n
     for start in range(0, max(n - 1, 0), size):
         stop = min(n, start + size + 1)  # values start..stop-1: gaps start..stop-2
         block = np.empty(size + 1, np.int32)  # fresh: the device may read it after this loop moves on

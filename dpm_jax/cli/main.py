@@ -11,7 +11,8 @@ Algorithm 1): the DP centres, their noisy sizes, the split tree, the split inter
 size and the privacy ledger, together with the public inputs (budget, bounds,
 hyper-parameters). Nothing computed from individual points without noise (labels,
 the exact number of rows) goes into it. Results go to stdout or to files written
-atomically; status messages go to stderr. Bad input ends the command with exit
+atomically; status messages go to stderr, and they hold public numbers and the release
+only, except the wall time, labelled NOT PRIVATE. Bad input ends the command with exit
 status 1 (2 for a malformed command line) and a one-line message, no traceback.
 """
 
@@ -188,9 +189,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
             points = read_points(args.input, columns, drop)
             n, d = points.values.shape
             bounds = _bounds_of(args, d)
-            _status(
-                f"read {n} points of columns {', '.join(points.columns)} from {args.input}; clustering under {under}"
-            )
+            # The number of rows is private (add/remove-one neighbours): only the public columns.
+            _status(f"read {d} columns ({', '.join(points.columns)}) from {args.input}; clustering under {under}")
             with accountant or contextlib.nullcontext():
                 result = cluster(key, points.values, budget, bounds, config=config)
     for warning in caught:
@@ -207,7 +207,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
         write_atomically(args.out, lambda f: f.write(text))
     written = [p for p in (args.out, args.centers_csv) if p is not None]
     _status(
-        f"k={release['k']} clusters in {seconds:.1f} s (including compilation); "
+        f"k={release['k']} clusters; NOT PRIVATE: wall time {seconds:.1f} s (including compilation; it grows "
+        "with the number of rows); "
         f"ledger total epsilon={result.ledger.total_epsilon:.6g}, "
         f"delta={result.ledger.total_delta:.3g}" + (f"; wrote {', '.join(written)}" if written else "")
     )
