@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import averaging as averaging_lib
+from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact, interval, keys, tree
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
@@ -102,6 +103,9 @@ class ClusterResult:
       leaf_node: (2**P,) heap id in ``tree`` of each cluster (0 where not valid).
     NOT differentially private (a function of each individual point):
       labels_nonprivate: (n,) cluster slot of every input point; do not publish.
+    Public or DP:
+      bounds: (lower, upper), (d,) float32 each: the bounds the run clipped to; the caller's
+        public ones, or under ``bounds="private"`` the DP estimate (:mod:`dpm_jax.bounds`).
     Static:
       ledgers: ((depth, ledger), ...): the privacy ledger (:class:`dpm_jax.ledger.Ledger`) of
         every depth the run may take, one for a fixed tau_r; :attr:`ledger` is the run's.
@@ -117,6 +121,7 @@ class ClusterResult:
     leaf_node: jax.Array
     labels_nonprivate: jax.Array
     ledgers: tuple[tuple[int, Ledger], ...] = dataclasses.field(metadata=dict(static=True))
+    bounds: tuple[jax.Array, jax.Array] | None = None
 
     @property
     def ledger(self) -> Ledger:
@@ -157,6 +162,7 @@ jax.tree_util.register_dataclass(
         "split_interval_size",
         "leaf_node",
         "labels_nonprivate",
+        "bounds",
     ],
     meta_fields=["ledgers"],
 )
@@ -342,7 +348,9 @@ def cluster(
       key: a JAX PRNG key; every noise draw is derived from it (module docstring).
       X: (n, d) data. Values outside ``bounds`` are clipped to them.
       budget: the total :class:`Budget`; the ledger of the result adds up to it.
-      bounds: public (lo, hi), scalars or (d,) arrays. Required: see BOUNDS_REQUIRED.
+      bounds: public (lo, hi), scalars or (d,) arrays (see BOUNDS_REQUIRED); or "private" /
+        :class:`dpm_jax.bounds.PrivateBounds`: estimated under DP with a share of ``budget``
+        first (:func:`dpm_jax.bounds.run_with_private_bounds`; its ledger line comes first).
       config: hyper-parameters (:class:`DPMConfig`, paper defaults).
       point_mask: optional (n,) bool; False marks padding points, which are ignored.
         Use it to batch data sets of different sizes under ``jax.vmap``.
@@ -355,6 +363,9 @@ def cluster(
     (over keys, data sets, masks). Value checks on X and bounds (NaN, lo < hi) run
     only when they are concrete, i.e. outside of jit/vmap tracing.
     """
+    if bounds_lib.is_private(bounds):
+        run = lambda rest, found, points: cluster(key, points, rest, found, config=config, point_mask=point_mask)
+        return bounds_lib.run_with_private_bounds(key, X, budget, bounds, point_mask, run)
     validate_key(key)
     validate_budget_and_config(budget, config)
     points = _validate_points(X)
@@ -377,7 +388,7 @@ def cluster(
         run_plan=run_plan,
         config=config,
     )
-    result = ClusterResult(**arrays, ledgers=run_plan.ledgers)
+    result = ClusterResult(**arrays, ledgers=run_plan.ledgers, bounds=(lower, upper))
     warn_if_starved(result, budget, config, d)
     return result
 

@@ -16,11 +16,23 @@ import secrets
 import jax
 import numpy as np
 
-__all__ = ["COUNT", "INTERVAL", "SPLIT", "AVERAGE", "DEPTH", "STREAMS", "derive_key", "MAX_SEED", "key_from_seed"]
+__all__ = [
+    "COUNT",
+    "INTERVAL",
+    "SPLIT",
+    "AVERAGE",
+    "DEPTH",
+    "BOUNDS",
+    "STREAMS",
+    "derive_key",
+    "MAX_SEED",
+    "key_from_seed",
+]
 
 # One stream per mechanism; the ledger's key paths use the same names.
 COUNT, INTERVAL, SPLIT, AVERAGE, DEPTH = "count", "interval", "split", "average", "depth"
-STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4}
+BOUNDS = "bounds"  # private bounds (dpm_jax.bounds)
+STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4, BOUNDS: 5}
 MAX_SEED = 2**32
 
 

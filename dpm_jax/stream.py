@@ -422,6 +422,7 @@ def cluster_stream(
         **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
         labels_nonprivate=None,
         ledgers=run_plan.ledgers,
+        bounds=(lower, upper),
     )
     warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
     return result
