@@ -11,6 +11,7 @@ exponential mechanism and returns DP cluster centres without being told k.
 
 from dpm_jax import cache, diagnostics
 from dpm_jax.api import ClusterResult, cluster
+from dpm_jax.bounds import PrivateBounds, private_bounds
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig
@@ -25,11 +26,13 @@ __all__ = [
     "DPMConfig",
     "Ledger",
     "LedgerEntry",
+    "PrivateBounds",
     "SplitTree",
     "cache",
     "cluster",
     "cluster_stream",
     "derive_key",
+    "private_bounds",
     "diagnostics",
     "DPMClustering",
 ]

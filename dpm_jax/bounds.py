@@ -23,8 +23,8 @@ libraries), made exact:
    count reaches the threshold T, a public number computed from the noise distribution,
    B and the failure probability alone (never from the data or its size): the chance
    that any empty bucket of a dimension passes is at most ``failure_probability``. The
-   bounds are the outer edges of the outermost occupied buckets, widened by ``widen``
-   binades outward, and a lower bound within a factor 2 of 0 (relative to the upper) is
+   bounds are the outer edges of the outermost occupied buckets, moved outward (away from 0)
+   by the factor ``widen``, and a lower bound within a factor 2 of 0 (relative to the upper) is
    moved to 0 (likewise for all-negative data), which costs at most a factor 2 of width.
 
 Pitfalls avoided (smartnoise's fixed bug class and its relatives): the threshold is
@@ -75,6 +75,7 @@ __all__ = [
 
 PRIVATE = "private"
 DEFAULT_SHARE = 0.1  # of epsilon and delta; benchmarks/private_bounds.py measures it
+WIDEN = 2**1.5  # the outward factor; benchmarks/private_bounds.py measures it
 _MAGNITUDE_BINADES = 254  # float32 normal exponents -126 .. 127
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 NOISE_KINDS = ("auto", "laplace", "gaussian")
@@ -85,14 +86,15 @@ class PrivateBounds(NamedTuple):
 
     ``share``: the fraction of epsilon (and of delta, for the Gaussian) spent on the bounds.
     ``mantissa_bits``: significand bits per bucket (0: one bucket per binade).
-    ``widen``: binades added outward beyond the outermost occupied buckets.
+    ``widen``: the factor (>= 1) the outer edges are moved outward by, away from 0 (2**1.5: a
+    binade and a half beyond the outermost occupied buckets).
     ``failure_probability``: per dimension, the chance that an empty bucket passes T.
     ``noise``: "auto" (the lower threshold), "laplace" or "gaussian".
     """
 
     share: float = DEFAULT_SHARE
     mantissa_bits: int = 0
-    widen: int = 1
+    widen: float = WIDEN
     failure_probability: float = 1e-4
     noise: str = "auto"
 
@@ -102,8 +104,8 @@ class PrivateBounds(NamedTuple):
             raise ValueError(f"PrivateBounds.share must be in (0, 1), got {self.share!r}")
         if not (isinstance(self.mantissa_bits, int) and 0 <= self.mantissa_bits <= 8):
             raise ValueError(f"PrivateBounds.mantissa_bits must be an integer in [0, 8], got {self.mantissa_bits!r}")
-        if not (isinstance(self.widen, int) and 0 <= self.widen <= 64):
-            raise ValueError(f"PrivateBounds.widen must be an integer in [0, 64], got {self.widen!r}")
+        if not (isinstance(self.widen, (int, float)) and 1 <= self.widen <= 2**20):
+            raise ValueError(f"PrivateBounds.widen must be a factor in [1, 2**20], got {self.widen!r}")
         if not (isinstance(self.failure_probability, float) and 0 < self.failure_probability < 1):
             raise ValueError(f"PrivateBounds.failure_probability must be in (0, 1), got {self.failure_probability!r}")
         if self.noise not in NOISE_KINDS:
@@ -134,7 +136,7 @@ class BoundsPlan(NamedTuple):
     threshold: int
     d: int
     mantissa_bits: int
-    widen: int
+    widen: float
 
     @property
     def num_buckets(self) -> int:
@@ -254,12 +256,13 @@ def occupied_buckets(key: jax.Array, counts: jax.Array, plan: BoundsPlan) -> jax
 def bounds_from_buckets(occupied: jax.Array, plan: BoundsPlan) -> tuple[jax.Array, jax.Array]:
     """(lower, upper) (d,) float32 from the occupied buckets (post-processing; NaN where none is)."""
     num_buckets = occupied.shape[-1]
-    step = plan.widen * 2**plan.mantissa_bits
     first = jnp.argmax(occupied, axis=-1)
     last = num_buckets - 1 - jnp.argmax(occupied[..., ::-1], axis=-1)
     edges = jnp.asarray(bucket_edges(plan.mantissa_bits))
-    lower = edges[jnp.maximum(first - step, 0)]
-    upper = edges[jnp.minimum(last + step, num_buckets - 1) + 1]
+    lower, upper = edges[first], edges[last + 1]
+    widen = jnp.float32(plan.widen)
+    lower = jnp.maximum(jnp.where(lower < 0, lower * widen, lower / widen), -_FLOAT32_MAX)
+    upper = jnp.minimum(jnp.where(upper > 0, upper * widen, upper / widen), _FLOAT32_MAX)
     lower = jnp.where((lower > 0) & (lower <= upper / 2), 0.0, lower)
     upper = jnp.where((upper < 0) & (upper >= lower / 2), 0.0, upper)
     found = jnp.any(occupied, axis=-1)
