@@ -64,26 +64,34 @@ def coverage_sets() -> dict[str, np.ndarray]:
     }
 
 
-def coverage(keys: int, shares: list[float]) -> list[dict]:
+PRESETS = {
+    "default": bounds_lib.PrivateBounds(),
+    "covering-share-0.1": bounds_lib.COVERING._replace(share=0.1),
+    "covering": bounds_lib.COVERING,
+}
+
+
+def coverage(keys: int) -> list[dict]:
     rows = []
     for name, X in coverage_sets().items():
         n, d = X.shape
         points = jnp.asarray(X)
-        for share in shares:
+        for preset, request in PRESETS.items():
             budget = dpm_jax.Budget(1.0, paper_delta(n))
-            plan, _ = bounds_lib.split_for_bounds(budget, bounds_lib.PrivateBounds(share=share), d)
+            plan, _ = bounds_lib.split_for_bounds(budget, request, d)
             covered, ratios = [], []
             for k in range(keys):
                 lo, hi = map(np.asarray, bounds_lib.estimate_bounds(jax.random.key(k), points, jnp.ones(n, bool), plan))
                 covered.append(float(np.mean(np.all((X >= lo) & (X <= hi), axis=1))))
                 ratios.append(float(np.max((hi - lo) / np.maximum(X.max(0) - X.min(0), 1e-30))))
             row = dict(
-                data=name, n=n, d=d, share=share, noise=type(plan.noise).__name__, threshold=plan.threshold,
+                data=name, n=n, d=d, preset=preset, share=request.share, widen=request.widen,
+                noise=type(plan.noise).__name__, threshold=plan.threshold,
                 coverage=float(np.median(covered)), max_ratio=float(np.median(ratios)),
                 coverage_all=covered, max_ratio_all=ratios,
             )  # fmt: skip
             rows.append(row)
-            _log(f"coverage {name} share {share}: {row['coverage']:.4f} ratio {row['max_ratio']:.2f}")
+            _log(f"coverage {name} {preset}: {row['coverage']:.4f} ratio {row['max_ratio']:.2f}")
     return rows
 
 
@@ -137,11 +145,12 @@ def cost(n: int, repeats: int) -> dict:
 
 
 def render(results: dict) -> str:
-    lines = ["# Private bounds (benchmarks/private_bounds.py)", "", "## Coverage (epsilon 1 total, share s)", ""]
-    lines += ["| data | n | d | share | noise | T | coverage | max width / range |", "|---" * 8 + "|"]
+    lines = ["# Private bounds (benchmarks/private_bounds.py)", "", "## Coverage (epsilon 1 total)", ""]
+    lines += ["| data | n | d | preset (share, widen) | noise | T | coverage | max width / range |", "|---" * 8 + "|"]
     for r in results.get("coverage", []):
         lines.append(
-            f"| {r['data']} | {r['n']} | {r['d']} | {r['share']} | {r['noise']} | {r['threshold']} "
+            f"| {r['data']} | {r['n']} | {r['d']} | {r['preset']} ({r['share']}, {r['widen']:.3g}) | {r['noise']} "
+            f"| {r['threshold']} "
             f"| {r['coverage']:.4f} | {r['max_ratio']:.2f} |"
         )
     if results.get("quality"):
@@ -162,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sections", default="coverage,quality,cost")
     parser.add_argument("--keys", type=int, default=5)
-    parser.add_argument("--shares", default="0.1,0.2")
+    parser.add_argument("--shares", default="0.05,0.1,0.2")
     parser.add_argument("--zoo-n", type=int, default=20_000)
     parser.add_argument("--cost-n", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -174,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"] = machine_description() | {"note": "2 CPU cores shared with other jobs"}
     sections = args.sections.split(",")
     if "coverage" in sections:
-        results["coverage"] = coverage(args.keys, shares)
+        results["coverage"] = coverage(args.keys)
     if "quality" in sections:
         results["quality"] = quality(args.keys, shares, args.zoo_n)
     if "cost" in sections:
