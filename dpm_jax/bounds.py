@@ -80,6 +80,7 @@ WIDEN = 1.0  # the outward factor for clustering (tolerates clipping a few extre
 _MAGNITUDE_BINADES = 254  # float32 normal exponents -126 .. 127
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 NOISE_KINDS = ("auto", "laplace", "gaussian")
+_ROUNDING_MARGIN = 2.0**-40
 
 
 class PrivateBounds(NamedTuple):
@@ -186,10 +187,14 @@ def plan_bounds(budget: Budget, d: int, request: PrivateBounds = PrivateBounds()
         laplace = CountRelease("bounds", budget.epsilon, keys.BOUNDS, sensitivity=d, rule="d histograms, 1 count each")
         candidates.append((_laplace_threshold(laplace, num_buckets, request.failure_probability), 0, laplace))
     if request.noise in ("auto", "gaussian"):
-        gaussian = GaussianRelease.calibrated(
-            "bounds", budget.epsilon, budget.delta, keys.BOUNDS, math.sqrt(d), d, rule="L2: d histograms"
-        )
-        candidates.append((_gaussian_threshold(gaussian, num_buckets, request.failure_probability), 1, gaussian))
+        try:
+            gaussian = GaussianRelease.calibrated(
+                "bounds", budget.epsilon, budget.delta, keys.BOUNDS, math.sqrt(d), d, rule="L2: d histograms"
+            )
+            candidates.append((_gaussian_threshold(gaussian, num_buckets, request.failure_probability), 1, gaussian))
+        except ValueError:  # a delta too small for the Gaussian sampler: "auto" keeps the Laplace
+            if request.noise == "gaussian":
+                raise
     threshold, _, noise = min(candidates)
     if threshold >= 2**30:
         raise ValueError(f"private bounds: epsilon {budget.epsilon:g} is too small (threshold {threshold})")
@@ -200,13 +205,18 @@ def split_for_bounds(budget: Budget, request: PrivateBounds, d: int) -> tuple[Bo
     """(the bounds plan, the rest of the budget): the two ledgers add up to at most ``budget``.
 
     The bounds get ``request.share`` of epsilon and of delta; the rest gets what they do
-    not spend (the Laplace release spends only its sampler's delta).
+    not spend (the Laplace release spends only its sampler's delta), less a relative
+    2**-40: the algorithm's ledger adds up to at most the rest as ``math.fsum`` rounds it,
+    i.e. up to half an ulp above it in exact arithmetic, and that margin keeps the bounds
+    line plus that ledger within ``budget`` (``with_bounds_entry`` checks it).
     """
     plan = plan_bounds(Budget(budget.epsilon * request.share, budget.delta * request.share), d, request)
     spent = plan.entry()
-    rest_epsilon = at_most(budget.epsilon, [spent.epsilon], budget.epsilon - spent.epsilon)
-    rest_delta = at_most(budget.delta, [spent.delta], budget.delta - spent.delta)
-    return plan, Budget(rest_epsilon, rest_delta)
+    rest = [
+        at_most(total, [part], total - part) * (1.0 - _ROUNDING_MARGIN)
+        for total, part in ((budget.epsilon, spent.epsilon), (budget.delta, spent.delta))
+    ]
+    return plan, Budget(*rest)
 
 
 # ------------------------------------------------------------------ the fixed domain

@@ -149,16 +149,18 @@ def test_bounds_audit_stays_below_the_claim():
 
 
 # ------------------------------------------------------------------ integration and ledger
-@pytest.mark.parametrize("share", [None, 0.05, 0.3])
-def test_cluster_with_private_bounds_ledger_adds_up_and_bounds_come_first(share):
+@pytest.mark.parametrize("share, delta", [(None, 3e-7), (0.05, 3e-7), (0.3, 3e-7), (0.1, 3.5355339059327374e-07)])
+def test_cluster_with_private_bounds_ledger_adds_up_and_bounds_come_first(share, delta):
+    """Within the budget in float64 (math.fsum), also for delta = 20000**-1.5, where the bounds
+    line plus a ledger that adds up to the rest exceeded the total by an ulp before the margin."""
     X = two_blobs()
     bounds = "private" if share is None else bounds_lib.PrivateBounds(share=share)
-    budget = dpm_jax.Budget(0.7, 3e-7)
+    budget = dpm_jax.Budget(0.7, delta)
     result = dpm_jax.cluster(jax.random.key(0), X, budget, bounds=bounds, config=SMALL)
     for _, ledger in result.ledgers:
         assert ledger[0].name == "bounds" and ledger[0].key_path == (keys.BOUNDS,)
         assert ledger.total_epsilon <= budget.epsilon and ledger.total_delta <= budget.delta
-        assert ledger.total_epsilon == pytest.approx(budget.epsilon, rel=1e-12)
+        assert ledger.total_epsilon == pytest.approx(budget.epsilon, rel=1e-11)
         assert ledger.total_delta == pytest.approx(budget.delta, rel=1e-9)
         assert ledger[0].epsilon == pytest.approx((share or bounds_lib.DEFAULT_SHARE) * budget.epsilon)
     lower, upper = map(np.asarray, result.bounds)
