@@ -4,6 +4,7 @@ integration into cluster, cluster_stream, the estimator and jit/vmap."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import jax
@@ -264,3 +265,24 @@ def test_estimator_takes_private_bounds():
     model = dpm_jax.DPMClustering(epsilon=1.0, delta=1e-6, bounds="private", seed=0, tau_r=3).fit(two_blobs(3000))
     assert model.n_clusters_ == 2 and model.ledger_[0].name == "bounds"
     assert np.all(model.bounds_[0] <= -10) and np.all(model.bounds_[1] >= 10)
+
+
+def test_cli_bounds_private_records_the_dp_bounds_and_their_ledger_line(tmp_path, capsys):
+    from dpm_jax.cli import main
+
+    source = tmp_path / "data.npy"
+    np.save(source, two_blobs(3000))
+    out = tmp_path / "release.json"
+    argv = ["cluster", str(source), "--epsilon", "1", "--delta", "1e-6", "--bounds", "private"]
+    status = main([*argv, "--bounds-share", "0.2", "--tau-r", "3", "--seed", "1", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    release = json.loads(out.read_text())
+    assert release["ledger"][0]["name"] == "bounds" and release["ledger"][0]["epsilon"] == pytest.approx(0.2)
+    assert math.fsum(e["epsilon"] for e in release["ledger"]) <= 1.0
+    lower, upper = release["bounds"]["lower"], release["bounds"]["upper"]
+    assert len(lower) == 2 and lower[0] < -10 < 10 < upper[0]
+    for bad, message in ((["--bounds", "privat"], "LO HI"), (["--bounds", "1"], "LO HI or the word private")):
+        assert main(["cluster", str(source), "--epsilon", "1", "--delta", "1e-6", *bad]) != 0
+        assert message in capsys.readouterr().err
+    assert main([*argv[:-2], "--bounds", "0", "1", "--bounds-share", "0.2"]) != 0
+    assert "--bounds-share applies only" in capsys.readouterr().err

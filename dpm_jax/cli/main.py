@@ -29,6 +29,7 @@ from typing import Sequence
 from dpm_jax.api import cluster
 from dpm_jax.budget import Budget
 from dpm_jax.cli.readers import read_points, stream_points
+from dpm_jax.cli.bounds_option import parse_bounds, released_bounds
 from dpm_jax.cli.release import release_to_dict, write_centers_csv
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.diagnostics import plan
@@ -117,15 +118,10 @@ def config_from_args(args: argparse.Namespace) -> DPMConfig:
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
-    if args.bounds is None:
-        raise CommandError(
-            "--bounds LO HI is required: the public range of the data, fixed "
-            "without looking at it (reading it from the data would void the "
-            "privacy guarantee)"
-        )
-    lower, upper = args.bounds
-    if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
-        raise CommandError(f"--bounds needs finite LO < HI, got {lower} {upper}")
+    try:
+        bounds = parse_bounds(args.bounds, args.bounds_share)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
     budget, config = Budget(epsilon=args.epsilon, delta=args.delta), config_from_args(args)
     key = key_from_seed(args.seed)
     _check_writable(args.out)
@@ -143,15 +139,15 @@ def _run_cluster(args: argparse.Namespace) -> int:
                 f"streaming {args.input} ({len(points.columns)} columns) in chunks of {args.chunk_rows} rows; "
                 f"clustering under {under}"
             )
-            result = cluster_stream(key, points.data, budget, (lower, upper), config=config, chunk_rows=args.chunk_rows)
+            result = cluster_stream(key, points.data, budget, bounds, config=config, chunk_rows=args.chunk_rows)
         else:
             points = read_points(args.input)
             n, d = points.values.shape
             _status(f"read {n} points x {d} columns from {args.input}; clustering under {under}")
-            result = cluster(key, points.values, budget, (lower, upper), config=config)
+            result = cluster(key, points.values, budget, bounds, config=config)
     for warning in caught:
         _status(f"warning: {warning.message}")
-    release = release_to_dict(result, budget, (lower, upper), config, points.columns)
+    release = release_to_dict(result, budget, released_bounds(bounds, result), config, points.columns)
     seconds = time.perf_counter() - start
 
     text = json.dumps(release, indent=2, allow_nan=False) + "\n"
@@ -258,11 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--bounds",
-        type=float,
-        nargs=2,
-        metavar=("LO", "HI"),
+        nargs="+",
+        metavar="LO HI | private",
         default=None,
-        help="public range of every coordinate (required; never read it from the data)",
+        help="public range of every coordinate (never read it from the data), or 'private': "
+        "estimated under DP with a share of the budget, its line first in the ledger",
+    )
+    run.add_argument(
+        "--bounds-share",
+        type=float,
+        default=None,
+        help="with --bounds private: the share of epsilon (and delta) spent on the bounds (default 0.1)",
     )
     run.add_argument(
         "--seed",
