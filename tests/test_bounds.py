@@ -287,3 +287,11 @@ def test_cli_bounds_private_records_the_dp_bounds_and_their_ledger_line(tmp_path
         assert message in capsys.readouterr().err
     assert main([*argv[:-2], "--bounds", "0", "1", "--bounds-share", "0.2"]) != 0
     assert "--bounds-share applies only" in capsys.readouterr().err
+
+
+def test_under_jit_a_dimension_without_bounds_is_nan_not_a_crash():
+    """Traced bounds cannot raise: too few points give NaN bounds (documented), and the run completes."""
+    X = jnp.asarray(two_blobs(30))
+    result = jax.jit(lambda key: dpm_jax.cluster(key, X, BUDGET, bounds="private", config=SMALL))(jax.random.key(0))
+    assert np.all(np.isnan(np.asarray(result.bounds[0]))) and np.all(np.isnan(np.asarray(result.bounds[1])))
+    assert not np.any(np.isfinite(np.asarray(result.centers)[np.asarray(result.valid)]))
