@@ -232,7 +232,9 @@ def bucket_edges(mantissa_bits: int) -> np.ndarray:
     k = np.arange(1, _MAGNITUDE_BINADES * per + 2, dtype=np.float64)
     magnitudes = np.ldexp(1.0 + ((k - 1) % per) / per, ((k - 1) // per - 126).astype(int))
     magnitudes = np.minimum(magnitudes, _FLOAT32_MAX)
-    return np.concatenate([-magnitudes[::-1], magnitudes]).astype(np.float32)
+    edges = np.concatenate([-magnitudes[::-1], magnitudes]).astype(np.float32)
+    edges.setflags(write=False)  # cached: shared by every caller
+    return edges
 
 
 def bucket_index(points: jax.Array, mantissa_bits: int) -> jax.Array:

@@ -93,8 +93,12 @@ def _numpy_bounds(X, key, plan):
     from the "bounds" stream of ``key``, the public threshold, the documented post-processing."""
     edges = bounds_lib.bucket_edges(plan.mantissa_bits).astype(np.float64)
     counts = np.stack([np.histogram(X[:, j], bins=edges)[0] for j in range(X.shape[1])]).astype(np.int64)
-    noise = plan.noise.draw(keys.derive_key(key, keys.BOUNDS), jnp.zeros(counts.shape, jnp.int32))
-    noise = np.asarray(noise.limbs[0], np.int64) + np.asarray(noise.limbs[1], np.int64) * 2**30
+    stream = keys.derive_key(key, keys.BOUNDS)
+    if isinstance(plan.noise, bounds_lib.CountRelease):
+        noise = plan.noise.draw(stream, jnp.zeros(counts.shape, jnp.int32))
+        noise = np.asarray(noise.limbs[0], np.int64) + np.asarray(noise.limbs[1], np.int64) * 2**30
+    else:
+        noise = np.asarray(plan.noise.draw(stream, counts.shape), np.int64)
     occupied = counts + noise >= plan.threshold
     lower, upper = [], []
     for row in occupied:
@@ -108,13 +112,14 @@ def _numpy_bounds(X, key, plan):
     return np.float32(lower), np.float32(upper)
 
 
-def test_released_bounds_are_the_keyed_noisy_histogram_post_processed():
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_released_bounds_are_the_keyed_noisy_histogram_post_processed(noise):
     """Bounds = a public function of (exact counts + noise of the "bounds" stream) and the
     public threshold; a threshold read from the data (e.g. a fraction of the true n) fails.
-    Data: in dimension 0, T + 12 points at 1000 (they pass T but not n / 100) and about
-    100 (T + 24) points near 1; in dimension 1 all at -3."""
-    plan = bounds_lib.plan_bounds(BUDGET, 2, bounds_lib.PrivateBounds(noise="laplace"))
-    far, near = plan.threshold + 12, 100 * (plan.threshold + 24)
+    Data: in dimension 0, T + 30 points at 1000 (they pass T but not n / 100) and about
+    100 (T + 60) points near 1; in dimension 1 all at -3."""
+    plan = bounds_lib.plan_bounds(BUDGET, 2, bounds_lib.PrivateBounds(noise=noise))
+    far, near = plan.threshold + 30, 100 * (plan.threshold + 60)
     X = np.zeros((near + far, 2), np.float32)
     X[:near, 0] = 1.0 + np.linspace(0, 0.5, near)
     X[near:, 0] = 1000.0
