@@ -11,7 +11,8 @@ exponential mechanism and returns DP cluster centres without being told k.
 
 from dpm_jax import cache, diagnostics
 from dpm_jax.api import ClusterResult, cluster
-from dpm_jax.bounds import PrivateBounds, private_bounds
+from dpm_jax.bounds import PrivateBounds
+from dpm_jax.bounds_api import private_bounds
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig

@@ -364,8 +364,12 @@ def cluster(
     only when they are concrete, i.e. outside of jit/vmap tracing.
     """
     if bounds_lib.is_private(bounds):
-        run = lambda rest, found, points: cluster(key, points, rest, found, config=config, point_mask=point_mask)
-        return bounds_lib.run_with_private_bounds(key, X, budget, bounds, point_mask, run)
+        validate_key(key)
+        points = _validate_points(X)
+        run = lambda rest, found: cluster(key, points, rest, found, config=config, point_mask=point_mask)
+        return bounds_lib.run_with_private_bounds(
+            key, points, _validate_mask(point_mask, points.shape[0]), budget, bounds, run
+        )
     validate_key(key)
     validate_budget_and_config(budget, config)
     points = _validate_points(X)

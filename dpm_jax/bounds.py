@@ -69,7 +69,6 @@ __all__ = [
     "bounds_from_counts",
     "estimate_bounds",
     "check_found",
-    "private_bounds",
     "with_bounds_entry",
     "run_with_private_bounds",
 ]
@@ -312,25 +311,6 @@ def check_found(lower, upper, plan: BoundsPlan) -> None:
         )
 
 
-def private_bounds(
-    key: jax.Array, X, budget: Budget, request: PrivateBounds = PrivateBounds(), point_mask=None
-) -> tuple[jax.Array, jax.Array]:
-    """DP per-dimension (lower, upper) of ``X`` spending all of ``budget`` (module docstring).
-
-    Its ledger line is ``plan_bounds(budget, d, request).entry()``. Raises a ValueError
-    when a dimension has no occupied bucket (outside jit). ``X`` is never modified.
-    """
-    from dpm_jax.api import _validate_mask, _validate_points, validate_key  # the engine's own checks
-
-    validate_key(key)
-    points = _validate_points(X)
-    mask = _validate_mask(point_mask, points.shape[0])
-    plan = plan_bounds(budget, points.shape[1], request)
-    lower, upper = estimate_bounds(key, points, mask, plan)
-    check_found(lower, upper, plan)
-    return lower, upper
-
-
 def with_bounds_entry(result, plan: BoundsPlan, budget: Budget):
     """``result`` (a ClusterResult) with the bounds release's line first in each of its ledgers.
 
@@ -343,21 +323,15 @@ def with_bounds_entry(result, plan: BoundsPlan, budget: Budget):
     return dataclasses.replace(result, ledgers=ledgers)
 
 
-def run_with_private_bounds(key: jax.Array, X, budget: Budget, bounds, point_mask, run: Callable):
-    """``run(rest, (lower, upper), points)`` on private bounds estimated with their share of ``budget``.
+def run_with_private_bounds(key: jax.Array, points: jax.Array, mask: jax.Array, budget: Budget, bounds, run: Callable):
+    """``run(rest, (lower, upper))`` on private bounds estimated with their share of ``budget``.
 
     The entry point of ``bounds="private"`` for :func:`dpm_jax.cluster` (and the other
-    algorithms): validate, estimate the bounds with ``split_for_bounds``'s plan (stream
-    "bounds" of ``key``), run the algorithm with the rest of the budget and put the bounds
-    line first in its ledger. The bounds become ``result.bounds``.
+    algorithms), called with the validated (n, d) float32 ``points`` and their (n,) ``mask``:
+    estimate the bounds with ``split_for_bounds``'s plan (stream "bounds" of ``key``), run
+    the algorithm with the rest of the budget and put the bounds line first in its ledger.
     """
-    from dpm_jax.api import _validate_mask, _validate_points, validate_key  # the engine's own checks
-
-    request = as_request(bounds)
-    validate_key(key)
-    points = _validate_points(X)
-    mask = _validate_mask(point_mask, points.shape[0])
-    plan, rest = split_for_bounds(budget, request, points.shape[1])
+    plan, rest = split_for_bounds(budget, as_request(bounds), points.shape[1])
     lower, upper = estimate_bounds(key, points, mask, plan)
     check_found(lower, upper, plan)
-    return with_bounds_entry(run(rest, (lower, upper), points), plan, budget)
+    return with_bounds_entry(run(rest, (lower, upper)), plan, budget)
