@@ -262,6 +262,34 @@ MUTATIONS = (
         ("tests/test_api.py::test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits",),
     ),
     Mutation(
+        "private bounds: the threshold computed from the true count (1 % of n)",
+        "dpm_jax/bounds.py",
+        (
+            (
+                "jnp.full(counts.shape, plan.threshold, jnp.int32)",
+                "jnp.full(counts.shape, jnp.sum(counts[0]) // 100, jnp.int32)",
+            ),
+        ),
+        ("tests/test_bounds.py::test_released_bounds_are_the_keyed_noisy_histogram_post_processed",),
+    ),
+    Mutation(
+        "private bounds: Laplace noise on the wrong scale (sensitivity 1, not d)",
+        "dpm_jax/bounds.py",
+        (("keys.BOUNDS, sensitivity=d, rule=", "keys.BOUNDS, sensitivity=1, rule="),),
+        ("tests/test_bounds.py::test_bounds_audit_stays_below_the_claim",),
+    ),
+    Mutation(
+        "private bounds: the bucket grid derived from the data (scaled by max |x|)",
+        "dpm_jax/bounds.py",
+        (
+            (
+                "cells = bucket_index(points, mantissa_bits)",
+                "cells = bucket_index(points / jnp.max(jnp.abs(points)), mantissa_bits)",
+            ),
+        ),
+        ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
+    ),
+    Mutation(
         "leaf sums accumulated in float32 (the engine before exact sums)",
         "dpm_jax/averaging.py",
         (

@@ -14,6 +14,8 @@ from dpm_jax.accountant import Accountant, BudgetExceededError
 from dpm_jax.api import ClusterResult, cluster
 from dpm_jax.assign import assign, released_clusters, training_labels
 from dpm_jax.diagnostics.plan import InsufficientBudgetWarning, LargeDeltaWarning
+from dpm_jax.bounds import PrivateBounds
+from dpm_jax.bounds_api import private_bounds
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.config import DPMConfig
@@ -37,6 +39,7 @@ __all__ = [
     "DPMConfig",
     "Ledger",
     "LedgerEntry",
+    "PrivateBounds",
     "SplitTree",
     "SynthConfig",
     "SynthResult",
@@ -44,6 +47,7 @@ __all__ = [
     "cluster",
     "cluster_stream",
     "derive_key",
+    "private_bounds",
     "diagnostics",
     "synthesize",
 ]  # DPMClustering (scikit-learn's estimator) is an attribute, not in *: scikit-learn is optional

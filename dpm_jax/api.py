@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
@@ -99,6 +100,9 @@ class ClusterResult:
         64, 96; not 0..k-1: indexing the k compacted centres with it is wrong, and JAX clamps
         out-of-range indices silently); do not publish. Compact labels 0..k-1:
         :func:`dpm_jax.training_labels`; labels of new data: :func:`dpm_jax.assign`.
+    Public or DP:
+      bounds: (lower, upper), (d,) float32 each: the bounds the run clipped to; the caller's
+        public ones, or under ``bounds="private"`` the DP estimate (:mod:`dpm_jax.bounds`).
     Static:
       releases: ((depth, releases), ...): the run's releases
         (:class:`dpm_jax.dpm_releases.DPMReleases`) at every depth it may take, one for a fixed
@@ -115,11 +119,15 @@ class ClusterResult:
     leaf_node: jax.Array
     labels_nonprivate: jax.Array
     releases: tuple[tuple[int, DPMReleases], ...] = dataclasses.field(metadata=dict(static=True))
+    bounds: tuple[jax.Array, jax.Array] | None = None
+    bounds_release: Any = dataclasses.field(default=None, metadata=dict(static=True))
 
     @property
     def ledgers(self) -> tuple[tuple[int, Ledger], ...]:
-        """((depth, ledger), ...): the ledger of every depth the run may take."""
-        return tuple((depth, releases.ledger()) for depth, releases in self.releases)
+        """((depth, ledger), ...): the ledger of every depth the run may take; under private bounds
+        their release's line (``bounds_release``, :mod:`dpm_jax.bounds`) comes first."""
+        first = () if self.bounds_release is None else (self.bounds_release.entry(),)
+        return tuple((depth, Ledger([*first, *releases.ledger()])) for depth, releases in self.releases)
 
     @property
     def ledger(self) -> Ledger:
@@ -168,8 +176,9 @@ jax.tree_util.register_dataclass(
         "split_interval_size",
         "leaf_node",
         "labels_nonprivate",
+        "bounds",
     ],
-    meta_fields=["releases"],
+    meta_fields=["releases", "bounds_release"],
 )
 
 
@@ -399,8 +408,10 @@ def cluster(
       X: (n, d) data: a JAX or NumPy array, a pandas DataFrame with numeric columns, or any
         numeric array-like. Values outside ``bounds`` are clipped to them.
       budget: the total :class:`Budget`; the ledger of the result adds up to it.
-      bounds: public (lo, hi), scalars or (d,) arrays, or an array of shape (2,) or (2, d).
-        Required: see BOUNDS_REQUIRED.
+      bounds: public (lo, hi), scalars or (d,) arrays, or an array of shape (2,) or (2, d)
+        (see BOUNDS_REQUIRED); or "private" / :class:`dpm_jax.bounds.PrivateBounds`: estimated under
+        DP with a share of ``budget`` first (:func:`dpm_jax.bounds.run_with_private_bounds`; its
+        ledger line comes first).
       config: hyper-parameters (:class:`DPMConfig`, paper defaults).
       point_mask: optional (n,) bool; False marks padding points, which are ignored.
         Use it to batch data sets of different sizes under ``jax.vmap``.
@@ -415,6 +426,14 @@ def cluster(
     with ``jax_enable_x64`` on (:mod:`dpm_jax.entry`). Inside ``with accountant:`` the call
     charges ``budget`` to the :class:`dpm_jax.Accountant` before it reads ``X``.
     """
+    if bounds_lib.is_private(bounds):
+        validate_key(key)
+        points = _validate_points(X)
+        # The undecorated run: the accountant has charged the whole budget already (dpm_jax.entry).
+        run = lambda rest, found: cluster.__wrapped__(key, points, rest, found, config=config, point_mask=point_mask)
+        return bounds_lib.run_with_private_bounds(
+            key, points, _validate_mask(point_mask, points.shape[0]), budget, bounds, run
+        )
     validate_key(key)
     validate_budget_and_config(budget, config)
     points = _validate_points(X)
@@ -437,7 +456,7 @@ def cluster(
         run_plan=run_plan,
         config=config,
     )
-    result = ClusterResult(**arrays, releases=run_plan.releases)
+    result = ClusterResult(**arrays, releases=run_plan.releases, bounds=(lower, upper))
     warn_if_starved(result, budget, config, d)
     return result
 

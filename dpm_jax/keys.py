@@ -24,6 +24,7 @@ __all__ = [
     "DEPTH",
     "SYNTH_TREE",
     "SYNTH_LEAF",
+    "BOUNDS",
     "STREAMS",
     "derive_key",
     "MAX_SEED",
@@ -33,7 +34,8 @@ __all__ = [
 # One stream per mechanism; the ledger's key paths use the same names.
 COUNT, INTERVAL, SPLIT, AVERAGE, DEPTH = "count", "interval", "split", "average", "depth"
 SYNTH_TREE, SYNTH_LEAF = "synth_tree", "synth_leaf"  # dpm_jax.synth: the partition, the leaf counts
-STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4, SYNTH_TREE: 6, SYNTH_LEAF: 7}
+BOUNDS = "bounds"  # private bounds (dpm_jax.bounds)
+STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4, BOUNDS: 5, SYNTH_TREE: 6, SYNTH_LEAF: 7}
 MAX_SEED = 2**32
 
 

@@ -100,7 +100,8 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
       bounds: public ``(lo, hi)`` range of the data, scalars or per-feature arrays.
         Required: ``fit`` raises ``ValueError`` when it is None, because reading
         the range from the data would void the privacy guarantee. Values outside
-        are clipped to it.
+        are clipped to it. Or ``"private"`` / :class:`dpm_jax.PrivateBounds`: estimated under
+        DP with a share of the budget (:mod:`dpm_jax.bounds`).
       seed: ``None`` (default) draws fresh randomness from the operating system on
         every ``fit``, as a real release should; an integer in [0, 2**32) makes fits
         reproducible (``jax.random.key(seed)``). Keep a seed secret: whoever knows it
@@ -123,6 +124,7 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
       split_tree_: the released split tree (:class:`dpm_jax.SplitTree`, NumPy arrays).
       split_interval_size_: (n_features_in_,) the split interval size beta (Algorithm 2).
       ledger_: the privacy ledger (:class:`dpm_jax.Ledger`); it adds up to (epsilon, delta).
+      bounds_: (lower, upper), each (n_features_in_,): the bounds the data were clipped to.
     Attributes (NOT differentially private):
       labels_: (n_samples,) index of the nearest DP centre of every training point
         (the same as ``predict`` on the training data). Do not publish it.
@@ -220,6 +222,7 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
         self.split_tree_ = jax.tree.map(np.asarray, result.tree)
         self.split_interval_size_ = np.asarray(result.split_interval_size)
         self.ledger_ = result.ledger
+        self.bounds_ = tuple(np.asarray(b) for b in result.bounds)
         with np.errstate(over="ignore", invalid="ignore"):  # a point near 1e300: no data-dependent warning
             self.labels_ = pairwise_distances_argmin(X, self.cluster_centers_)
         return self

@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (
@@ -287,6 +288,9 @@ def cluster_stream(
         source yields nothing or changes between passes. Shape and value errors are found
         in the first pass, before any noise is drawn; no partial result is ever returned.
     """
+    if bounds_lib.is_private(bounds):
+        options = dict(config=config, chunk_rows=chunk_rows, column_bytes=column_bytes, progress=progress)
+        return _with_private_bounds(key, data, budget, bounds, options)
     validate_key(key)
     validate_budget_and_config(budget, config)
     if int(chunk_rows) < 1:
@@ -331,6 +335,7 @@ def cluster_stream(
         **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
         labels_nonprivate=None,
         releases=run_plan.releases,
+        bounds=(lower, upper),
     )
     warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
     return result
@@ -442,6 +447,29 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
         )
         cells = (split.cell_lower, split.cell_upper)
     return releases, routes
+
+
+def _with_private_bounds(key: jax.Array, data: Any, budget: Budget, bounds, options: dict) -> ClusterResult:
+    """``cluster_stream`` on private bounds (:mod:`dpm_jax.bounds`): a validation pass, one pass
+    accumulating the exact per-dimension histograms, the bounds release, then the run on the rest
+    of the budget (which validates again); the bounds line comes first in the ledger."""
+    validate_key(key)
+    request = bounds_lib.as_request(bounds)
+    if int(options["chunk_rows"]) < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {options['chunk_rows']}")
+    source = _Chunks(data, int(options["chunk_rows"]))
+    rows = source.survey()
+    plan, rest = bounds_lib.split_for_bounds(budget, request, source.d)
+    counts = jnp.zeros((source.d, plan.num_buckets), jnp.int32)
+    for _, piece, real in source.pieces("bounds", rows):
+        counts = counts + _piece_histogram(piece, jnp.arange(source.chunk_rows) < real, plan.mantissa_bits)
+    lower, upper = bounds_lib.bounds_from_counts(key, counts, plan)
+    bounds_lib.check_found(lower, upper, plan)
+    run = cluster_stream.__wrapped__  # the accountant has charged the whole budget already (dpm_jax.entry)
+    return bounds_lib.with_bounds_entry(run(key, data, rest, (lower, upper), **options), plan, budget)
+
+
+_piece_histogram = jax.jit(bounds_lib.histogram, static_argnums=2)
 
 
 class _Routes(NamedTuple):

@@ -35,6 +35,8 @@ from dpm_jax.budget import Budget
 from dpm_jax.cli.budget_file import add_accountant_command, open_accountant
 from dpm_jax.cli.readers import read_points, stream_points
 from dpm_jax.cli import synthesize as synthesize_command
+from dpm_jax.cli.bounds_option import parse_bounds, released_bounds
+from dpm_jax.bounds import PRIVATE, PrivateBounds
 from dpm_jax.cli.release import release_to_dict, write_centers_csv
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.diagnostics import InsufficientBudgetWarning, plan
@@ -121,19 +123,38 @@ def config_from_args(args: argparse.Namespace) -> DPMConfig:
     return DPMConfig(**overrides)
 
 
-def _bounds_of(args: argparse.Namespace, d: int) -> tuple:
-    """(lo, hi) from --bounds (one pair for every column, or one per column) or --bounds-file."""
-    pairs = _read_bounds_file(args.bounds_file) if args.bounds_file else [tuple(pair) for pair in args.bounds]
-    for j, (lower, upper) in enumerate(pairs):
+def _bounds_request(args: argparse.Namespace) -> PrivateBounds | list[tuple[float, float]]:
+    """--bounds private (a :class:`PrivateBounds`), or the (lo, hi) pairs of --bounds / --bounds-file;
+    checked before the data is read."""
+    try:
+        if args.bounds_file:
+            if args.bounds_share is not None:
+                raise CommandError("--bounds-share applies only to --bounds private")
+            return _read_bounds_file(args.bounds_file)
+        if any(list(values) == [PRIVATE] for values in args.bounds):
+            if len(args.bounds) != 1:
+                raise CommandError("--bounds private replaces every other --bounds: give it alone")
+            return parse_bounds(args.bounds[0], args.bounds_share)
+        return [parse_bounds(values, args.bounds_share) for values in args.bounds]
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+
+
+def _bounds_of(request: PrivateBounds | list[tuple[float, float]], d: int):
+    """The ``bounds`` argument of the run: the request for private bounds, one (lo, hi) pair for every
+    column, or per-column (lo, hi) lists."""
+    if isinstance(request, PrivateBounds):
+        return request
+    for j, (lower, upper) in enumerate(request):
         if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
-            raise CommandError(f"bounds need finite LO < HI, got {lower:g} {upper:g} (pair {j + 1} of {len(pairs)})")
-    if len(pairs) == 1:
-        return pairs[0]
-    if len(pairs) != d:
+            raise CommandError(f"bounds need finite LO < HI, got {lower:g} {upper:g} (pair {j + 1} of {len(request)})")
+    if len(request) == 1:
+        return request[0]
+    if len(request) != d:
         raise CommandError(
-            f"{len(pairs)} bounds pairs for {d} columns: give one pair for all columns or one per column"
+            f"{len(request)} bounds pairs for {d} columns: give one pair for all columns or one per column"
         )
-    return tuple(list(side) for side in zip(*pairs))
+    return tuple(list(side) for side in zip(*request))
 
 
 def _read_bounds_file(path: str) -> list[tuple[float, float]]:
@@ -159,6 +180,7 @@ def _split_names(text: str | None) -> list[str] | None:
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
+    bounds_request = _bounds_request(args)
     budget, config = Budget(epsilon=args.epsilon, delta=args.delta), config_from_args(args)
     columns, drop = _split_names(args.columns), _split_names(args.drop)
     if columns and drop:
@@ -178,7 +200,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         if args.stream:
             points = stream_points(args.input, columns, drop)
-            bounds = _bounds_of(args, len(points.columns))
+            bounds = _bounds_of(bounds_request, len(points.columns))
             _status(
                 f"streaming {args.input} (columns {', '.join(points.columns)}) in chunks of {args.chunk_rows} rows; "
                 f"clustering under {under}"
@@ -188,14 +210,14 @@ def _run_cluster(args: argparse.Namespace) -> int:
         else:
             points = read_points(args.input, columns, drop)
             n, d = points.values.shape
-            bounds = _bounds_of(args, d)
+            bounds = _bounds_of(bounds_request, d)
             # The number of rows is private (add/remove-one neighbours): only the public columns.
             _status(f"read {d} columns ({', '.join(points.columns)}) from {args.input}; clustering under {under}")
             with accountant or contextlib.nullcontext():
                 result = cluster(key, points.values, budget, bounds, config=config)
     for warning in caught:
         _status(f"warning: {_cli_warning(warning.message, result, budget, config)}")
-    release = release_to_dict(result, budget, bounds, config, points.columns)
+    release = release_to_dict(result, budget, released_bounds(bounds, result), config, points.columns)
     seconds = time.perf_counter() - start
 
     text = json.dumps(release, indent=2, allow_nan=False) + "\n"
@@ -325,15 +347,22 @@ def build_parser() -> argparse.ArgumentParser:
     bounds = run.add_mutually_exclusive_group(required=True)
     bounds.add_argument(
         "--bounds",
-        type=float,
-        nargs=2,
+        nargs="+",
         action="append",
-        metavar=("LO", "HI"),
+        metavar="LO HI | private",
         help="public range of the data, fixed without looking at it (reading it from the data would void the "
-        "privacy guarantee): once for every column, or repeated once per clustered column in order",
+        "privacy guarantee): once for every column, or repeated once per clustered column in order; or the "
+        "word private: estimated under DP with a share of the budget (--bounds-share), its line first in "
+        "the ledger",
     )
     bounds.add_argument(
         "--bounds-file", metavar="FILE", help="per-column public bounds: a line 'lo,hi' per clustered column"
+    )
+    run.add_argument(
+        "--bounds-share",
+        type=float,
+        default=None,
+        help="with --bounds private: the share of epsilon (and delta) spent on the bounds (default 0.1)",
     )
     run.add_argument(
         "--columns", metavar="A,B,...", help="cluster only these columns (names, or positions counting from 0)"
