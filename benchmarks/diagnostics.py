@@ -45,8 +45,9 @@ from sklearn.metrics import adjusted_rand_score
 
 import dpm_jax
 from dpm_jax import diagnostics
+from dpm_jax.depth import exponent_scale
 from dpm_jax.budget import allocate
-from dpm_jax.diagnostics import separation, theory
+from dpm_jax.diagnostics import theory
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.datasets import letters, synthetic_blobs
 from dpm_jax.eval.metrics import assign_to_centers
@@ -304,9 +305,7 @@ def theorem_section(args) -> dict:
                 if not tree.reached[run, node]:
                     continue
                 count = float(tree.noisy_count[run, node])
-                scale = separation.exponent_scale(
-                    allocation.split_epsilons[level], count, allocation.count_offsets[level], config
-                )
+                scale = exponent_scale(allocation.split_epsilons[level], count, allocation.count_offsets[level], config)
                 summary, c, e = node_summary(
                     points[node_of == node], count, tau_e, betas[run], lower, upper, config.max_splits_per_dim, config
                 )

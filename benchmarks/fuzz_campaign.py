@@ -3,7 +3,7 @@
 Draws free *scenarios* (n in 1..3000, d in 1..200, tau_r, t, q, alpha, shares,
 sigma grid, tau_e, budget) from a seeded NumPy generator; for each scenario (one
 compilation) hypothesis fuzzes the values (dtype, pattern, bounds, key) with the
-strategies and property checks of :mod:`dpm_jax.testing.fuzz`. Then it fuzzes invalid
+strategies and property checks of ``tests/fuzzing.py``. Then it fuzzes invalid
 inputs, which must raise ValueError/TypeError, with many cheap examples.
 
     python benchmarks/fuzz_campaign.py --minutes 20 --examples-per-scenario 8 \
@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import pathlib
 import sys
 import time
 import traceback
@@ -32,7 +33,9 @@ from hypothesis import strategies as st
 import dpm_jax
 from dpm_jax.averaging import plan_averaging
 from dpm_jax.budget import allocate
-from dpm_jax.testing import fuzz
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the tests' fuzzing tools
+import fuzzing as fuzz  # noqa: E402
 
 
 def random_scenario(rng: np.random.Generator) -> fuzz.Scenario:
@@ -98,7 +101,7 @@ def fuzz_scenario(scenario: fuzz.Scenario, examples: int, seed: int) -> int:
 
 
 def _fuzz_invalid(strategies: dict, check, examples: int) -> dict:
-    """Run one invalid-input check of dpm_jax.testing.fuzz on ``examples`` random draws."""
+    """Run one invalid-input check of tests/fuzzing.py on ``examples`` random draws."""
     checked = []
 
     @settings(

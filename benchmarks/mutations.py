@@ -5,10 +5,20 @@
 Each mutation is one deliberate bug in the engine's privacy wiring (a noise scale,
 a sensitivity, an offset, the factor 2, which key feeds which draw, clipping, the
 ledger). For each, the repository's dpm_jax/ and tests/ are copied to a temporary
-directory, the one source change is applied (it must match exactly once), and the
-test(s) *designed* for that bug run against the mutated copy (PYTHONPATH puts the
-copy first). A mutation is "caught" when one of those tests fails; the table lists
-which. Nothing in the working tree is modified.
+directory, the bug is applied, and the test(s) *designed* for that bug run against
+the mutated copy (PYTHONPATH puts the copy first). A mutation is "caught" when one of
+those tests fails; the table lists which. Nothing in the working tree is modified.
+
+Two kinds of bug:
+* :class:`ReleaseMutation` breaks one of DPM's releases through its parameters (a split
+  choice with half its sensitivity, leaf sums without the mid-shift, ...): a pytest
+  plugin wraps :func:`dpm_jax.dpm_releases.dpm_releases` so every run draws with the
+  broken release (and states its line). No source text is matched, so a refactor of the
+  engine cannot switch it off; if the builder is renamed the plugin fails to load and the
+  mutation is reported NOT CAUGHT with the error.
+* :class:`Mutation` changes engine source (for what is not a release parameter: clipping,
+  exact sums, the score's arithmetic); each old string must occur exactly once, else
+  the run stops with an error.
 """
 
 from __future__ import annotations
@@ -36,29 +46,86 @@ class Mutation(NamedTuple):
     extra: tuple[tuple[str, str, str], ...] = ()  # (file, old, new) in other files
 
 
+class ReleaseMutation(NamedTuple):
+    name: str
+    transform: str  # a Python expression: a function of a DPMReleases returning the broken one
+    tests: tuple[str, ...]
+
+
+_SPLITS = "lambda r: r._replace(splits=tuple(s._replace({}) for s in r.splits))"
+_COUNTS = "lambda r: r._replace(counts=tuple(c._replace({}) for c in r.counts))"
+_LEAF_SUMS = "lambda r: r._replace(leaf_sums=r.leaf_sums._replace({}))"
+_REPLAYED_SPLITS = "tests/test_api.py::test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits"
+_RELEASED_COUNTS = "tests/test_api.py::test_every_released_count_is_its_true_count_plus_the_keyed_noise"
+_LEAF_NOISE = "tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_stream"
+_RELEASE_SENSITIVITIES = "tests/test_sensitivity.py::test_the_runs_releases_state_the_sensitivities_their_inputs_have"
+
+RELEASE_MUTATIONS = (
+    ReleaseMutation(
+        "release: split choices with half their sensitivity",
+        _SPLITS.format("sensitivity=s.sensitivity // 2"),
+        (_RELEASE_SENSITIVITIES, _REPLAYED_SPLITS),
+    ),
+    ReleaseMutation(
+        "release: split epsilons of the levels in reverse order",
+        "lambda r: r._replace(splits=tuple(s._replace(epsilon=t.epsilon) for s, t in zip(r.splits, r.splits[::-1])))",
+        (_REPLAYED_SPLITS,),
+    ),
+    ReleaseMutation(
+        "release: node counts with offset lambda = 0 (the splits' Lemma 5 ratio)",
+        _COUNTS.format("offset=0.0"),
+        (_REPLAYED_SPLITS,),
+    ),
+    ReleaseMutation(
+        "release: node counts with twice their epsilon (noise scale halved)",
+        _COUNTS.format("epsilon=2 * c.epsilon"),
+        ("tests/test_budget.py::test_ledger_adds_up_exactly_to_the_budget", _RELEASED_COUNTS),
+    ),
+    ReleaseMutation(
+        "release: Algorithm 2 with half the utility's sensitivity",
+        "lambda r: r._replace(interval=r.interval and r.interval._replace(sensitivity=r.interval.sensitivity // 2))",
+        (_RELEASE_SENSITIVITIES,),
+    ),
+    ReleaseMutation(
+        "release: leaf sums without the mid-shift (raw codes summed)",
+        _LEAF_SUMS.format("code_offset=0"),
+        (_RELEASE_SENSITIVITIES, "tests/test_averaging.py::test_leaf_sums_are_exact_sums_of_mid_shifted_codes"),
+    ),
+    ReleaseMutation(
+        "release: leaf sums with half the discrete Gaussian's sigma",
+        _LEAF_SUMS.format("sigma=r.leaf_sums.sigma / 2"),
+        (_LEAF_NOISE,),
+    ),
+    ReleaseMutation(
+        "release: leaf sums drawn from the split stream",
+        _LEAF_SUMS.format("stream=keys.SPLIT"),
+        (_LEAF_NOISE,),
+    ),
+)
+
+_PLUGIN = """
+import sys
+
+import dpm_jax
+import dpm_jax.dpm_releases
+from dpm_jax import keys
+
+_original = dpm_jax.dpm_releases.dpm_releases
+_transform = {transform}
+
+
+def _broken(*args, **kwargs):
+    return _transform(_original(*args, **kwargs))
+
+
+for _name, _module in list(sys.modules.items()):
+    if _name == "dpm_jax" or _name.startswith("dpm_jax."):
+        for _attribute, _value in list(vars(_module).items()):
+            if _value is _original:
+                setattr(_module, _attribute, _broken)
+"""
+
 MUTATIONS = (
-    Mutation(
-        "averaging noise: half the discrete Gaussian's sigma on the device",
-        "dpm_jax/api.py",
-        (
-            (
-                "gaussian_thresholds_on_device(run_plan.averaging.sigma)",
-                "gaussian_thresholds_on_device(run_plan.averaging.sigma / 2)",
-            ),
-        ),
-        ("tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_stream",),
-    ),
-    Mutation(
-        "averaging: raw codes summed, no shift to the middle of the bounds",
-        "dpm_jax/averaging.py",
-        (
-            (
-                "return jnp.clip(codes, 0, 2**FIXED_POINT_BITS) - _CODE_HALF_RANGE",
-                "return jnp.clip(codes, 0, 2**FIXED_POINT_BITS)",
-            ),
-        ),
-        ("tests/test_averaging.py::test_leaf_sums_are_exact_sums_of_mid_shifted_codes",),
-    ),
     Mutation(
         "tree: + 1 on every child count before the noise",
         "dpm_jax/tree.py",
@@ -70,8 +137,8 @@ MUTATIONS = (
         "dpm_jax/tree.py",
         (
             (
-                "scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)",
-                "scale = 2.0 * em_exponent_scale(epsilon, coefficients.sensitivity, ratio)",
+                "scale = em_exponent_scale(epsilon, delta_f, ratio)",
+                "scale = 2.0 * em_exponent_scale(epsilon, delta_f, ratio)",
             ),
         ),
         ("tests/test_audit.py::test_split_step_audit_stays_below_the_claim",),
@@ -114,17 +181,6 @@ MUTATIONS = (
         ("tests/test_sensitivity.py::test_split_scores_change_by_at_most_their_exact_sensitivity",),
     ),
     Mutation(
-        "keys: the leaf noise drawn from the split stream",
-        "dpm_jax/api.py",
-        (
-            (
-                "    centers = leaf_centers(\n        derive_key(key, keys.AVERAGE),",
-                "    centers = leaf_centers(\n        derive_key(key, keys.SPLIT),",
-            ),
-        ),
-        ("tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_stream",),
-    ),
-    Mutation(
         "clipping to the public bounds removed (the unit scaling) and the codes unclipped (averaging)",
         "dpm_jax/_arrays.py",
         (
@@ -138,8 +194,8 @@ MUTATIONS = (
         extra=(
             (
                 "dpm_jax/averaging.py",
-                "return jnp.clip(codes, 0, 2**FIXED_POINT_BITS) - _CODE_HALF_RANGE",
-                "return codes - _CODE_HALF_RANGE",
+                "return jnp.clip(codes, 0, 2**FIXED_POINT_BITS) - code_offset",
+                "return codes - code_offset",
             ),
         ),
     ),
@@ -155,7 +211,7 @@ MUTATIONS = (
         ("tests/test_mechanisms.py::test_em_exponent_scale_never_exceeds_epsilon_minus_margin",),
     ),
     Mutation(
-        "counts: offsets lambda set to 0",
+        "allocation: offsets lambda set to 0",
         "dpm_jax/budget.py",
         (
             (
@@ -195,12 +251,6 @@ MUTATIONS = (
         ("tests/test_depth.py::test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs",),
     ),
     Mutation(
-        "tree: every level's split uses offset lambda = 0",
-        "dpm_jax/tree.py",
-        (("pad(a.count_offsets[:-1], padded) for a in allocations]", "[0.0] * padded for a in allocations]"),),
-        ("tests/test_api.py::test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits",),
-    ),
-    Mutation(
         "tree: a node's split drawn with its sibling's random bits",
         "dpm_jax/tree.py",
         (
@@ -212,15 +262,32 @@ MUTATIONS = (
         ("tests/test_api.py::test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits",),
     ),
     Mutation(
-        "tree: the split epsilons of the levels in reverse order",
-        "dpm_jax/tree.py",
+        "private bounds: the threshold computed from the true count (1 % of n)",
+        "dpm_jax/bounds.py",
         (
             (
-                "pad(a.split_epsilons, padded) for a in allocations]",
-                "pad(a.split_epsilons[::-1], padded) for a in allocations]",
+                "jnp.full(counts.shape, plan.threshold, jnp.int32)",
+                "jnp.full(counts.shape, jnp.sum(counts[0]) // 100, jnp.int32)",
             ),
         ),
-        ("tests/test_api.py::test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits",),
+        ("tests/test_bounds.py::test_released_bounds_are_the_keyed_noisy_histogram_post_processed",),
+    ),
+    Mutation(
+        "private bounds: Laplace noise on the wrong scale (sensitivity 1, not d)",
+        "dpm_jax/bounds.py",
+        (("keys.BOUNDS, sensitivity=d, rule=", "keys.BOUNDS, sensitivity=1, rule="),),
+        ("tests/test_bounds.py::test_bounds_audit_stays_below_the_claim",),
+    ),
+    Mutation(
+        "private bounds: the bucket grid derived from the data (scaled by max |x|)",
+        "dpm_jax/bounds.py",
+        (
+            (
+                "cells = bucket_index(points, mantissa_bits)",
+                "cells = bucket_index(points / jnp.max(jnp.abs(points)), mantissa_bits)",
+            ),
+        ),
+        ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
     ),
     Mutation(
         "leaf sums accumulated in float32 (the engine before exact sums)",
@@ -279,13 +346,98 @@ MUTATIONS = (
         ),
         ("tests/test_greedy.py::test_histogram_noise_is_the_keyed_discrete_gaussian_at_the_release_sigma",),
     ),
+    Mutation(
+        "synth leaf counts: half the discrete Laplace noise (twice its epsilon)",
+        "dpm_jax/releases.py",
+        (
+            (
+                "count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, self.epsilon))",
+                "count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, 2 * self.epsilon))",
+            ),
+        ),
+        ("tests/test_synth.py::test_nonempty_cell_counts_are_rederived_from_the_leaf_stream",),
+    ),
+    Mutation(
+        "synth KD-tree: the paper's printed decision count d log2(s1/s2) (d fewer levels)",
+        "dpm_jax/synth/plan.py",
+        (("sensitivity=decisions, rows=", "sensitivity=decisions - d, rows="),),
+        ("tests/test_synth.py::test_decision_noise_is_charged_for_every_level_decided",),
+    ),
+    Mutation(
+        "synth KD-tree: the Lemma-10 delta (empty cells never split) not charged",
+        "dpm_jax/synth/plan.py",
+        (("offset_delta=tree_delta - probe.sampler_delta,", "offset_delta=0.0,"),),
+        ("tests/test_synth.py::test_lemma10_delta_is_charged",),
+    ),
+    Mutation(
+        "synth implicit empty cells: pass probability of threshold t + 1",
+        "dpm_jax/releases.py",
+        (
+            (
+                "implicit.geometric_table(self.epsilon, t, implicit.SKIP_BITS)",
+                "implicit.geometric_table(self.epsilon, t + 1, implicit.SKIP_BITS)",
+            ),
+        ),
+        ("tests/test_synth.py::test_implicit_empty_cells_have_the_law_of_explicit_enumeration",),
+    ),
+    Mutation(
+        "synth output: cells in draw order (non-empty first) instead of by code",
+        "dpm_jax/synth/api.py",
+        (("order = jnp.lexsort((start, ~valid))", "order = jnp.lexsort((~valid,))"),),
+        ("tests/test_synth.py::test_released_cells_are_in_code_order",),
+    ),
+    # Issue 21, the guarantee's edges ("edges:" runs them alone: --only edges:).
+    Mutation(
+        "edges: the averaging's share fitted on the rounded sum (fsum), not the exact one",
+        "dpm_jax/releases.py",
+        (("    if Fraction(last) <= room:\n", "    if math.fsum([*parts, last]) <= total:\n"),),
+        (
+            "tests/test_guarantee_edges.py::test_every_ledger_stays_within_its_budget_for_random_budgets",
+            "tests/test_guarantee_edges.py::test_the_reported_budget_gets_a_ledger_within_it",
+        ),
+    ),
+    Mutation(
+        "edges: no saturation before the float32 cast (1e39 becomes inf, with a warning)",
+        "dpm_jax/api.py",
+        (("        return np.clip(X, -_FLOAT32_MAX, _FLOAT32_MAX)\n", "        return X\n"),),
+        (
+            "tests/test_guarantee_edges.py::test_every_finite_record_is_clipped_to_the_bounds_on_every_entry_point",
+            "tests/test_guarantee_edges.py::test_cli_audit_of_neighbours_stays_below_the_claim",
+        ),
+    ),
+    Mutation(
+        "edges: the command line prints the exact row count",
+        "dpm_jax/cli/main.py",
+        (
+            (
+                '_status(f"read {d} columns (',
+                '_status(f"read {n} points, {d} columns (',
+            ),
+        ),
+        ("tests/test_guarantee_edges.py::test_cli_status_lines_hold_no_row_count",),
+    ),
+    Mutation(
+        "edges: the in-memory engine's programs (shaped by n) in the persistent cache",
+        "dpm_jax/api.py",
+        (("\ndef cluster(\n", "\n@__import__('dpm_jax.cache').cache.library_programs()\ndef cluster(\n"),),
+        ("tests/test_cache.py::test_nothing_on_disk_tells_neighbouring_sizes_apart",),
+    ),
+    Mutation(
+        "edges: bounds whose range float32 cannot scale by accepted",
+        "dpm_jax/api.py",
+        (("    if not np.all((width >= _MIN_RANGE) & (width <= _MAX_RANGE)):\n", "    if False:\n"),),
+        ("tests/test_guarantee_edges.py::test_bounds_float32_cannot_scale_by_are_refused_on_every_entry_point",),
+    ),
 )
 
 
-def _mutated_copy(mutation: Mutation) -> pathlib.Path:
+def _mutated_copy(mutation: Mutation | ReleaseMutation) -> pathlib.Path:
     root = pathlib.Path(tempfile.mkdtemp(prefix="dpm_mutation_"))
     for part in ("dpm_jax", "tests"):
         shutil.copytree(REPOSITORY / part, root / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if isinstance(mutation, ReleaseMutation):
+        (root / "_mutation_plugin.py").write_text(_PLUGIN.format(transform=mutation.transform))
+        return root
     changes = [(mutation.file, old, new) for old, new in mutation.replacements] + list(mutation.extra)
     for file, old, new in changes:
         path = root / file
@@ -296,12 +448,13 @@ def _mutated_copy(mutation: Mutation) -> pathlib.Path:
     return root
 
 
-def run(mutation: Mutation) -> dict:
+def run(mutation: Mutation | ReleaseMutation) -> dict:
     root = _mutated_copy(mutation)
     tick = time.time()
     environment = dict(os.environ, PYTHONPATH=str(root))
+    plugin = ["-p", "_mutation_plugin"] if isinstance(mutation, ReleaseMutation) else []
     process = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *mutation.tests],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, *mutation.tests],
         cwd=root,
         env=environment,
         capture_output=True,
@@ -312,7 +465,7 @@ def run(mutation: Mutation) -> dict:
     caught = process.returncode != 0 and bool(failed)
     return dict(
         mutation=mutation.name,
-        file=mutation.file,
+        file=mutation.file if isinstance(mutation, Mutation) else "release: " + mutation.transform,
         caught=caught,
         caught_by=[name.split(" ")[0] for name in failed],
         designed_tests=list(mutation.tests),
@@ -327,7 +480,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default=None, help="run the mutations whose name contains this")
     args = parser.parse_args(argv)
     rows = []
-    for mutation in MUTATIONS:
+    for mutation in RELEASE_MUTATIONS + MUTATIONS:
         if args.only and args.only not in mutation.name:
             continue
         row = run(mutation)

@@ -30,26 +30,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import averaging as averaging_lib
-from dpm_jax import exact, interval, keys, tree
+from dpm_jax import bounds as bounds_lib
+from dpm_jax import exact
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes
-from dpm_jax.averaging import AveragingPlan, leaf_centers, plan_averaging
-from dpm_jax.cache import library_programs
-from dpm_jax.budget import (
-    Allocation,
-    Budget,
-    allocate,
-    count_entry,
-    validate_budget_and_config,
-)
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.depth import DepthPlan, depth_of, noisy_size, plan_depth
-from dpm_jax.depth import ledger_entry as depth_ledger_entry
-from dpm_jax.diagnostics.plan import warn_if_insufficient
+from dpm_jax.averaging import leaf_centers
+from dpm_jax.budget import Budget, validate_budget_and_config
+from dpm_jax.config import DPMConfig
+from dpm_jax.depth import AutoDepth, FixedDepth, depth_strategy
+from dpm_jax.dpm_releases import DPMReleases
+from dpm_jax.diagnostics.plan import warn_if_insufficient, warn_if_large_delta
+from dpm_jax.entry import entry_point
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
-from dpm_jax.ledger import Ledger, LedgerEntry
+from dpm_jax.ledger import Ledger
 from dpm_jax.mechanisms import (
     EM_DIGITS,
     EM_TRIES,
@@ -62,14 +56,15 @@ from dpm_jax.tree import Leaves, SplitTree, build_tree, level_count_noise, level
 __all__ = [
     "ClusterResult",
     "cluster",
-    "build_ledger",
     "MAX_POINTS",
     "validate_key",
     "validate_bounds",
+    "within_float32",
     "released_arrays",
     "RunPlan",
     "plan_run",
-    "run_depth",
+    "root_count",
+    "split_bits",
     "warn_if_starved",
     "em_table_on_device",
     "gaussian_thresholds_on_device",
@@ -101,10 +96,17 @@ class ClusterResult:
         cell's half-bins, range / max_splits_per_dim).
       leaf_node: (2**P,) heap id in ``tree`` of each cluster (0 where not valid).
     NOT differentially private (a function of each individual point):
-      labels_nonprivate: (n,) cluster slot of every input point; do not publish.
+      labels_nonprivate: (n,) cluster *slot* of every input point (a row of ``centers``, e.g. 0, 32,
+        64, 96; not 0..k-1: indexing the k compacted centres with it is wrong, and JAX clamps
+        out-of-range indices silently); do not publish. Compact labels 0..k-1:
+        :func:`dpm_jax.training_labels`; labels of new data: :func:`dpm_jax.assign`.
+    Public or DP:
+      bounds: (lower, upper), (d,) float32 each: the bounds the run clipped to; the caller's
+        public ones, or under ``bounds="private"`` the DP estimate (:mod:`dpm_jax.bounds`).
     Static:
-      ledgers: ((depth, ledger), ...): the privacy ledger (:class:`dpm_jax.ledger.Ledger`) of
-        every depth the run may take, one for a fixed tau_r; :attr:`ledger` is the run's.
+      releases: ((depth, releases), ...): the run's releases
+        (:class:`dpm_jax.dpm_releases.DPMReleases`) at every depth it may take, one for a fixed
+        tau_r; :attr:`ledgers` are their ledgers, :attr:`ledger` the run's.
     """
 
     centers: jax.Array
@@ -116,7 +118,16 @@ class ClusterResult:
     split_interval_size: jax.Array
     leaf_node: jax.Array
     labels_nonprivate: jax.Array
-    ledgers: tuple[tuple[int, Ledger], ...] = dataclasses.field(metadata=dict(static=True))
+    releases: tuple[tuple[int, DPMReleases], ...] = dataclasses.field(metadata=dict(static=True))
+    bounds: tuple[jax.Array, jax.Array] | None = None
+    bounds_release: Any = dataclasses.field(default=None, metadata=dict(static=True))
+
+    @property
+    def ledgers(self) -> tuple[tuple[int, Ledger], ...]:
+        """((depth, ledger), ...): the ledger of every depth the run may take; under private bounds
+        their release's line (``bounds_release``, :mod:`dpm_jax.bounds`) comes first."""
+        first = () if self.bounds_release is None else (self.bounds_release.entry(),)
+        return tuple((depth, Ledger([*first, *releases.ledger()])) for depth, releases in self.releases)
 
     @property
     def ledger(self) -> Ledger:
@@ -125,8 +136,12 @@ class ClusterResult:
         Under ``tau_r="auto"`` the depth is data dependent, so a result of ``jax.vmap`` over
         runs of different depths has one ledger per run: :meth:`ledger_at` gives each.
         """
-        if len(self.ledgers) == 1:
-            return self.ledgers[0][1]
+        return self.releases_of_run().ledger()
+
+    def releases_of_run(self) -> DPMReleases:
+        """The releases of this run: of the depth it ran at (under ``tau_r="auto"`` read outside jit)."""
+        if len(self.releases) == 1:
+            return self.releases[0][1]
         if isinstance(self.depth, jax.core.Tracer):
             raise ValueError("the depth of a traced result is not known yet: read the ledger outside jax.jit")
         depths = np.unique(np.asarray(self.depth))
@@ -135,14 +150,18 @@ class ClusterResult:
                 f"these runs chose different depths {depths.tolist()} (tau_r='auto'): each has its own "
                 "ledger, result.ledger_at(int(result.depth[i]))"
             )
-        return self.ledger_at(int(depths[0]))
+        return self.releases_at(int(depths[0]))
+
+    def releases_at(self, depth: int) -> DPMReleases:
+        """The releases of the run at ``depth``."""
+        releases = dict(self.releases)
+        if depth not in releases:
+            raise ValueError(f"this run cannot have depth {depth}; its depths are {sorted(releases)}")
+        return releases[depth]
 
     def ledger_at(self, depth: int) -> Ledger:
         """The ledger of the run at ``depth`` (every one adds up to the budget, never more)."""
-        ledgers = dict(self.ledgers)
-        if depth not in ledgers:
-            raise ValueError(f"this run cannot have depth {depth}; its depths are {sorted(ledgers)}")
-        return ledgers[depth]
+        return self.releases_at(depth).ledger()
 
 
 jax.tree_util.register_dataclass(
@@ -157,74 +176,60 @@ jax.tree_util.register_dataclass(
         "split_interval_size",
         "leaf_node",
         "labels_nonprivate",
+        "bounds",
     ],
-    meta_fields=["ledgers"],
+    meta_fields=["releases", "bounds_release"],
 )
 
 
 class RunPlan(NamedTuple):
-    """Everything public a run needs before it sees data: its possible depths and their budgets.
-
-    A fixed tau_r: one allocation. ``tau_r="auto"``: the depth count's plan and one allocation
-    of the remaining budget per depth 1..max_depth (:mod:`dpm_jax.depth`); the averaging
-    mechanism's budget is the same at every depth. Hashable (a static argument of jit).
+    """Everything public a run needs before it sees data: its depth rule and the releases of every
+    depth it may take (:class:`dpm_jax.depth.FixedDepth`: one; :class:`dpm_jax.depth.AutoDepth`:
+    1..max_depth on the budget its count leaves; the leaf sums' release is the same at every depth).
+    Hashable (a static argument of jit).
     """
 
-    depth_plan: DepthPlan | None
-    allocations: tuple[Allocation, ...]  # consecutive depths, the first at depth first_depth
-    averaging: AveragingPlan
-    ledgers: tuple[tuple[int, Ledger], ...]
+    depth_rule: FixedDepth | AutoDepth
+    releases: tuple[tuple[int, DPMReleases], ...]  # consecutive depths
 
     @property
-    def first_depth(self) -> int:
-        return len(self.allocations[0].split_epsilons)
+    def ledgers(self) -> tuple[tuple[int, Ledger], ...]:
+        """((depth, ledger), ...): every possible depth's ledger; each adds up to the budget."""
+        return tuple((depth, releases.ledger()) for depth, releases in self.releases)
 
     @property
-    def interval_epsilon(self) -> float:
-        """Algorithm 2's epsilon (0 on the cell grid): the same at every depth (allocate's shares)."""
-        return self.allocations[0].interval_epsilon
+    def by_depth(self) -> tuple[DPMReleases, ...]:
+        """The releases of every possible depth, in order (consecutive depths)."""
+        return tuple(releases for _, releases in self.releases)
+
+    @property
+    def interval(self):
+        """Algorithm 2's release (None on the cell grid): the same at every depth (allocate's shares)."""
+        return self.releases[0][1].interval
+
+    @property
+    def leaf_sums(self):
+        """The leaf sums' release: the same at every depth."""
+        return self.releases[0][1].leaf_sums
+
+    @property
+    def count_stream(self) -> str:
+        """The key stream of the node counts (one draw for every depth, :func:`dpm_jax.tree.level_count_noise`)."""
+        (stream,) = {count.stream for releases in self.by_depth for count in releases.counts}
+        return stream
+
+    @property
+    def split_stream(self) -> str:
+        """The key stream of the split choices (one draw of bits for the whole tree)."""
+        (stream,) = {split.stream for releases in self.by_depth for split in releases.splits}
+        return stream
 
 
 @functools.lru_cache(maxsize=64)
 def plan_run(budget: Budget, config: DPMConfig, d: int) -> RunPlan:
     """The :class:`RunPlan` of ``budget`` and ``config`` in d dimensions; its ledgers add up to the budget."""
-    if config.tau_r != AUTO_DEPTH:
-        allocation = allocate(budget, config, d)
-        averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-        return RunPlan(
-            None, (allocation,), averaging, ((config.tau_r, build_ledger(allocation, config, d, averaging)),)
-        )
-    depth_plan = plan_depth(budget, config, d)
-    depths = range(1, depth_plan.deepest + 1)
-    allocations = tuple(allocate(depth_plan.remaining, config.at_depth(depth), d) for depth in depths)
-    # The leaf sums are drawn before the depth is known to them (one sampler table): every depth
-    # averages with the smallest of its allocations' averaging budgets, which differ by at most
-    # the ulps allocate rounds them down by, so each ledger still stays within the budget.
-    common = dict(
-        average_epsilon=min(a.average_epsilon for a in allocations),
-        average_delta=min(a.average_delta for a in allocations),
-    )
-    allocations = tuple(a._replace(**common) for a in allocations)
-    averaging = plan_averaging(common["average_epsilon"], common["average_delta"], d)
-    ledgers = tuple(
-        (
-            depth,
-            Ledger(
-                [
-                    depth_ledger_entry(depth_plan, depth),
-                    *_on_row(build_ledger(a, config.at_depth(depth), d, averaging), depth - 1),
-                ]
-            ),
-        )
-        for depth, a in zip(depths, allocations)
-    )
-    return RunPlan(depth_plan, allocations, averaging, ledgers)
-
-
-def _on_row(ledger: Ledger, row: int) -> list[LedgerEntry]:
-    """The ledger's count lines with their row of the per-depth count draw (:func:`dpm_jax.tree.level_count_noise`)."""
-    on_row = lambda entry: entry._replace(key_path=(keys.COUNT, f"row {row}", *entry.key_path[1:]))
-    return [on_row(entry) if entry.key_path[0] == keys.COUNT else entry for entry in ledger]
+    rule = depth_strategy(budget, config, d)
+    return RunPlan(rule, rule.releases(budget, config, d))
 
 
 def _is_tracer(x) -> bool:
@@ -246,11 +251,31 @@ def validate_key(key) -> None:
     )
 
 
+def as_numeric_array(X, name: str = "X"):
+    """``X`` as an array: JAX and NumPy arrays as they are; pandas DataFrames, lists and other
+    array-likes through :func:`numpy.asarray` (a copy or a view, never written to); a clear
+    TypeError naming the non-numeric columns of a DataFrame."""
+    if isinstance(X, (jax.Array, np.ndarray)) or _is_tracer(X):
+        return X
+    columns, dtypes = getattr(X, "columns", None), getattr(X, "dtypes", None)
+    if columns is not None and dtypes is not None:  # a DataFrame: every column must be numeric
+        bad = [f"{c!r} ({t})" for c, t in zip(columns, dtypes) if getattr(t, "kind", "O") not in "iuf"]
+        if bad:
+            raise TypeError(
+                f"{name} has non-numeric columns {', '.join(bad)}: drop or encode them first, e.g. "
+                f"{name}.drop(columns=[...]) or {name}.select_dtypes('number')"
+            )
+    try:
+        array = np.asarray(X)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must be an array-like of shape (n, d), got {type(X).__name__}: {error}") from error
+    if array.dtype.kind not in "biufc":  # strings, objects: not numbers at all
+        raise TypeError(f"{name} must be a numeric array-like of shape (n, d), got {type(X).__name__}")
+    return array
+
+
 def _validate_points(X) -> jax.Array:
-    if isinstance(X, (list, tuple)):
-        X = np.asarray(X)
-    if not hasattr(X, "shape") or not hasattr(X, "dtype"):
-        raise TypeError(f"X must be an array of shape (n, d), got {type(X).__name__}")
+    X = as_numeric_array(X)
     if X.ndim != 2:
         raise ValueError(f"X must have rank 2 (n points, d dimensions), got shape {tuple(X.shape)}")
     if X.shape[0] == 0 or X.shape[1] == 0:
@@ -260,10 +285,8 @@ def _validate_points(X) -> jax.Array:
             f"X has {X.shape[0]} points; dpm_jax supports at most {MAX_POINTS} (2**31 - 1: "
             "counts are exact int32 integers)"
         )
-    if not (jnp.issubdtype(X.dtype, jnp.floating) or jnp.issubdtype(X.dtype, jnp.integer)) or jnp.issubdtype(
-        X.dtype, jnp.bool_
-    ):
-        raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
+    if X.dtype.kind not in "iuf":
+        raise TypeError(f"X must hold real numbers, got dtype {X.dtype}; convert it, e.g. np.asarray(X, float)")
     if not _is_tracer(X):
         # A JAX array is checked where it lives (one fused reduction, no transfer);
         # the position of the first bad value is only looked up when there is one.
@@ -273,10 +296,28 @@ def _validate_points(X) -> jax.Array:
                 f"X contains NaN or inf (first at row {row}, column {col}); "
                 "remove or impute those values before clustering"
             )
+    if not (isinstance(X, jax.Array) or _is_tracer(X)):
+        X = within_float32(np.asarray(X))
     if not (isinstance(X, jax.Array) and X.dtype == jnp.float32):
         X = jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
     # A JAX array is immutable; sharded rows stay on their devices (dpm_jax.sharding).
     return X if _is_tracer(X) else automatic_axes(X)
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def within_float32(X: np.ndarray) -> np.ndarray:
+    """``X`` with values beyond float32's range set to +-its largest finite value (a copy if any).
+
+    The data domain is the finite reals, clipped to the bounds. Cast to float32, a finite float64
+    above 3.4e38 would become inf (clipped to the bound all the same) with a RuntimeWarning that
+    only data holding such a record emits; saturated first, it is clipped to the bound like every
+    other value, silently. A per-record map applied before any statistic: privacy is unaffected.
+    """
+    if X.dtype.kind == "f" and X.dtype.itemsize > 4 and X.size and (X.max() > _FLOAT32_MAX or X.min() < -_FLOAT32_MAX):
+        return np.clip(X, -_FLOAT32_MAX, _FLOAT32_MAX)
+    return X
 
 
 def _all_finite(X) -> bool:
@@ -296,8 +337,13 @@ def validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
     """(lower, upper) as (d,) float32 from public (lo, hi); a clear error for missing or bad bounds."""
     if bounds is None:
         raise ValueError(BOUNDS_REQUIRED)
+    if isinstance(bounds, (np.ndarray, jax.Array)) and bounds.ndim in (1, 2) and bounds.shape[0] == 2:
+        bounds = (bounds[0], bounds[1])  # an array of shape (2,) or (2, d): rows lo and hi
     if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
-        raise ValueError(f"bounds must be a pair (lo, hi), got {bounds!r}")
+        raise ValueError(
+            f"bounds must be a pair (lo, hi) of scalars or ({d},) arrays, or an array of shape (2,) or (2, {d}); "
+            f"got {bounds!r}"
+        )
     lower, upper = bounds
     arrays = []
     for name, value in (("lo", lower), ("hi", upper)):
@@ -313,15 +359,34 @@ def validate_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
     if not (_is_tracer(arrays[0]) or _is_tracer(arrays[1])):
         if not np.all(arrays[0] < arrays[1]):
             raise ValueError(f"bounds need lo < hi in every dimension, got lo={lower}, hi={upper}")
-        # the computation runs in float32: the range must survive that rounding
-        if not np.all(arrays[0].astype(np.float32) < arrays[1].astype(np.float32)):
-            raise ValueError(
-                f"bounds lo={lower}, hi={upper} collapse to lo == hi in float32; "
-                "rescale the data so the range is resolvable in single precision"
-            )
+        with np.errstate(over="ignore"):  # public numbers: an overflow is refused below, not warned about
+            _check_float32_range(*(a.astype(np.float32) for a in arrays), lower, upper)
     # Concrete bounds stay NumPy (float32): the value checks above ran on exactly these numbers.
     arrays = [a if _is_tracer(a) else np.asarray(a, np.float32) for a in arrays]
     return arrays[0], arrays[1]
+
+
+_MIN_RANGE, _MAX_RANGE = 2.0**-100, 2.0**100  # hi - lo; far from float32's subnormals (2**-126)
+
+
+def _check_float32_range(lower: np.ndarray, upper: np.ndarray, given_lower, given_upper) -> None:
+    """The computation runs in float32: the bounds must be finite there, and the range ``hi - lo``
+    and its reciprocal (every point is scaled by it) normal numbers well away from the subnormals,
+    which the CPU flushes to 0 (a range above 2**126 scaled every point to 0: one collapsed centre)."""
+    given = f"lo={given_lower}, hi={given_upper}"
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
+        raise ValueError(f"bounds {given} overflow float32 (|value| <= 3.4e38): rescale the data")
+    if not np.all(lower < upper):
+        raise ValueError(
+            f"bounds {given} collapse to lo == hi in float32; "
+            "rescale the data so the range is resolvable in single precision"
+        )
+    width = upper.astype(np.float64) - lower.astype(np.float64)
+    if not np.all((width >= _MIN_RANGE) & (width <= _MAX_RANGE)):
+        raise ValueError(
+            f"bounds {given}: the range hi - lo must be between 2**-100 (7.9e-31) and 2**100 (1.3e30) "
+            "for single-precision arithmetic: rescale the data (and the bounds) to a moderate range"
+        )
 
 
 def _validate_mask(point_mask, n: int) -> jax.Array:
@@ -332,7 +397,7 @@ def _validate_mask(point_mask, n: int) -> jax.Array:
     return jnp.asarray(point_mask, bool)
 
 
-@library_programs()  # the compilation cache holds the library's programs only (dpm_jax.cache)
+@entry_point("cluster")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 def cluster(
     key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(), point_mask: Any = None
 ) -> ClusterResult:
@@ -340,9 +405,13 @@ def cluster(
 
     Args:
       key: a JAX PRNG key; every noise draw is derived from it (module docstring).
-      X: (n, d) data. Values outside ``bounds`` are clipped to them.
+      X: (n, d) data: a JAX or NumPy array, a pandas DataFrame with numeric columns, or any
+        numeric array-like. Values outside ``bounds`` are clipped to them.
       budget: the total :class:`Budget`; the ledger of the result adds up to it.
-      bounds: public (lo, hi), scalars or (d,) arrays. Required: see BOUNDS_REQUIRED.
+      bounds: public (lo, hi), scalars or (d,) arrays, or an array of shape (2,) or (2, d)
+        (see BOUNDS_REQUIRED); or "private" / :class:`dpm_jax.bounds.PrivateBounds`: estimated under
+        DP with a share of ``budget`` first (:func:`dpm_jax.bounds.run_with_private_bounds`; its
+        ledger line comes first).
       config: hyper-parameters (:class:`DPMConfig`, paper defaults).
       point_mask: optional (n,) bool; False marks padding points, which are ignored.
         Use it to batch data sets of different sizes under ``jax.vmap``.
@@ -353,8 +422,18 @@ def cluster(
 
     Works under ``jax.jit`` (with ``budget`` and ``config`` static) and ``jax.vmap``
     (over keys, data sets, masks). Value checks on X and bounds (NaN, lo < hi) run
-    only when they are concrete, i.e. outside of jit/vmap tracing.
+    only when they are concrete, i.e. outside of jit/vmap tracing. The release is the same
+    with ``jax_enable_x64`` on (:mod:`dpm_jax.entry`). Inside ``with accountant:`` the call
+    charges ``budget`` to the :class:`dpm_jax.Accountant` before it reads ``X``.
     """
+    if bounds_lib.is_private(bounds):
+        validate_key(key)
+        points = _validate_points(X)
+        # The undecorated run: the accountant has charged the whole budget already (dpm_jax.entry).
+        run = lambda rest, found: cluster.__wrapped__(key, points, rest, found, config=config, point_mask=point_mask)
+        return bounds_lib.run_with_private_bounds(
+            key, points, _validate_mask(point_mask, points.shape[0]), budget, bounds, run
+        )
     validate_key(key)
     validate_budget_and_config(budget, config)
     points = _validate_points(X)
@@ -373,17 +452,18 @@ def cluster(
         lower,
         upper,
         em_table_on_device(),
-        gaussian_thresholds_on_device(run_plan.averaging.sigma),
+        gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
         run_plan=run_plan,
         config=config,
     )
-    result = ClusterResult(**arrays, ledgers=run_plan.ledgers)
+    result = ClusterResult(**arrays, releases=run_plan.releases, bounds=(lower, upper))
     warn_if_starved(result, budget, config, d)
     return result
 
 
 def warn_if_starved(result: ClusterResult, budget: Budget, config: DPMConfig, d: int) -> None:
-    """An InsufficientBudgetWarning when the plan cannot separate two clusters at the released size.
+    """An InsufficientBudgetWarning when the plan cannot separate two clusters at the released size,
+    a LargeDeltaWarning when delta >= 1 / the released size.
 
     The size is the released root count n~ (post-processing of the release: no privacy
     cost), not the row count of X, which is private under add/remove-one neighbours
@@ -392,31 +472,8 @@ def warn_if_starved(result: ClusterResult, budget: Budget, config: DPMConfig, d:
     """
     root = result.tree.noisy_count
     if not _is_tracer(root):
-        warn_if_insufficient(float(root[1]), d, budget, config, "the released size n~", stacklevel=3)
-
-
-@functools.lru_cache(maxsize=64)
-def build_ledger(allocation: Allocation, config: DPMConfig, d: int, averaging: AveragingPlan) -> Ledger:
-    """The run's ledger: every mechanism's own lines, in the order Algorithm 1 runs them.
-
-    The root count (line 7), Algorithm 2 (line 8), the tree's split choices and child
-    counts level by level (lines 13-28), the leaf sums (line 11). Each line comes from
-    the module that draws the noise, from the parameters it draws it with; the lines
-    add up exactly to the budget (:func:`dpm_jax.budget.allocate`).
-    """
-    interval_entries = (
-        []
-        if config.split_grid == CELL_GRID
-        else [interval.ledger_entry(allocation.interval_epsilon, allocation.interval_sampler_delta, d, config)]
-    )
-    return Ledger(
-        [
-            count_entry(allocation, 0),
-            *interval_entries,
-            *tree.ledger_entries(allocation, config),
-            averaging_lib.ledger_entry(averaging, allocation.average_epsilon, allocation.average_delta),
-        ]
-    )
+        warn_if_insufficient(float(root[1]), d, budget, config, "the released size n~")
+        warn_if_large_delta(float(root[1]), budget, "the released size n~")
 
 
 @functools.lru_cache(maxsize=1)
@@ -436,13 +493,20 @@ def gaussian_thresholds_on_device(sigma: float):
         return jax.device_put(table.thresholds_high), jax.device_put(table.thresholds_low)
 
 
-def run_depth(key: jax.Array, num_points: jax.Array, run_plan: RunPlan) -> jax.Array:
-    """int32 the run's tau_r: the fixed one, or under ``tau_r="auto"`` the depth of a noisy count
-    of the ``num_points`` points (:func:`dpm_jax.depth.noisy_size`, :func:`dpm_jax.depth.depth_of`).
-    Traceable."""
-    if run_plan.depth_plan is None:
-        return jnp.int32(run_plan.first_depth)
-    return depth_of(noisy_size(key, num_points, run_plan.depth_plan), run_plan.depth_plan)
+def root_count(key: jax.Array, num_points: jax.Array, run_plan: RunPlan, padded: int):
+    """The steps before the levels, for every kind of run (in memory, streamed, sharded): the run's
+    depth (its depth rule's ``choose``), the count stream's noise of every node in heap layout
+    (:func:`dpm_jax.tree.level_count_noise`) and the root's noisy count n~ = |S| + Z (Algorithm 1,
+    line 7), exact integers. Traceable."""
+    depth = run_plan.depth_rule.choose(key, num_points)
+    noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, padded)
+    return depth, noise, add_count_noise(num_points, exact.Int(tuple(limb[1] for limb in noise.limbs)))
+
+
+def split_bits(key: jax.Array, run_plan: RunPlan, config: DPMConfig) -> jax.Array:
+    """The split choices' random words of every node in heap layout, (2**padded_depth, EM_TRIES, EM_DIGITS)."""
+    shape = (config.max_clusters, EM_TRIES, EM_DIGITS)
+    return jax.random.bits(derive_key(key, run_plan.split_stream), shape, dtype=jnp.uint32)
 
 
 @functools.partial(jax.jit, static_argnames=("run_plan", "config"))
@@ -463,38 +527,38 @@ def _cluster_arrays(
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
 
-    # tau_r="auto": the depth from a noisy count (dpm_jax.depth); then its allocation.
-    depth = run_depth(key, jnp.sum(mask, dtype=jnp.int32), run_plan)
-    schedule = level_schedule(run_plan.allocations, depth, config.padded_depth)
-    # Algorithm 1, line 7 (and lines 16-17 of every level): n~ = |S| + Lap(1/eps_cnt_level),
-    # exact integers.
-    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth, config.padded_depth)
-    root_noisy_count = add_count_noise(
-        jnp.sum(mask, dtype=jnp.int32), exact.Int(tuple(limb[1] for limb in noise.limbs))
-    )
-    # Line 8: Algorithm 2 (the cell grid needs no interval size: it reports its root's).
-    if config.split_grid == CELL_GRID:
+    depth, noise, root_noisy_count = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
+    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
+    # Line 8: Algorithm 2's release (the cell grid has none: it reports its root's interval size).
+    if run_plan.interval is None:
         beta = root_interval_size(lower, upper, config)
     else:
         beta, _ = estimate_split_interval_size(
-            derive_key(key, keys.INTERVAL),
+            derive_key(key, run_plan.interval.stream),
             em_table,
             to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
             mask,
             exact.to_float32(root_noisy_count),
-            run_plan.interval_epsilon,
+            run_plan.interval,
             config,
         )
     # Lines 10, 13-28.
-    split_bits = jax.random.bits(
-        derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
-    )
     tree, leaves = build_tree(
-        split_bits, noise, em_table, points, mask, lower, upper, root_noisy_count, beta, schedule, config
+        split_bits(key, run_plan, config),
+        noise,
+        em_table,
+        points,
+        mask,
+        lower,
+        upper,
+        root_noisy_count,
+        beta,
+        schedule,
+        config,
     )
     # Line 11.
     centers = leaf_centers(
-        derive_key(key, keys.AVERAGE),
+        derive_key(key, run_plan.leaf_sums.stream),
         points,
         mask,
         leaves.point_slot,
@@ -503,7 +567,7 @@ def _cluster_arrays(
         lower,
         upper,
         gaussian_thresholds,
-        run_plan.averaging,
+        run_plan.leaf_sums,
     )
     return dict(
         **released_arrays(tree, leaves, centers, beta, lower, upper, depth), labels_nonprivate=leaves.point_slot
@@ -514,13 +578,18 @@ def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper
     """The DP fields of a :class:`ClusterResult` from the tree, its leaves and their centres.
 
     Shared by :func:`cluster` and :func:`dpm_jax.stream.cluster_stream`; all of it is
-    post-processing of released values.
+    post-processing of released values. A leaf whose released size is below 1 (tiny budgets:
+    count noise larger than the data) is not reported as a cluster while another leaf reaches 1;
+    when none does, every leaf stays (k >= 1) with its size reported as 1. A valid cluster's
+    released size is never below 1.
     """
+    reaches_one = leaves.valid & (leaves.noisy_count >= 1)
+    valid = jnp.where(jnp.any(reaches_one), reaches_one, leaves.valid)
     return dict(
-        centers=centers,
-        counts=jnp.where(leaves.valid, leaves.noisy_count, 0.0),
-        valid=leaves.valid,
-        k=jnp.sum(leaves.valid).astype(jnp.int32),
+        centers=jnp.where(valid[:, None], centers, jnp.nan),
+        counts=jnp.where(valid, jnp.maximum(leaves.noisy_count, 1.0), 0.0),
+        valid=valid,
+        k=jnp.sum(valid).astype(jnp.int32),
         depth=jnp.asarray(depth, jnp.int32),
         tree=tree,
         split_interval_size=beta * (upper - lower),

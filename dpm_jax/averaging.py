@@ -43,16 +43,18 @@ import numpy as np
 from dpm_jax import exact, keys
 from dpm_jax._arrays import looped_under_vmap, to_unit_range
 from dpm_jax.ledger import LedgerEntry
+from dpm_jax.releases import key_path
 from dpm_jax.mechanisms import (
     DiscreteGaussianTable,
     discrete_gaussian_multiplier,
     discrete_gaussian_noise,
     discrete_gaussian_table,
+    tv_delta,
 )
 
 __all__ = [
     "FIXED_POINT_BITS",
-    "AveragingPlan",
+    "LeafSumsRelease",
     "plan_averaging",
     "fixed_point_codes",
     "leaf_sums",
@@ -60,7 +62,6 @@ __all__ = [
     "leaf_centers",
     "blockwise_leaf_sums",
     "centers_from_sums",
-    "ledger_entry",
 ]
 
 FIXED_POINT_BITS = 20
@@ -70,14 +71,26 @@ _TARGET_SIGMA = 2.0**14
 _BLOCK_ROWS = 2**16  # rows whose codes exist at once (a multiple of _CHUNK)
 
 
-class AveragingPlan(NamedTuple):
-    """The public parameters of the averaging mechanism (they depend on epsilon, delta, d only)."""
+class LeafSumsRelease(NamedTuple):
+    """The leaf sums' release: its public parameters (they depend on epsilon, delta, d only),
+    its draw (:func:`release_leaf_sums`) and its ledger line (:meth:`entry`), side by side.
 
+    Privacy (module docstring): codes shifted to the middle by ``code_offset`` have L2 norm
+    at most code_offset sqrt(d), so floor(T / 2**s) moves by at most ``sensitivity`` =
+    2**(19 - s) sqrt(d) in L2 when ``code_offset`` = 2**19; N_Z(0, sigma^2) with sigma =
+    multiplier sensitivity is (epsilon, delta - sampler_delta)-DP through zCDP.
+    """
+
+    epsilon: float
+    delta: float  # includes the sampler's delta
     coarse_shift: int  # s: the released integer is floor(T / 2**s) + Z
     sensitivity: float  # L2 sensitivity of floor(T / 2**s): 2**(19 - s) sqrt(d)
     multiplier: float  # sigma / sensitivity (zCDP calibration)
     sigma: float  # of the discrete Gaussian, in units of 2**s codes
     sampler_delta: float  # d tv (1 + e^epsilon): the sampler's share of delta
+    code_offset: int = _CODE_HALF_RANGE  # the mid-shift: codes are round(u 2**20) - code_offset
+    name: str = "leaf_sums"
+    stream: str = keys.AVERAGE
 
     @property
     def table(self) -> DiscreteGaussianTable:
@@ -88,52 +101,58 @@ class AveragingPlan(NamedTuple):
         """Standard deviation of a noisy leaf sum in units of the bounds' range."""
         return self.sigma * 2.0**self.coarse_shift / 2.0**FIXED_POINT_BITS
 
+    def codes(self, unit_points: jax.Array) -> jax.Array:
+        """(n, d) int32 codes of points u in [0, 1]: round(u 2**20) clipped, minus the mid-shift."""
+        return fixed_point_codes(unit_points, self.code_offset)
+
+    def entry(self) -> LedgerEntry:
+        """The ledger line of :func:`release_leaf_sums` with this release's parameters."""
+        return LedgerEntry(
+            self.name,
+            "discrete_gaussian",
+            None,
+            self.epsilon,
+            self.delta,
+            self.sensitivity,
+            f"L2 of fixed-point sums / 2**{self.coarse_shift}",
+            self.sigma,
+            key_path(self.stream, None),
+            sampler_delta=self.sampler_delta,
+        )
+
 
 @functools.lru_cache(maxsize=64)
-def plan_averaging(epsilon: float, delta: float, d: int) -> AveragingPlan:
-    """Calibrate the leaf-sum mechanism to (epsilon, delta) for d dimensions (host side)."""
+def plan_averaging(epsilon: float, delta: float, d: int) -> LeafSumsRelease:
+    """Calibrate the leaf-sum release to (epsilon, delta) for d dimensions (host side)."""
     root_d = math.sqrt(d) * (1.0 + 2.0**-50)  # rounded up: the sensitivity is an upper bound
     sampler_delta = 0.0
     for _ in range(10):  # the sampler's delta depends (weakly) on the table it needs
         if sampler_delta > 0.1 * delta:
             raise ValueError(
-                f"the averaging mechanism's sampler would use {sampler_delta:.3g} of its "
-                f"delta {delta:.3g} (more than 10%); raise delta or lower epsilon"
+                f"epsilon is too large for the exact sampler of the leaf sums: its proven error, charged to "
+                f"delta and growing like e^epsilon, would be {sampler_delta:.3g} at the averaging mechanism's "
+                f"epsilon = {epsilon:.3g}, more than 10% of its delta share {delta:.3g}; use a smaller "
+                "epsilon (e.g. below 20) or a larger delta"
             )
         multiplier = discrete_gaussian_multiplier(epsilon, delta - sampler_delta)
         ratio = 2 ** int(np.clip(math.floor(math.log2(_TARGET_SIGMA / (multiplier * root_d))), 0, FIXED_POINT_BITS - 1))
         sensitivity = ratio * root_d
         table = discrete_gaussian_table(max(1.0, multiplier * sensitivity))
-        needed = d * table.tv * (1.0 + math.exp(epsilon)) * (1.0 + 1e-6)
+        needed = tv_delta(d * table.tv, epsilon) * (1.0 + 1e-6)
         if needed <= sampler_delta:
             break
         sampler_delta = needed
     else:
         raise ValueError(f"the averaging delta {delta:.3g} cannot pay for its sampler at d = {d}")
     shift = FIXED_POINT_BITS - 1 - int(math.log2(ratio))
-    return AveragingPlan(shift, sensitivity, multiplier, table.sigma, sampler_delta)
+    return LeafSumsRelease(epsilon, delta, shift, sensitivity, multiplier, table.sigma, sampler_delta)
 
 
-def ledger_entry(plan: AveragingPlan, epsilon: float, delta: float) -> LedgerEntry:
-    """The ledger line of the leaf sums' discrete Gaussian (:func:`release_leaf_sums`), from its plan."""
-    return LedgerEntry(
-        "leaf_sums",
-        "discrete_gaussian",
-        None,
-        epsilon,
-        delta,
-        plan.sensitivity,
-        f"L2 of fixed-point sums / 2**{plan.coarse_shift}",
-        plan.sigma,
-        (keys.AVERAGE,),
-        sampler_delta=plan.sampler_delta,
-    )
-
-
-def fixed_point_codes(unit_points: jax.Array) -> jax.Array:
-    """(n, d) int32 codes round(u 2**20) - 2**19 in [-2**19, 2**19] of points u in [0, 1]."""
+def fixed_point_codes(unit_points: jax.Array, code_offset: int = _CODE_HALF_RANGE) -> jax.Array:
+    """(n, d) int32 codes round(u 2**20) - code_offset of points u in [0, 1] (in [-2**19, 2**19]
+    for the mid-shift 2**19)."""
     codes = jnp.round(unit_points * np.float32(2**FIXED_POINT_BITS)).astype(jnp.int32)
-    return jnp.clip(codes, 0, 2**FIXED_POINT_BITS) - _CODE_HALF_RANGE
+    return jnp.clip(codes, 0, 2**FIXED_POINT_BITS) - code_offset
 
 
 def leaf_sums(codes: jax.Array, point_mask: jax.Array, point_slot: jax.Array, num_slots: int) -> exact.Int:
@@ -160,7 +179,7 @@ def _floor_shift(value: exact.Int, shift: int) -> exact.Int:
     return exact.Int(tuple(jnp.where(is_negative, n, p) for p, n in zip(positive.limbs, negative.limbs)))
 
 
-def release_leaf_sums(key: jax.Array, sums: exact.Int, table_arrays, plan: AveragingPlan) -> exact.Int:
+def release_leaf_sums(key: jax.Array, sums: exact.Int, table_arrays, plan: LeafSumsRelease) -> exact.Int:
     """The mechanism: floor(T / 2**s) + Z, Z ~ N_Z(0, sigma^2) i.i.d. per entry (exact integers).
 
     Sensitivity (L2, per leaf): ``plan.sensitivity``; privacy: see the module docstring.
@@ -180,7 +199,7 @@ def leaf_centers(
     lower: jax.Array,
     upper: jax.Array,
     table_arrays,
-    plan: AveragingPlan,
+    plan: LeafSumsRelease,
 ) -> jax.Array:
     """Noisy centres of all leaf slots in data units; padded slots are NaN.
 
@@ -195,14 +214,20 @@ def leaf_centers(
       plan: :func:`plan_averaging`.
     """
     num_slots = leaf_count.shape[0]
-    sums = blockwise_leaf_sums(points, lower, upper, point_mask, point_slot, num_slots)
+    sums = blockwise_leaf_sums(points, lower, upper, point_mask, point_slot, num_slots, plan)
     return centers_from_sums(key, sums, leaf_count, leaf_valid, lower, upper, table_arrays, plan)
 
 
 def blockwise_leaf_sums(
-    points: jax.Array, lower: jax.Array, upper: jax.Array, point_mask: jax.Array, point_slot: jax.Array, num_slots: int
+    points: jax.Array,
+    lower: jax.Array,
+    upper: jax.Array,
+    point_mask: jax.Array,
+    point_slot: jax.Array,
+    num_slots: int,
+    release: LeafSumsRelease,
 ) -> exact.Int:
-    """:func:`leaf_sums` of the codes of ``points`` (data units), _BLOCK_ROWS rows at a time.
+    """:func:`leaf_sums` of the release's codes of ``points`` (data units), _BLOCK_ROWS rows at a time.
 
     The codes of only one block exist at once (those of all n points would be a
     copy of the data); exact sums of the blocks' exact sums equal the sum at once.
@@ -211,7 +236,7 @@ def blockwise_leaf_sums(
 
     def block_sums(start, size):
         rows = lambda a: jax.lax.dynamic_slice_in_dim(a, start, size)
-        codes = fixed_point_codes(to_unit_range(rows(points), lower, upper))
+        codes = release.codes(to_unit_range(rows(points), lower, upper))
         return leaf_sums(codes, rows(point_mask), rows(point_slot), num_slots)
 
     full_blocks, remainder = divmod(n, _BLOCK_ROWS)
@@ -233,13 +258,16 @@ def centers_from_sums(
     lower: jax.Array,
     upper: jax.Array,
     table_arrays,
-    plan: AveragingPlan,
+    plan: LeafSumsRelease,
 ) -> jax.Array:
     """The mechanism on exact leaf sums (:func:`release_leaf_sums`), then centres in data units."""
     released = release_leaf_sums(key, sums, table_arrays, plan)
     # Post-processing of released integers from here on.
     noisy_sum = (exact.to_float32(released) + 0.5) * np.float32(2.0**plan.coarse_shift)
-    unit_centres = 0.5 + noisy_sum / np.float32(2**FIXED_POINT_BITS) / jnp.maximum(leaf_count, 1.0)[:, None]
+    unit_centers = (
+        np.float32(plan.code_offset / 2**FIXED_POINT_BITS)
+        + noisy_sum / np.float32(2**FIXED_POINT_BITS) / jnp.maximum(leaf_count, 1.0)[:, None]
+    )
     # The second clip: lower + u (upper - lower) can round one float32 step past upper.
-    centers = jnp.clip(lower + jnp.clip(unit_centres, 0.0, 1.0) * (upper - lower), lower, upper)
+    centers = jnp.clip(lower + jnp.clip(unit_centers, 0.0, 1.0) * (upper - lower), lower, upper)
     return jnp.where(leaf_valid[:, None], centers, jnp.nan)

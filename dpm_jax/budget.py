@@ -1,6 +1,6 @@
 """The privacy budget and its allocation over DPM's mechanisms and levels.
 
-The ledger's lines are written by the mechanisms themselves (:mod:`dpm_jax.ledger`).
+The ledger's lines are stated by the releases built from the allocation (:mod:`dpm_jax.dpm_releases`).
 
 Paper ("DPM: Clustering Sensitive Data through Separation"):
   * Section 3.3, Equation 2: within the counts (and within the split choices) the
@@ -31,12 +31,18 @@ import dataclasses
 import math
 from typing import NamedTuple
 
-from dpm_jax import keys
 from dpm_jax.config import CELL_GRID, DPMConfig, is_real_number
-from dpm_jax.ledger import LedgerEntry, heap_rows
-from dpm_jax.mechanisms import EM_EPSILON_MARGIN, EM_MAX_CANDIDATES, count_offset, count_sampler_tv, em_sampler_tv
+from dpm_jax.releases import at_most
+from dpm_jax.mechanisms import (
+    EM_EPSILON_MARGIN,
+    EM_MAX_CANDIDATES,
+    count_offset,
+    count_sampler_tv,
+    em_sampler_tv,
+    tv_delta,
+)
 
-__all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons", "count_entry", "level_weights"]
+__all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons", "level_weights"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,22 +75,6 @@ def level_weights(num_levels: int) -> tuple[float, ...]:
     raw = [math.sqrt(2.0**i) for i in range(num_levels)]
     total = math.fsum(raw)
     return tuple(r / total for r in raw)
-
-
-_ROUNDING_ULPS = 16  # more than float rounding of the parts can need
-
-
-def _at_most(total: float, parts: list[float], last: float) -> float:
-    """``last``, lowered by ulps until math.fsum(parts + [last]) <= total (a no-op when it already is).
-
-    Only rounding is absorbed: parts that exceed the total by more than a few ulps are a bug
-    in the allocation, not something to take out of ``last`` (an AssertionError).
-    """
-    for _ in range(_ROUNDING_ULPS):
-        if math.fsum([*parts, last]) <= total:
-            return last
-        last = math.nextafter(last, -math.inf)
-    raise AssertionError(f"the budget's parts exceed {total!r} by more than rounding: {math.fsum([*parts, last])!r}")
 
 
 def _split_exactly(total: float, weights) -> tuple[float, ...]:
@@ -164,9 +154,9 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
             f"d * candidates per dimension = {candidates} split candidates per node exceed "
             f"{EM_MAX_CANDIDATES}; lower max_splits_per_dim"
         )
-    count_sampler = tuple(count_sampler_tv(e) * (1.0 + math.exp(e)) for e in count_epsilons)
-    split_sampler = tuple(em_sampler_tv(candidates) * (1.0 + math.exp(e)) for e in split_epsilons)
-    interval_sampler = em_sampler_tv(config.num_sigmas) * (1.0 + math.exp(eps_int)) if interval else 0.0
+    count_sampler = tuple(tv_delta(count_sampler_tv(e), e) for e in count_epsilons)
+    split_sampler = tuple(tv_delta(em_sampler_tv(candidates), e) for e in split_epsilons)
+    interval_sampler = tv_delta(em_sampler_tv(config.num_sigmas), eps_int) if interval else 0.0
     sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,))
     if not sampler_total <= _MAX_SAMPLER_SHARE * delta_cnt:
         raise ValueError(
@@ -179,11 +169,11 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     count_deltas = _split_exactly(offset_delta, [1.0 / (config.tau_r + 1)] * (config.tau_r + 1))
     count_offsets = tuple(count_offset(e, d_) for d_, e in zip(count_deltas, count_epsilons))
     # The averaging takes what is left, rounded down until the ledger's lines (as
-    # count_entry, the tree's and the interval's lines state them) add up to no more
+    # the releases of dpm_jax.dpm_releases state them) add up to no more
     # than the budget: float rounding of the parts must never spend more than the user gave.
-    eps_avg = _at_most(budget.epsilon, [eps_int, *count_epsilons, *split_epsilons], eps_avg)
+    eps_avg = at_most(budget.epsilon, [eps_int, *count_epsilons, *split_epsilons], eps_avg)
     delta_lines = [c + s for c, s in zip(count_deltas, count_sampler)] + [*split_sampler, interval_sampler]
-    delta_avg = _at_most(budget.delta, delta_lines, delta_avg)
+    delta_avg = at_most(budget.delta, delta_lines, delta_avg)
     return Allocation(
         eps_int,
         count_epsilons,
@@ -198,8 +188,9 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     )
 
 
-def heap_count_epsilons(allocation: Allocation) -> tuple[float, ...]:
-    """epsilon_cnt of every tree node in heap layout (node i is at level floor(log2 i)).
+def heap_count_epsilons(allocation) -> tuple[float, ...]:
+    """epsilon_cnt of every tree node in heap layout (node i is at level floor(log2 i)), from
+    ``allocation.count_epsilons`` (an :class:`Allocation` or :class:`dpm_jax.dpm_releases.DPMReleases`).
 
     Element 0 is unused padding (given level 0's value so the array stays positive).
     """
@@ -208,24 +199,3 @@ def heap_count_epsilons(allocation: Allocation) -> tuple[float, ...]:
     for level in range(levels):
         per_node.extend([allocation.count_epsilons[level]] * 2**level)
     return tuple(per_node)
-
-
-def count_entry(allocation: Allocation, level: int) -> LedgerEntry:
-    """The ledger line of the counts of ``level``'s nodes (discrete Laplace, sensitivity 1).
-
-    Their noise is element ``heap_rows(level)`` of the count stream, drawn with
-    ``heap_count_epsilons(allocation)`` (:func:`dpm_jax.mechanisms.count_noise`).
-    """
-    epsilon, sampler_delta = allocation.count_epsilons[level], allocation.count_sampler_deltas[level]
-    return LedgerEntry(
-        f"count/level{level}",
-        "discrete_laplace",
-        level,
-        epsilon,
-        allocation.count_deltas[level] + sampler_delta,
-        1.0,
-        f"count; offset lambda={allocation.count_offsets[level]:.4g}",
-        1.0 / epsilon,
-        (keys.COUNT, heap_rows(level)),
-        sampler_delta=sampler_delta,
-    )

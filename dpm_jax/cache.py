@@ -1,12 +1,12 @@
 """JAX's persistent compilation cache for dpm_jax's own programs: a fast first call.
 
-Compiling :func:`dpm_jax.cluster` costs seconds on CPU; the compiled program depends
-only on shapes, dtypes, the budget and the config, never on data values. JAX can keep
+Compiling DPM costs seconds on CPU; the compiled program depends only on shapes, dtypes,
+the budget and the config, never on data values. JAX can keep
 compiled programs on disk (its persistent compilation cache, keyed by the program,
 the JAX/XLA version and the device), so a second process with the same shapes loads
-instead of compiling. ``import dpm_jax`` sets this up in ``$DPM_JAX_CACHE_DIR``, else
+instead of compiling. ``import dpm_jax`` chooses ``$DPM_JAX_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/dpm_jax/xla``, else ``~/.cache/dpm_jax/xla`` (created readable by its
-owner only), unless
+owner only, when the first entry point runs: importing touches nothing on disk), unless
 
 * the environment has ``DPM_JAX_NO_COMPILATION_CACHE=1`` (opt-out), or
 * the caller configured JAX's cache already (``jax_compilation_cache_dir`` is set:
@@ -22,11 +22,16 @@ included (measured: a closed-over array's bytes are in the cache entry, compress
 ``jax.jit`` that closes over private data (``jax.jit(lambda key: cluster(key, X, ...))``)
 would have it written to disk if the cache were on for every program of the process.
 So the cache is on only *while a dpm_jax entry point runs* (:func:`library_programs`,
-around :func:`dpm_jax.cluster` and :func:`dpm_jax.stream.cluster_stream`), and off
-otherwise: a caller's program is compiled after their trace of ``cluster`` has
-returned, with the cache off, and never stored. (Programs another thread compiles
+around :func:`dpm_jax.stream.cluster_stream`), and off otherwise: a caller's program is
+compiled after their trace of ``cluster`` has returned, with the cache off, and never stored.
+
+**Private sizes and the cache.** A cache entry is keyed by its program, shapes included,
+and :func:`dpm_jax.cluster`'s program is shaped by the data's (n, d): n is private under
+add/remove-one neighbours, so ``cluster`` never turns the cache on (nor do the estimator and
+the command line, which call it). ``cluster_stream``'s programs are shaped by ``chunk_rows``
+and fixed blocks, never by n (docs/privacy.md, section 6). (Programs another thread compiles
 while an entry point runs are cached too: do not compile programs closing over private
-data in a thread beside a running ``cluster``, or opt out.)
+data in a thread beside a running ``cluster_stream``, or opt out.)
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ DIRECTORY_VARIABLE = "DPM_JAX_CACHE_DIR"
 # which would skip the small validation programs a first call also compiles).
 _MIN_COMPILE_SECONDS = 0.1
 _directory: pathlib.Path | None = None  # dpm_jax's cache directory (None: off)
+_private = False  # the default directory: created readable by its owner only
+_created = False  # the directory exists (made by the first library_programs block)
 _active = 0  # library_programs blocks running, in all threads
 _restore: tuple | None = None  # JAX's settings before the outermost block set them
 _lock = threading.Lock()
@@ -70,20 +77,35 @@ def default_cache_dir() -> pathlib.Path:
 
 
 def enable_compilation_cache(directory: str | os.PathLike | None = None) -> pathlib.Path:
-    """Cache dpm_jax's programs in ``directory`` (default :func:`default_cache_dir`); returns it."""
-    global _directory
-    path = pathlib.Path(directory) if directory is not None else default_cache_dir()
-    path.mkdir(parents=True, exist_ok=True)
-    if directory is None:
-        path.chmod(0o700)  # the user's own
-    _directory = path
-    return path
+    """Cache dpm_jax's programs in ``directory`` (default :func:`default_cache_dir`); returns it.
+
+    The directory is created when the first dpm_jax entry point runs; if it cannot be
+    (a read-only home), the cache stays off: compiling is always correct, only slower.
+    """
+    global _directory, _private, _created
+    _directory = pathlib.Path(directory) if directory is not None else default_cache_dir()
+    _private, _created = directory is None, False
+    return _directory
 
 
 def disable_compilation_cache() -> None:
     """Compile every dpm_jax program afresh in this process (a cache configured for JAX is not touched)."""
     global _directory
     _directory = None
+
+
+def _usable_directory() -> pathlib.Path | None:
+    """dpm_jax's cache directory, created on first use; None (and the cache off) if it cannot be."""
+    global _directory, _created
+    if _directory is not None and not _created:
+        try:
+            _directory.mkdir(parents=True, exist_ok=True)
+            if _private:
+                _directory.chmod(0o700)  # the user's own
+            _created = True
+        except OSError:
+            _directory = None
+    return _directory
 
 
 def compilation_cache_dir() -> str | None:
@@ -103,7 +125,7 @@ def library_programs() -> Iterator[None]:
     global _active, _restore
     with _lock:
         _active += 1
-        if _active == 1 and _directory is not None and jax.config.jax_compilation_cache_dir is None:
+        if _active == 1 and jax.config.jax_compilation_cache_dir is None and _usable_directory() is not None:
             _restore = _set_jax_cache(str(_directory), _MIN_COMPILE_SECONDS, 0)
     try:
         yield
@@ -130,14 +152,8 @@ def _set_jax_cache(directory: str | None, min_compile_seconds: float, min_entry_
 
 
 def enable_by_default() -> None:
-    """What ``import dpm_jax`` does: enable unless opted out or configured by the caller.
-
-    A cache directory that cannot be created (read-only home) leaves the cache off:
-    compiling is always correct, only slower.
-    """
+    """What ``import dpm_jax`` does: choose the cache directory unless opted out or configured by
+    the caller (nothing is created until an entry point runs)."""
     if os.environ.get(OPT_OUT_VARIABLE, "").strip() not in ("", "0") or compilation_cache_dir():
         return
-    try:
-        enable_compilation_cache()
-    except OSError:
-        pass
+    enable_compilation_cache()

@@ -7,7 +7,7 @@ size is private (add/remove-one neighbours change it), so choosing the depth fro
 a release:
 
 1. one discrete Laplace count of the points with AUTO_DEPTH_EPSILON_SHARE of epsilon
-   (:func:`dpm_jax.mechanisms.noisy_count`, sensitivity 1, key stream ``keys.DEPTH``);
+   (:func:`depth_release`, sensitivity 1, key stream ``keys.DEPTH``);
 2. the depth D = :func:`depth_rule` of that noisy count and of the *remaining* budget,
    post-processing: the number of public thresholds (:class:`DepthPlan`) it reaches,
    compared in exact integers, so the choice is a traced int32 and the whole run stays
@@ -18,13 +18,14 @@ a release:
 
 Privacy: adaptive sequential composition. The count is (epsilon_depth, tv (1 +
 e^epsilon_depth))-DP; every depth's run spends the remaining budget (the count's part is the budget minus it,
-an exact subtraction), so for every value of D the ledger (:func:`ledger_entry` plus the
+an exact subtraction), so for every value of D the ledger (:func:`depth_release`'s line plus the
 run's lines at depth D) adds up to the user's budget, never more (float rounding is
 absorbed by :func:`dpm_jax.budget.allocate`). Which of the precomputed allocations runs depends only
 on the released count.
 
-The rule: :func:`dpm_jax.diagnostics.recommended_tau_r` (the deepest tau_r whose
-levels are all not near random, Lemma 5's exponent scale) plus AUTO_DEPTH_SLACK levels,
+The rule: :func:`recommended_tau_r` (the deepest tau_r whose levels are all not near
+random, Lemma 5's exponent scale: the level arithmetic below, which
+:func:`dpm_jax.diagnostics.plan` reports level by level) plus AUTO_DEPTH_SLACK levels,
 clipped to [1, max_depth]. The slack is measured (benchmarks/depth_rule.py): on every
 case but one of many clusters at n = 5,000 one level deeper than the plan's clusters
 best or as well, since the deepest level only splits nodes whose children both reach
@@ -33,6 +34,7 @@ tau_e.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import NamedTuple
@@ -41,13 +43,17 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact, keys
+from dpm_jax.averaging import plan_averaging
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
-from dpm_jax.config import AUTO_DEPTH, DPMConfig
-from dpm_jax.diagnostics import recommended_tau_r
-from dpm_jax.ledger import LedgerEntry
-from dpm_jax.mechanisms import count_sampler_tv, noisy_count
+from dpm_jax.dpm_releases import DPMReleases, dpm_releases
+from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.mechanisms import count_sampler_tv, tv_delta
+from dpm_jax.releases import CountRelease, at_most
 
 __all__ = [
+    "FixedDepth",
+    "AutoDepth",
+    "depth_strategy",
     "AUTO_DEPTH_EPSILON_SHARE",
     "AUTO_DEPTH_SLACK",
     "DepthPlan",
@@ -56,12 +62,66 @@ __all__ = [
     "feasible_depth",
     "noisy_size",
     "depth_of",
-    "ledger_entry",
+    "depth_release",
+    "exponent_scale",
+    "candidates_per_node",
+    "near_random",
+    "level_exponent_scales",
+    "recommended_tau_r",
 ]
 
 AUTO_DEPTH_EPSILON_SHARE = 0.02  # noise scale 50 / epsilon points: ample for a depth
 AUTO_DEPTH_SLACK = 1  # levels beyond recommended_tau_r (benchmarks/depth_rule.py)
+_MAX_SAMPLER_SHARE = 0.01  # of delta, as dpm_jax.budget allows the samplers of a run
 _MAX_COUNT = 2**31 - 1  # dpm_jax.api.MAX_POINTS: thresholds above it are never reached
+_MAX_RECOMMENDED_DEPTH = 12
+
+
+def exponent_scale(split_epsilon: float, node_size: float, offset: float, config: DPMConfig) -> float:
+    """B = epsilon_exp / (2 Delta_f), Delta_f = (t/q + alpha) / max(n_node - lambda, 1) (Lemma 5)."""
+    return split_epsilon * max(node_size - offset, 1.0) / (2.0 * (config.t / config.q + config.alpha))
+
+
+def candidates_per_node(d: int, config: DPMConfig) -> int:
+    """M: d times the candidates per dimension: the paper's grid at its smallest interval size (an upper
+    bound), or the cell grid's inner half-bin boundaries (2 max_splits_per_dim - 1)."""
+    if config.split_grid == CELL_GRID:
+        return d * (2 * config.max_splits_per_dim - 1)
+    return d * min(math.ceil(1.0 / config.finest_interval - 1e-6), config.max_splits_per_dim)
+
+
+def near_random(scale: float, candidates: int, config: DPMConfig) -> bool:
+    """B (t + alpha) < ln(M): even the largest score gap cannot outweigh the other candidates."""
+    return scale * (config.t + config.alpha) < math.log(candidates)
+
+
+def level_exponent_scales(n: float, d: int, budget: Budget, config: DPMConfig) -> tuple[float, ...]:
+    """B of every split level of a fixed-depth run on ``n`` points under balanced splits (node size
+    n / 2**l; :func:`dpm_jax.budget.allocate`'s epsilon_exp and lambda). Raises allocate's ValueError."""
+    allocation = allocate(budget, config, d)
+    return tuple(
+        exponent_scale(allocation.split_epsilons[level], n / 2**level, allocation.count_offsets[level], config)
+        for level in range(config.tau_r)
+    )
+
+
+def recommended_tau_r(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> int:
+    """The largest depth tau_r (<= 12) at which no level is near random; 0 if none.
+
+    A smaller tau_r gives each level more budget, so the search runs over tau_r itself.
+    Measured against the depth that clusters best in benchmarks/diagnostics.py (results
+    in benchmarks/results/diagnostics.json). Public inputs only.
+    """
+    best = 0
+    candidates = candidates_per_node(d, config)
+    for tau_r in range(1, _MAX_RECOMMENDED_DEPTH + 1):
+        try:
+            scales = level_exponent_scales(n, d, budget, dataclasses.replace(config, tau_r=tau_r))
+        except ValueError:  # a budget the exact samplers cannot certify at this depth
+            break
+        if not any(near_random(scale, candidates, config) for scale in scales):
+            best = tau_r
+    return best
 
 
 class DepthPlan(NamedTuple):
@@ -89,7 +149,13 @@ def plan_depth(budget: Budget, config: DPMConfig, d: int) -> DepthPlan:
     # exact for b in [a/2, a] (Sterbenz), so the ledger's lines never add up to more than it.
     remaining_epsilon = budget.epsilon * (1.0 - AUTO_DEPTH_EPSILON_SHARE)
     epsilon = budget.epsilon - remaining_epsilon
-    sampler_delta = count_sampler_tv(epsilon) * (1.0 + math.exp(epsilon))
+    sampler_delta = tv_delta(count_sampler_tv(epsilon), epsilon)
+    if not sampler_delta <= _MAX_SAMPLER_SHARE * budget.delta:  # also: budget.delta - remaining is exact
+        raise ValueError(
+            f"degenerate budget: at epsilon {budget.epsilon:.4g} the depth count's sampler would need delta "
+            f"{sampler_delta:.3g}, more than {_MAX_SAMPLER_SHARE:.0%} of delta {budget.delta:.3g}; lower epsilon, "
+            "raise delta, or fix tau_r"
+        )
     remaining_delta = budget.delta - sampler_delta
     while budget.delta - remaining_delta < sampler_delta:
         remaining_delta = math.nextafter(remaining_delta, 0.0)
@@ -143,15 +209,26 @@ def _smallest_count_reaching(rule, depth: int) -> int | None:
     return high
 
 
-def noisy_size(key: jax.Array, num_points: jax.Array, plan: DepthPlan) -> exact.Int:
-    """The depth's release: the number of points (int32; the True entries of the point mask, the
-    rows of a stream) plus discrete Laplace noise of scale 1 / plan.epsilon from
-    ``derive_key(key, keys.DEPTH)``, exact.
+def depth_release(plan: DepthPlan, depth: int | None = None) -> CountRelease:
+    """The depth's count: discrete Laplace with plan.epsilon on the number of points (sensitivity 1,
+    key stream ``keys.DEPTH``), charged plan.delta; ``depth`` (the depth it chose) names it in the line."""
+    chose = "" if depth is None else f"; chose tau_r={depth} of 1..{plan.deepest}"
+    return CountRelease(
+        "depth",
+        plan.epsilon,
+        keys.DEPTH,
+        offset_delta=at_most(plan.delta, [plan.sampler_delta], plan.delta - plan.sampler_delta),
+        rule=f"count of all points{chose}",
+    )
 
-    Privacy: (plan.epsilon, plan.delta)-DP (:func:`dpm_jax.mechanisms.noisy_count`:
-    sensitivity 1, one point changes the count by one). Traceable.
+
+def noisy_size(key: jax.Array, num_points: jax.Array, plan: DepthPlan) -> exact.Int:
+    """The depth's release (:func:`depth_release`): the number of points (int32; the True entries
+    of the point mask, the rows of a stream) plus discrete Laplace noise of scale 1 / plan.epsilon
+    from ``derive_key(key, keys.DEPTH)``, exact. Traceable.
     """
-    return noisy_count(keys.derive_key(key, keys.DEPTH), num_points, plan.epsilon)
+    release = depth_release(plan)
+    return release.draw(keys.derive_key(key, release.stream), num_points)
 
 
 def depth_of(released: exact.Int, plan: DepthPlan) -> jax.Array:
@@ -161,17 +238,52 @@ def depth_of(released: exact.Int, plan: DepthPlan) -> jax.Array:
     return 1 + sum((r.astype(jnp.int32) for r in reached), jnp.int32(0))
 
 
-def ledger_entry(plan: DepthPlan, depth: int) -> LedgerEntry:
-    """The count's ledger line (the first of every depth's ledger)."""
-    return LedgerEntry(
-        "depth",
-        "discrete_laplace",
-        None,
-        plan.epsilon,
-        plan.delta,
-        1.0,
-        f"count of all points; chose tau_r={depth} of 1..{plan.deepest}",
-        1.0 / plan.epsilon,
-        (keys.DEPTH,),
-        sampler_delta=plan.sampler_delta,
-    )
+class FixedDepth(NamedTuple):
+    """The depth rule of ``DPMConfig(tau_r=int)``: the paper's fixed depth (Algorithm 1's tau_r)."""
+
+    depth: int
+
+    def releases(self, budget: Budget, config: DPMConfig, d: int) -> tuple[tuple[int, DPMReleases], ...]:
+        """The run's releases at its one depth; their lines add up to the budget."""
+        allocation = allocate(budget, config, d)
+        leaf_sums = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+        return ((self.depth, dpm_releases(allocation, config, d, leaf_sums)),)
+
+    def choose(self, key: jax.Array, num_points: jax.Array) -> jax.Array:
+        """int32 the depth (no release)."""
+        return jnp.int32(self.depth)
+
+
+class AutoDepth(NamedTuple):
+    """The depth rule of ``DPMConfig(tau_r="auto")``: a noisy count, then the depth of its thresholds."""
+
+    plan: DepthPlan
+
+    def releases(self, budget: Budget, config: DPMConfig, d: int) -> tuple[tuple[int, DPMReleases], ...]:
+        """The releases of every depth 1..deepest on the remaining budget, each led by the depth's count."""
+        depths = range(1, self.plan.deepest + 1)
+        allocations = [allocate(self.plan.remaining, config.at_depth(depth), d) for depth in depths]
+        # The leaf sums are drawn before the depth is known to them (one sampler table): every depth
+        # averages with the smallest of its allocations' averaging budgets, which differ by at most
+        # the ulps allocate rounds them down by, so each ledger still stays within the budget.
+        leaf_sums = plan_averaging(
+            min(a.average_epsilon for a in allocations), min(a.average_delta for a in allocations), d
+        )
+        return tuple(
+            (
+                depth,
+                dpm_releases(allocation, config.at_depth(depth), d, leaf_sums, count_row=depth - 1)._replace(
+                    depth_count=depth_release(self.plan, depth)
+                ),
+            )
+            for depth, allocation in zip(depths, allocations)
+        )
+
+    def choose(self, key: jax.Array, num_points: jax.Array) -> jax.Array:
+        """int32 the depth of a noisy count of ``num_points`` (:func:`noisy_size`, :func:`depth_of`). Traceable."""
+        return depth_of(noisy_size(key, num_points, self.plan), self.plan)
+
+
+def depth_strategy(budget: Budget, config: DPMConfig, d: int) -> FixedDepth | AutoDepth:
+    """The depth rule of ``config``, chosen once: the engine never tests ``tau_r == "auto"`` again."""
+    return AutoDepth(plan_depth(budget, config, d)) if config.tau_r == AUTO_DEPTH else FixedDepth(config.tau_r)

@@ -50,11 +50,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import exact, keys
+from dpm_jax import exact
 from dpm_jax._arrays import looped_under_vmap, reciprocal
 from dpm_jax.config import DPMConfig
-from dpm_jax.ledger import LedgerEntry
-from dpm_jax.mechanisms import EM_EPSILON_MARGIN, exponential_mechanism
+from dpm_jax.mechanisms import exponential_mechanism
+from dpm_jax.releases import SelectionRelease
 
 __all__ = [
     "gaussian_gap_constant",
@@ -69,7 +69,6 @@ __all__ = [
     "first_gap_threshold",
     "select_interval_size",
     "estimate_split_interval_size",
-    "ledger_entry",
     "PERCENTILE_SENSITIVITY",
 ]
 
@@ -226,29 +225,6 @@ def num_interval_dimensions(d: int, max_dims: int | None) -> int:
     return d if max_dims is None else min(d, max_dims)
 
 
-def ledger_entry(epsilon: float, sampler_delta: float, d: int, config: DPMConfig) -> LedgerEntry:
-    """The ledger line of Algorithm 2's one exponential mechanism (:func:`estimate_split_interval_size`).
-
-    Sensitivity 2 d' gap counts (the integer utility's :func:`utility_sensitivity` in its
-    2**-10 units); the sampler's margin and total variation are charged
-    (:mod:`dpm_jax.mechanisms`).
-    """
-    num_dims = num_interval_dimensions(d, config.interval_max_dims)
-    return LedgerEntry(
-        "interval_size",
-        "exponential",
-        None,
-        epsilon,
-        sampler_delta,
-        utility_sensitivity(num_dims) / _UTILITY_UNITS,
-        f"gap counts summed over {num_dims} dims (Lemma 1)",
-        None,
-        (keys.INTERVAL,),
-        sampler_epsilon=EM_EPSILON_MARGIN,
-        sampler_delta=sampler_delta,
-    )
-
-
 def utility_sensitivity(num_dims: int) -> int:
     """Lemma 1 per dimension (2), summed over the d' dimensions Algorithm 2 uses, in units of 2**-10."""
     return PERCENTILE_SENSITIVITY * num_dims * _UTILITY_UNITS
@@ -260,14 +236,15 @@ def estimate_split_interval_size(
     unit_points: jnp.ndarray,
     point_mask: jnp.ndarray,
     noisy_count,
-    epsilon: float,
+    release: SelectionRelease,
     config: DPMConfig,
 ):
     """Algorithm 2: a DP choice of sigma* from the sigma grid; returns (beta, index).
 
     Privacy: one exponential mechanism (:func:`dpm_jax.mechanisms.exponential_mechanism`)
-    with integer utility of sensitivity 2 d' (Lemma 1, see the module docstring):
-    (epsilon, sampler delta)-DP. ``noisy_count`` is the released root count
+    with ``release``'s epsilon and sensitivity (the integer utility's, 2 d' gap counts,
+    Lemma 1, see the module docstring): (epsilon, sampler delta)-DP, its ledger line
+    ``release.entry()``. ``noisy_count`` is the released root count
     (post-processing, Lemma 2). The key is split into (dimension choice, selection).
 
     Returns:
@@ -279,7 +256,7 @@ def estimate_split_interval_size(
     if dims is not None:
         unit_points = unit_points[:, dims]
     counts = gap_counts_below(unit_points, point_mask, first_gap_threshold(noisy_count, config), config.num_sigmas)
-    return select_interval_size(select_key, em_table, counts, noisy_count, epsilon, unit_points.shape[1], config)
+    return select_interval_size(select_key, em_table, counts, noisy_count, release, unit_points.shape[1], config)
 
 
 def first_gap_threshold(noisy_count, config: DPMConfig):
@@ -288,7 +265,13 @@ def first_gap_threshold(noisy_count, config: DPMConfig):
 
 
 def select_interval_size(
-    key: jax.Array, em_table, counts: exact.Int, noisy_count, epsilon: float, num_dims: int, config: DPMConfig
+    key: jax.Array,
+    em_table,
+    counts: exact.Int,
+    noisy_count,
+    release: SelectionRelease,
+    num_dims: int,
+    config: DPMConfig,
 ):
     """The mechanism of Algorithm 2 on the exact gap counts C(y_g) of ``num_dims`` dimensions:
     (beta, index) (:func:`estimate_split_interval_size`)."""
@@ -298,8 +281,8 @@ def select_interval_size(
         em_table,
         exact.Int(tuple(limb[None] for limb in utility.limbs)),
         jnp.ones((1, config.num_sigmas), bool),
-        epsilon,
-        utility_sensitivity(num_dims),
+        release.epsilon,
+        release.sensitivity,
     )[0]
     sigma = config.sigma_step * (index + 1).astype(jnp.float32)
     # Post-processing: never more than max_splits_per_dim candidates per dimension.

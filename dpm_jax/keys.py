@@ -16,11 +16,26 @@ import secrets
 import jax
 import numpy as np
 
-__all__ = ["COUNT", "INTERVAL", "SPLIT", "AVERAGE", "DEPTH", "STREAMS", "derive_key", "MAX_SEED", "key_from_seed"]
+__all__ = [
+    "COUNT",
+    "INTERVAL",
+    "SPLIT",
+    "AVERAGE",
+    "DEPTH",
+    "SYNTH_TREE",
+    "SYNTH_LEAF",
+    "BOUNDS",
+    "STREAMS",
+    "derive_key",
+    "MAX_SEED",
+    "key_from_seed",
+]
 
 # One stream per mechanism; the ledger's key paths use the same names.
 COUNT, INTERVAL, SPLIT, AVERAGE, DEPTH = "count", "interval", "split", "average", "depth"
-STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4}
+SYNTH_TREE, SYNTH_LEAF = "synth_tree", "synth_leaf"  # dpm_jax.synth: the partition, the leaf counts
+BOUNDS = "bounds"  # private bounds (dpm_jax.bounds)
+STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4, BOUNDS: 5, SYNTH_TREE: 6, SYNTH_LEAF: 7}
 # The greedy k-means (dpm_jax.greedy, issue 26).
 GREEDY_SELECT, GREEDY_COUNT, GREEDY_SUM = "greedy_select", "greedy_count", "greedy_sum"
 STREAMS.update({GREEDY_SELECT: 8, GREEDY_COUNT: 9, GREEDY_SUM: 10})

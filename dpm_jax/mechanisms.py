@@ -45,6 +45,7 @@ __all__ = [
     "add_count_noise",
     "noisy_count",
     "count_sampler_tv",
+    "tv_delta",
     "count_offset",
     "discrete_laplace_tail",
     "EM_EPSILON_MARGIN",
@@ -315,6 +316,20 @@ _COARSE_BITS = 9
 _EXPONENT_FLOOR_UNITS = 1.25
 EM_EPSILON_MARGIN = 2 * (_EXPONENT_FLOOR_UNITS * math.log(2.0) * 2.0**-EM_FRACTION_BITS + 2 * _EM_TABLE_RELATIVE_ERROR)
 _SCALE_ROUNDING_GUARD = 1.0 - 2.0**-20  # covers the float32 rounding of the scale
+
+
+def tv_delta(tv: float, epsilon: float) -> float:
+    """The delta an epsilon-DP release pays for a sampler within total variation ``tv`` of its
+    ideal law: tv (1 + e^epsilon) (Section 1 of docs/privacy.md); inf where e^epsilon overflows
+    a float, so that the callers' checks on it refuse the budget with their ValueError."""
+    if tv == 0:
+        return 0.0
+    return tv * (1.0 + math.exp(epsilon)) if epsilon < _MAX_EXP_ARGUMENT else math.inf
+
+
+_MAX_EXP_ARGUMENT = 709.0  # math.exp overflows a float64 above about 709.78
+
+
 _BLOCK = 32
 _OUT_OF_RANGE = 60 * 2**EM_FRACTION_BITS  # exponents from here on give weight 0 (< 2**-1)
 _GAP_BITS = 27  # floor(x / 2**h) is clamped below 2**27: any larger gap is out of range

@@ -16,6 +16,9 @@ one record):
   that many counts by one each).
 * :class:`SelectionRelease` -- the exact exponential mechanism on integer scores of
   sensitivity ``sensitivity`` over at most ``num_candidates`` candidates per row.
+* :class:`ThresholdRelease` -- discrete Laplace counts of the cells of a partition, only
+  those reaching a threshold released, the empty cells drawn implicitly (Algorithm 5 of
+  "Differentially Private Synthetic Data Using KD-Trees", :mod:`dpm_jax.synth.implicit`).
 * :class:`GaussianRelease` -- discrete Gaussian noise on an integer vector of L2
   sensitivity ``l2_sensitivity``, calibrated through zCDP.
 * :class:`ComposedSelectionRelease` -- ``selections`` adaptive runs of the exact
@@ -28,13 +31,15 @@ float64 (exact sum, ``math.fsum``): the ledger never states more than the user g
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import NamedTuple, Protocol, Sequence
 
 import jax
 import numpy as np
 
-from dpm_jax import keys
+from dpm_jax import exact, keys
 from dpm_jax.exact import Int
+from dpm_jax.synth import implicit
 from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.mechanisms import (
     EM_EPSILON_MARGIN,
@@ -47,6 +52,7 @@ from dpm_jax.mechanisms import (
     discrete_gaussian_table,
     em_sampler_tv,
     exponential_mechanism,
+    tv_delta,
 )
 
 __all__ = [
@@ -55,6 +61,8 @@ __all__ = [
     "SelectionRelease",
     "GaussianRelease",
     "ComposedSelectionRelease",
+    "key_path",
+    "ThresholdRelease",
     "ledger_of",
     "split_budget",
     "at_most",
@@ -70,26 +78,45 @@ class Release(Protocol):
     def entry(self) -> LedgerEntry: ...
 
 
+def key_path(stream: str, rows: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """A release's key path: its stream, then which rows of the stream's draw it uses (if not all)."""
+    if rows is None:
+        return (stream,)
+    return (stream, rows) if isinstance(rows, str) else (stream, *rows)
+
+
 def ledger_of(releases: Sequence[Release]) -> Ledger:
     """The ledger of a run: the lines of its releases, in the order they run."""
     return Ledger(r.entry() for r in releases)
 
 
-_ROUNDING_ULPS = 16  # more than float rounding of a few parts can need
+_ROUNDING_SLACK = 64  # ulps of the total: more than float rounding of the parts can need
 
 
 def at_most(total: float, parts: Sequence[float], last: float) -> float:
-    """``last``, lowered by ulps until ``math.fsum([*parts, last]) <= total``.
+    """``last``, or the largest float below it whose *exact* sum with ``parts`` is at most ``total``.
 
-    Only rounding is absorbed: an excess of more than a few ulps is a bug, and raises.
+    Exact (rational) sums, not rounded ones: ``math.fsum`` can round a sum a fraction of an
+    ulp above ``total`` down onto it, and a line added later (the depth's count) would then
+    lift the ledger one ulp above the budget. With the exact sum at most ``total``, every
+    ledger that adds more lines whose exact sum is at most their own budget stays within it.
+    Only rounding is absorbed: an excess above ``_ROUNDING_SLACK`` ulps of ``total`` is a bug
+    in the caller's arithmetic (AssertionError). ValueError when ``last`` cannot absorb it
+    (it would drop to 0 or below).
     """
-    for _ in range(_ROUNDING_ULPS):
-        if math.fsum([*parts, last]) <= total:
-            return last
-        last = math.nextafter(last, -math.inf)
-    if math.fsum([*parts, last]) <= total:
+    room = Fraction(total) - sum(map(Fraction, parts), Fraction(0))
+    if Fraction(last) <= room:
         return last
-    raise AssertionError(f"parts {parts} + {last} exceed the total {total} by more than rounding")
+    if Fraction(last) - room > _ROUNDING_SLACK * Fraction(math.ulp(total)):
+        raise AssertionError(f"parts {parts} + {last} exceed the total {total} by more than rounding")
+    lowered = float(room)  # the nearest float; lower it by one ulp if that is above the room
+    lowered = lowered if Fraction(lowered) <= room else math.nextafter(lowered, -math.inf)
+    if not lowered > 0:
+        raise ValueError(
+            f"the last part {last!r} of the total {total!r} is too small to absorb the rounding of the "
+            "others: raise its share"
+        )
+    return lowered
 
 
 def split_budget(total: float, shares: Sequence[float]) -> tuple[float, ...]:
@@ -115,17 +142,19 @@ class CountRelease(NamedTuple):
     it; over ``draws_per_record`` draws a record can influence (Δ for per-dimension
     histograms) the ledger charges ``sampler_delta`` = draws tv (1 + e^epsilon).
     ``offset_delta`` is any extra delta the caller spends through this release (e.g.
-    the shifted count's P[n~ - lambda > |S|], Equation 1 of the DPM paper).
+    the shifted count's P[n~ - lambda > |S|], Equation 1 of the DPM paper), ``offset``
+    the lambda it pays for (a public number the consumer subtracts; 0: none).
     """
 
     name: str
     epsilon: float
     stream: str
     sensitivity: int = 1
-    rows: str | None = None  # which part of the stream's draw (key path detail)
+    rows: str | tuple[str, ...] | None = None  # which part of the stream's draw (key path detail)
     level: int | None = None
     offset_delta: float = 0.0
     rule: str = "count of disjoint sets"
+    offset: float = 0.0
 
     @property
     def noise_epsilon(self) -> float:
@@ -135,7 +164,7 @@ class CountRelease(NamedTuple):
     @property
     def sampler_delta(self) -> float:
         draws = self.sensitivity
-        return draws * count_sampler_tv(self.noise_epsilon) * (1.0 + math.exp(self.epsilon))
+        return tv_delta(draws * count_sampler_tv(self.noise_epsilon), self.epsilon)
 
     def draw(self, key: jax.Array, true_counts: jax.Array) -> Int:
         """``true_counts + Z`` in exact integers (``key`` is this release's stream key)."""
@@ -143,8 +172,11 @@ class CountRelease(NamedTuple):
         noise = count_noise(key, np.full(counts.shape, self.noise_epsilon))
         return add_count_noise(counts, noise)
 
+    def noise(self, key: jax.Array, shape: tuple[int, ...]) -> Int:
+        """The noise alone, ``shape`` draws (for counts that are known only later in the program)."""
+        return count_noise(key, np.full(shape, self.noise_epsilon))
+
     def entry(self) -> LedgerEntry:
-        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
         return LedgerEntry(
             self.name,
             "discrete_laplace",
@@ -154,7 +186,7 @@ class CountRelease(NamedTuple):
             float(self.sensitivity),
             f"L1: {self.rule}",
             self.sensitivity / self.epsilon,
-            path,
+            key_path(self.stream, self.rows),
             sampler_delta=self.sampler_delta,
         )
 
@@ -165,7 +197,9 @@ class SelectionRelease(NamedTuple):
     Privacy: (epsilon, (1 + e^epsilon) em_sampler_tv(M))-DP per row when every integer
     score changes by at most ``sensitivity`` (Δ) between neighbours (McSherry and Talwar
     2007; the sampler's errors in :mod:`dpm_jax.mechanisms`); rows over disjoint sets
-    compose in parallel, rows over the same records must be separate releases.
+    compose in parallel, rows over the same records must be separate releases. The
+    sampler spends EM_EPSILON_MARGIN of epsilon (:func:`dpm_jax.mechanisms.em_exponent_scale`
+    subtracts it), stated as the line's ``sampler_epsilon``.
     """
 
     name: str
@@ -173,13 +207,13 @@ class SelectionRelease(NamedTuple):
     stream: str
     sensitivity: int
     num_candidates: int
-    rows: str | None = None
+    rows: str | tuple[str, ...] | None = None
     level: int | None = None
     rule: str = "integer score"
 
     @property
     def sampler_delta(self) -> float:
-        return em_sampler_tv(self.num_candidates) * (1.0 + math.exp(self.epsilon))
+        return tv_delta(em_sampler_tv(self.num_candidates), self.epsilon)
 
     def check(self) -> None:
         """A ValueError when epsilon is below the exact sampler's margin."""
@@ -194,7 +228,6 @@ class SelectionRelease(NamedTuple):
         return exponential_mechanism(key, table, scores, valid, self.epsilon, self.sensitivity)
 
     def entry(self) -> LedgerEntry:
-        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
         return LedgerEntry(
             self.name,
             "exponential",
@@ -204,7 +237,8 @@ class SelectionRelease(NamedTuple):
             float(self.sensitivity),
             f"{self.rule}; {self.num_candidates} candidates",
             2.0 * self.sensitivity / self.epsilon,
-            path,
+            key_path(self.stream, self.rows),
+            sampler_epsilon=EM_EPSILON_MARGIN,
             sampler_delta=self.sampler_delta,
         )
 
@@ -225,7 +259,7 @@ class GaussianRelease(NamedTuple):
     l2_sensitivity: float
     sigma: float
     sampler_delta: float
-    rows: str | None = None
+    rows: str | tuple[str, ...] | None = None
     level: int | None = None
     rule: str = "L2 of an integer vector"
 
@@ -239,7 +273,7 @@ class GaussianRelease(NamedTuple):
             if sampler_delta > 0.1 * delta:
                 raise ValueError(f"{name}: the sampler would need {sampler_delta:.3g} of delta {delta:.3g}")
             sigma = max(1.0, discrete_gaussian_multiplier(epsilon, delta - sampler_delta) * l2_sensitivity)
-            needed = dimension * discrete_gaussian_table(sigma).tv * (1.0 + math.exp(epsilon)) * (1.0 + 1e-6)
+            needed = tv_delta(dimension * discrete_gaussian_table(sigma).tv, epsilon) * (1.0 + 1e-6)
             if needed <= sampler_delta:
                 return cls(name, epsilon, delta, stream, float(l2_sensitivity), sigma, sampler_delta, **kw)
             sampler_delta = needed
@@ -252,7 +286,6 @@ class GaussianRelease(NamedTuple):
         return discrete_gaussian_noise(key, high, low, table.support_min, shape)
 
     def entry(self) -> LedgerEntry:
-        path = (self.stream,) if self.rows is None else (self.stream, self.rows)
         return LedgerEntry(
             self.name,
             "discrete_gaussian",
@@ -262,7 +295,7 @@ class GaussianRelease(NamedTuple):
             self.l2_sensitivity,
             self.rule,
             self.sigma,
-            path,
+            key_path(self.stream, self.rows),
             sampler_delta=self.sampler_delta,
         )
 
@@ -359,3 +392,100 @@ def _composed_rho(selections: Sequence[int], epsilons: Sequence[float]) -> float
 def stream_key(key: jax.Array, release: Release) -> jax.Array:
     """The key a release draws from: its stream's key derived from the caller's key."""
     return keys.derive_key(key, release.stream)
+
+
+class ThresholdRelease(NamedTuple):
+    """Thresholded discrete Laplace counts of all cells of a partition, empty cells implicit.
+
+    Ideal mechanism (Algorithm 1 of "Differentially Private Synthetic Data Using KD-Trees",
+    lines 9-12, with Algorithm 4 for the empty cells): every cell gets count + Z, Z discrete
+    Laplace with P(Z = k) ∝ e^(-epsilon |k|), and the cells with count + Z >= t are released
+    with their noisy counts. A record is in one cell (disjoint cells, add/remove-one): L1
+    sensitivity 1, (epsilon, 0)-DP; thresholding is post-processing. The non-empty cells
+    are drawn explicitly; the empty ones by :mod:`dpm_jax.synth.implicit` (Lemma 9),
+    whose distance from the explicit draw is charged with the non-empty cells' sampler
+    error as delta = tv (1 + e^epsilon).
+
+    ``thresholds`` and ``max_empty`` list public candidates (the run picks one, ``choice``,
+    from an earlier release); the ledger line holds for the worst of them. ``max_empty``
+    bounds the number of empty cells for any data set of at most the stated n.
+    """
+
+    name: str
+    epsilon: float
+    stream: str
+    thresholds: tuple[int, ...]
+    max_empty: tuple[int, ...]
+    rows: str | None = None
+    level: int | None = None
+    rule: str = "one count per cell of a partition"
+
+    @property
+    def capacity(self) -> int:
+        """Static number of implicit draws: enough for every candidate (truncation <= 2**-64)."""
+        return max(implicit.ghost_capacity(k, implicit.pass_probability(self.epsilon, t)) for t, k in self._pairs())
+
+    def _pairs(self):
+        return zip(self.thresholds, self.max_empty)
+
+    @property
+    def sampler_delta(self) -> float:
+        capacity = self.capacity
+        weight_cut = math.exp(-self.epsilon * 2.0**implicit.WEIGHT_BITS)  # G >= 2**30, clamped
+        ghost = max(
+            implicit.ghost_tv(k, implicit.pass_probability(self.epsilon, t), capacity) for t, k in self._pairs()
+        )
+        tv = count_sampler_tv(self.epsilon) + ghost + capacity * weight_cut
+        return tv * (1.0 + math.exp(self.epsilon))
+
+    def check(self) -> None:
+        """A ValueError for thresholds or an epsilon the exact samplers cannot serve."""
+        if not self.epsilon >= 1e-7:
+            raise ValueError(f"{self.name}: epsilon {self.epsilon:.3g} is below 1e-7, the conditioned counts' range")
+        if any(not 1 <= t < 2**30 for t in self.thresholds):
+            raise ValueError(f"{self.name}: thresholds must be in [1, 2**30), got {self.thresholds}")
+
+    def tables(self):
+        """Device tables: skip thresholds per candidate (c, 32) and the conditioned count's (31,)."""
+        skips = [implicit.geometric_table(self.epsilon, t, implicit.SKIP_BITS) for t in self.thresholds]
+        weight = implicit.geometric_table(self.epsilon, None, implicit.WEIGHT_BITS)
+        return (
+            np.stack([s.high for s in skips]),
+            np.stack([s.low for s in skips]),
+            weight.high,
+            weight.low,
+        )
+
+    def draw(self, key: jax.Array, counts: jax.Array, num_empty: jax.Array, choice: jax.Array):
+        """Noisy counts of the non-empty cells and the implicit empty ones.
+
+        Returns (kept, weights, positions, passed, ghost_weights): ``kept`` marks the
+        non-empty cells whose noisy count (``weights``, int32) reaches the threshold;
+        ``positions`` (capacity,) are the ranks of the passing empty cells among the
+        ``num_empty`` in the caller's public order, ``passed`` marks the real ones and
+        ``ghost_weights`` are their noisy counts t + G.
+        """
+        skip_high, skip_low, weight_high, weight_low = (jax.numpy.asarray(a) for a in self.tables())
+        threshold = jax.numpy.asarray(np.asarray(self.thresholds, np.int32))[choice]
+        noisy = add_count_noise(counts, count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, self.epsilon)))
+        kept = ~exact.less(noisy, exact.from_int32(jax.numpy.full(counts.shape, threshold)))
+        weights = exact.clip_to_int32(noisy, 0, 2**31 - 1)
+        capacity = self.capacity
+        positions = implicit.skip_positions(jax.random.fold_in(key, 1), skip_high[choice], skip_low[choice], capacity)
+        extra, _ = implicit.draw_geometric(jax.random.fold_in(key, 2), weight_high, weight_low, (capacity,))
+        passed = positions < num_empty.astype(jax.numpy.uint32)
+        return kept, weights, positions, passed, threshold + extra
+
+    def entry(self) -> LedgerEntry:
+        return LedgerEntry(
+            self.name,
+            "discrete_laplace_threshold",
+            self.level,
+            self.epsilon,
+            self.sampler_delta,
+            1.0,
+            f"L1: {self.rule}; thresholds {self.thresholds}",
+            1.0 / self.epsilon,
+            key_path(self.stream, self.rows),
+            sampler_delta=self.sampler_delta,
+        )

@@ -49,7 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import exact, keys
+from dpm_jax import bounds as bounds_lib
+from dpm_jax import exact
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (
     MAX_POINTS,
@@ -59,14 +60,18 @@ from dpm_jax.api import (
     validate_bounds,
     validate_key,
     warn_if_starved,
+    within_float32,
     plan_run,
     released_arrays,
-    run_depth,
+    root_count,
+    split_bits,
 )
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums
 from dpm_jax.cache import library_programs
+from dpm_jax.entry import entry_point
+from dpm_jax.tables import parquet_row_groups
 from dpm_jax.budget import Budget, validate_budget_and_config
-from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.config import DPMConfig
 from dpm_jax.interval import (
     counts_from_gap_histogram,
     first_gap_threshold,
@@ -75,7 +80,6 @@ from dpm_jax.interval import (
     select_interval_size,
 )
 from dpm_jax.keys import derive_key
-from dpm_jax.mechanisms import EM_DIGITS, EM_TRIES, add_count_noise
 from dpm_jax.tree import (
     DrawnSplit,
     LevelRelease,
@@ -88,7 +92,6 @@ from dpm_jax.tree import (
     level_randomness,
     next_point_nodes,
     padded_randomness,
-    level_count_noise,
     level_schedule,
     point_inputs,
     release_level,
@@ -102,7 +105,7 @@ from dpm_jax.tree import (
 __all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
 
 DEFAULT_CHUNK_ROWS = 2**20
-_GAP_BLOCK = 2**22  # sorted values per gap-histogram block
+_GAP_BLOCK = 2**20  # sorted values per gap-histogram block: fixed, so the program's shape never holds n
 _COLUMN_BYTES = 2**30
 
 
@@ -114,7 +117,8 @@ class _Chunks:
     """The data as passes over chunks of rows, each split into pieces of at most ``chunk_rows``.
 
     Accepts a 2-D array (NumPy, memmap, anything array-like), a ``.npy`` path (read chunk
-    by chunk, opened again in every pass, so a file removed mid-run is an error), a sequence of
+    by chunk, opened again in every pass, so a file removed mid-run is an error), a ``.parquet``
+    path (row group by row group, :func:`dpm_jax.tables.parquet_row_groups`), a sequence of
     2-D arrays, or a factory: a function returning a fresh iterable of chunks per pass.
     """
 
@@ -123,7 +127,8 @@ class _Chunks:
         if isinstance(data, (str, os.PathLike)):
             path = os.fspath(data)
             self.describe = f"file {path!r}"
-            self._open = lambda: _npy_chunks(path, chunk_rows)
+            parquet = path.lower().endswith(".parquet")
+            self._open = (lambda: parquet_row_groups(path)()) if parquet else lambda: _npy_chunks(path, chunk_rows)
         elif callable(data):
             self.describe = "the chunk factory"
             self._open = data
@@ -171,7 +176,7 @@ class _Chunks:
                 # A fresh buffer per piece: the device may use it without a copy while the
                 # host reads the next piece (asynchronous dispatch), so it is never reused.
                 buffer = np.zeros((self.chunk_rows, self.d), np.float32)
-                buffer[: stop - start] = chunk[start:stop]
+                buffer[: stop - start] = within_float32(np.asarray(chunk[start:stop]))
                 yield index, buffer, stop - start
         if expected_rows is not None and seen != len(expected_rows):
             raise ChunkError(
@@ -208,7 +213,7 @@ def _npy_chunks(path: str, rows_per_chunk: int) -> Iterator[np.ndarray]:
     count 4 GB). The file is opened again in every pass, so a removed file is an error.
     """
     if not path.endswith(".npy"):
-        raise ChunkError(f"{path!r}: only .npy files are read directly; pass other formats as chunks")
+        raise ChunkError(f"{path!r}: only .npy and .parquet files are read directly; pass other formats as chunks")
     with open(path, "rb") as file:
         version = np.lib.format.read_magic(file)
         header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -250,6 +255,7 @@ def _check_chunk(chunk, index: int, d: int, pass_name: str, finite_rows: int = 0
     return int(shape[0])
 
 
+@entry_point("cluster_stream")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 @library_programs()  # the compilation cache holds the library's programs only (dpm_jax.cache)
 def cluster_stream(
     key: jax.Array,
@@ -268,7 +274,7 @@ def cluster_stream(
       key, budget, bounds, config: as for :func:`dpm_jax.cluster`; with ``tau_r="auto"`` the
         depth's noisy count (:func:`dpm_jax.depth.noisy_size`) reads the number of rows the
         validation pass counted, the exact integer ``cluster`` counts.
-      data: a 2-D array or memmap, a ``.npy`` path, a sequence of 2-D arrays (the chunks),
+      data: a 2-D array or memmap, a ``.npy`` or ``.parquet`` path, a sequence of 2-D arrays (the chunks),
         or a function returning a fresh iterable of chunks (called once per pass).
       chunk_rows: rows sent to the device at once (memory: about 10 bytes per coordinate).
       column_bytes: host memory for Algorithm 2's sorted columns (4 bytes per point each).
@@ -282,6 +288,9 @@ def cluster_stream(
         source yields nothing or changes between passes. Shape and value errors are found
         in the first pass, before any noise is drawn; no partial result is ever returned.
     """
+    if bounds_lib.is_private(bounds):
+        options = dict(config=config, chunk_rows=chunk_rows, column_bytes=column_bytes, progress=progress)
+        return _with_private_bounds(key, data, budget, bounds, options)
     validate_key(key)
     validate_budget_and_config(budget, config)
     if int(chunk_rows) < 1:
@@ -299,32 +308,76 @@ def cluster_stream(
     # exact integer cluster counts; the run's allocation is that depth's (dpm_jax.depth).
     depth, noise, root_noisy_count = _root_count(key, jnp.int32(n), run_plan=run_plan, padded=config.padded_depth)
     root_size = exact.to_float32(root_noisy_count)
-    # Line 8: Algorithm 2 from sorted columns (the cell grid runs none: it reports its root's interval size).
-    if config.split_grid == CELL_GRID:
+    # Line 8: Algorithm 2's release from sorted columns (the cell grid has none: it reports its root's interval size).
+    if run_plan.interval is None:
         beta = _root_interval_size(lower, upper, config=config)
     else:
         beta = _interval_size(
-            key,
+            derive_key(key, run_plan.interval.stream),
             source,
             rows,
-            lower,
-            upper,
-            root_size,
-            em_table,
-            run_plan.interval_epsilon,
+            (lower, upper, root_size, em_table),
+            run_plan.interval,
             config,
             column_bytes,
             report,
         )
     # Lines 10, 13-28, level by level.
-    split_bits = jax.random.bits(
-        derive_key(key, keys.SPLIT), (config.max_clusters, EM_TRIES, EM_DIGITS), dtype=jnp.uint32
-    )
     public = (em_table, lower, upper, root_noisy_count, beta, depth)
+    randomness = padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (config.padded_depth - 1))
+    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
+    releases, routes = _levels(source, rows, report, public, randomness, schedule, config)
+    tree, leaves = _assemble_tree(releases, padded=config.padded_depth)
+    # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
+    centers = _centers(key, source, rows, report, public, routes, leaves, run_plan, config)
+    report(None)
+    result = ClusterResult(
+        **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
+        labels_nonprivate=None,
+        releases=run_plan.releases,
+        bounds=(lower, upper),
+    )
+    warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
+    return result
+
+
+def _centers(key, source: _Chunks, rows: list[int], report, public, routes, leaves, run_plan, config: DPMConfig):
+    """Line 11: the leaves' exact code sums accumulated over the chunks, then the leaf sums' release."""
+    sums = _accumulate(
+        source,
+        rows,
+        "leaf sums",
+        report,
+        _leaf_sums_of_chunk,
+        public,
+        routes,
+        jnp.int32(config.padded_depth),
+        width=2 ** (config.padded_depth - 1),
+        config=config,
+        leaf_sums=run_plan.leaf_sums,
+    )
+    _, lower, upper, _, _, _ = public
+    return _centers_from_sums(
+        derive_key(key, run_plan.leaf_sums.stream),
+        sums,
+        leaves.noisy_count,
+        leaves.valid,
+        lower,
+        upper,
+        gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
+        run_plan.leaf_sums,
+    )
+
+
+def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedule, config: DPMConfig):
+    """Lines 13-28, level by level, one pass over the chunks per level: (the levels' releases, the routes).
+
+    The released splits of the levels so far are kept padded to the tree's levels (one compiled
+    program per pass kind); every step is the in-memory tree's (:func:`dpm_jax.tree.split_level`).
+    """
     width = 2 ** (config.padded_depth - 1)
-    randomness = padded_randomness(split_bits, noise, width)
+    _, _, _, root_noisy_count, _, _ = public
     cells = _root_cells(public, config=config)
-    # The released splits of the levels so far, padded to the tree's levels (one compiled program per pass kind).
     routes = _Routes(
         *(jnp.zeros((config.padded_depth, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
         *(jnp.zeros((config.padded_depth,) + end.shape, end.dtype) for end in cells),
@@ -343,7 +396,6 @@ def cluster_stream(
         width=width,
         config=config,
     )
-    schedule = level_schedule(run_plan.allocations, depth, config.padded_depth)
     for level in range(config.padded_depth):
         level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
         split_dim, split = _choose_splits(
@@ -357,6 +409,7 @@ def cluster_stream(
             schedule.split_epsilons[level],
             schedule.count_offsets[level],
             config=config,
+            split_sensitivity=schedule.split_sensitivity,
         )
         # One pass: this level's children sizes and, for every child as if its parent were
         # split, the next level's histogram (rows of children not split into are zeroed below).
@@ -393,38 +446,30 @@ def cluster_stream(
             routes, jnp.int32(level), cells, split_dim, split, release, child_exact, next_counts, width=width
         )
         cells = (split.cell_lower, split.cell_upper)
-    tree, leaves = _assemble_tree(releases, tau_r=config.padded_depth)
-    # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
-    sums = _accumulate(
-        source,
-        rows,
-        "leaf sums",
-        report,
-        _leaf_sums_of_chunk,
-        public,
-        routes,
-        jnp.int32(config.padded_depth),
-        width=width,
-        config=config,
-    )
-    centers = _centers_from_sums(
-        derive_key(key, keys.AVERAGE),
-        sums,
-        leaves.noisy_count,
-        leaves.valid,
-        lower,
-        upper,
-        gaussian_thresholds_on_device(run_plan.averaging.sigma),
-        run_plan.averaging,
-    )
-    report(None)
-    result = ClusterResult(
-        **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
-        labels_nonprivate=None,
-        ledgers=run_plan.ledgers,
-    )
-    warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
-    return result
+    return releases, routes
+
+
+def _with_private_bounds(key: jax.Array, data: Any, budget: Budget, bounds, options: dict) -> ClusterResult:
+    """``cluster_stream`` on private bounds (:mod:`dpm_jax.bounds`): a validation pass, one pass
+    accumulating the exact per-dimension histograms, the bounds release, then the run on the rest
+    of the budget (which validates again); the bounds line comes first in the ledger."""
+    validate_key(key)
+    request = bounds_lib.as_request(bounds)
+    if int(options["chunk_rows"]) < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {options['chunk_rows']}")
+    source = _Chunks(data, int(options["chunk_rows"]))
+    rows = source.survey()
+    plan, rest = bounds_lib.split_for_bounds(budget, request, source.d)
+    counts = jnp.zeros((source.d, plan.num_buckets), jnp.int32)
+    for _, piece, real in source.pieces("bounds", rows):
+        counts = counts + _piece_histogram(piece, jnp.arange(source.chunk_rows) < real, plan.mantissa_bits)
+    lower, upper = bounds_lib.bounds_from_counts(key, counts, plan)
+    bounds_lib.check_found(lower, upper, plan)
+    run = cluster_stream.__wrapped__  # the accountant has charged the whole budget already (dpm_jax.entry)
+    return bounds_lib.with_bounds_entry(run(key, data, rest, (lower, upper), **options), plan, budget)
+
+
+_piece_histogram = jax.jit(bounds_lib.histogram, static_argnums=2)
 
 
 class _Routes(NamedTuple):
@@ -439,12 +484,12 @@ class _Routes(NamedTuple):
 
 # The node-level steps are compiled, as in the in-memory program: XLA's fused float32
 # arithmetic (the released split positions, the centres) then rounds the same way.
-@functools.partial(jax.jit, static_argnames="config")
+@functools.partial(jax.jit, static_argnames=("config", "split_sensitivity"))
 def _choose_splits(
-    public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *, config
+    public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *, config, split_sensitivity
 ) -> tuple[jax.Array, DrawnSplit]:
     """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
-    inputs = _inputs(public, config)
+    inputs = _inputs(public, config)._replace(split_sensitivity=split_sensitivity)
     grid, candidate_valid = level_grid(inputs, *cells)
     split_dim, split_index = choose_splits(
         inputs, level, counts, node_count, node_active, candidate_valid, level_bits, epsilon, offset
@@ -496,37 +541,34 @@ def _next_level(
     return routes, exact.Int(tuple(limb[:width] for limb in child_exact.limbs)), node_active, next_counts
 
 
-@functools.partial(jax.jit, static_argnames="tau_r")
-def _assemble_tree(releases: list[LevelRelease], *, tau_r: int):
+@functools.partial(jax.jit, static_argnames="padded")
+def _assemble_tree(releases: list[LevelRelease], *, padded: int):
     stacked = LevelRelease(*(jnp.stack(field) for field in zip(*releases)))
-    return assemble_tree(stacked, jnp.zeros(0, jnp.int32), tau_r)
+    return assemble_tree(stacked, jnp.zeros(0, jnp.int32), padded)
 
 
-@functools.partial(jax.jit, static_argnames=("epsilon", "num_dims", "config"))
-def _select_interval_size(key, em_table, histograms, noisy_count, *, epsilon: float, num_dims: int, config: DPMConfig):
+@functools.partial(jax.jit, static_argnames=("release", "num_dims", "config"))
+def _select_interval_size(key, em_table, histograms, noisy_count, *, release, num_dims: int, config: DPMConfig):
     return select_interval_size(
-        key, em_table, counts_from_gap_histogram(jnp.stack(histograms)), noisy_count, epsilon, num_dims, config
+        key, em_table, counts_from_gap_histogram(jnp.stack(histograms)), noisy_count, release, num_dims, config
     )
 
 
-@functools.partial(jax.jit, static_argnames=("run_plan", "padded"))
-def _root_count(key, n, *, run_plan, padded):
-    """The run's depth (:func:`dpm_jax.api.run_depth`), the count stream's noise of every node
-    (heap layout) and the root's noisy count (Algorithm 1, line 7), as ``cluster`` draws them."""
-    depth = run_depth(key, n, run_plan)
-    noise = level_count_noise(derive_key(key, keys.COUNT), run_plan.allocations, depth, padded)
-    return depth, noise, add_count_noise(n, exact.Int(tuple(limb[1] for limb in noise.limbs)))
+_root_count = jax.jit(root_count, static_argnames=("run_plan", "padded"))
 
 
 def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
+    """One status line per pass on stderr: rewritten in place on a terminal, plain lines elsewhere
+    (a log file or a notebook gets no escape codes)."""
+    terminal = sys.stderr.isatty()
+
     def report(pass_name: str | None) -> None:
         if enabled:
-            print(
-                "\r\033[K" + (f"dpm_jax: pass {pass_name}" if pass_name else "dpm_jax: done"),
-                end="" if pass_name else "\n",
-                file=sys.stderr,
-                flush=True,
-            )
+            text = f"dpm_jax: pass {pass_name}" if pass_name else "dpm_jax: done"
+            if terminal:
+                print("\r\033[K" + text, end="" if pass_name else "\n", file=sys.stderr, flush=True)
+            else:
+                print(text, file=sys.stderr, flush=True)
 
     return report
 
@@ -616,12 +658,12 @@ def _children_of_chunk(
     return child_true, _histogram(inputs, (split.cell_lower, split.cell_upper), child, active)
 
 
-@functools.partial(jax.jit, static_argnames=("width", "config"))
-def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig):
+@functools.partial(jax.jit, static_argnames=("width", "config", "leaf_sums"))
+def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig, leaf_sums):
     # At depth tau_r a point's local index is its leaf's slot (dpm_jax.tree).
     slot, _ = _route(_inputs(public, config, piece), valid, routes, levels)
     _, lower, upper, _, _, _ = public
-    return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters)
+    return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters, leaf_sums)
 
 
 @functools.partial(jax.jit, static_argnames="dims")
@@ -640,17 +682,17 @@ def _interval_size(
     key,
     source: _Chunks,
     rows: list[int],
-    lower,
-    upper,
-    root_size,
-    em_table,
-    epsilon: float,
+    public_numbers,
+    release,
     config: DPMConfig,
     column_bytes: int,
     report,
 ) -> jax.Array:
-    """Algorithm 2 (:func:`dpm_jax.interval.estimate_split_interval_size`) with one sorted column at a time."""
-    dims_key, select_key = jax.random.split(derive_key(key, keys.INTERVAL))
+    """Algorithm 2 (:func:`dpm_jax.interval.estimate_split_interval_size`) with one sorted column at a time.
+
+    ``public_numbers``: (lower, upper, the released root size n~, the EM weight table)."""
+    lower, upper, root_size, em_table = public_numbers
+    dims_key, select_key = jax.random.split(key)
     d = source.d
     chosen = interval_dimensions(dims_key, d, config.interval_max_dims)
     dims = list(range(d)) if chosen is None else [int(i) for i in np.asarray(chosen)]
@@ -674,7 +716,7 @@ def _interval_size(
             histograms.append(_column_gap_histogram(column, step, config.num_sigmas))
         del columns
     beta, _ = _select_interval_size(
-        select_key, em_table, histograms, root_size, epsilon=epsilon, num_dims=len(dims), config=config
+        select_key, em_table, histograms, root_size, release=release, num_dims=len(dims), config=config
     )
     return beta
 
@@ -683,7 +725,7 @@ def _column_gap_histogram(column: np.ndarray, step, num_thresholds: int) -> jax.
     """:func:`dpm_jax.interval.gap_histogram` of one sorted column, accumulated over blocks of gaps."""
     n = column.shape[0]
     total = jnp.zeros(num_thresholds + 2, jnp.int32)
-    size = min(_GAP_BLOCK, max(n - 1, 1))
+    size = _GAP_BLOCK  # not min(_GAP_BLOCK, n - 1): the compiled program (cached on disk) would record n
     for start in range(0, max(n - 1, 0), size):
         stop = min(n, start + size + 1)  # values start..stop-1: gaps start..stop-2
         block = np.empty(size + 1, np.int32)  # fresh: the device may read it after this loop moves on

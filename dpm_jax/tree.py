@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax import exact, keys
+from dpm_jax import exact
 from dpm_jax._arrays import bin_dtype, materialized, reciprocal, to_unit_range, unit_coordinates
 from dpm_jax.histogram import (
     CellGrid,
@@ -64,10 +64,9 @@ from dpm_jax.histogram import (
     level_histogram,
     root_cell,
 )
-from dpm_jax.budget import Allocation, count_entry, heap_count_epsilons
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
-from dpm_jax.ledger import LedgerEntry, heap_rows
-from dpm_jax.mechanisms import EM_EPSILON_MARGIN, add_count_noise, count_noise, em_exponent_scale, select_with_bits
+from dpm_jax.budget import heap_count_epsilons
+from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.mechanisms import add_count_noise, count_noise, em_exponent_scale, select_with_bits
 from dpm_jax.scoring import (
     ScoreCoefficients,
     boundary_statistics,
@@ -94,12 +93,14 @@ __all__ = [
     "count_children",
     "stopping_rule",
     "root_interval_size",
-    "ledger_entries",
     "paper_split_position",
     "release_level",
     "next_point_nodes",
     "candidate_count",
     "tree_inputs",
+    "PaperGrid",
+    "CellSplitGrid",
+    "split_grid_of",
     "root_node_counts",
     "padded_randomness",
     "level_randomness",
@@ -159,6 +160,7 @@ def select_splits(
     offset,
     coefficients: ScoreCoefficients,
     statistics=candidate_statistics,
+    sensitivity: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Algorithm 1, lines 22-25 for a batch of nodes: the exponential mechanism over all splits.
 
@@ -181,6 +183,7 @@ def select_splits(
       epsilon, offset: the level's epsilon_exp and count offset lambda.
       coefficients: :func:`dpm_jax.scoring.score_coefficients`.
       statistics: the candidates' statistics from the counts (:func:`dpm_jax.scoring.split_scores`).
+      sensitivity: the split release's sensitivity Delta (None: the score's, ``coefficients.sensitivity``).
     Returns:
       (dimension, candidate index), (nodes,) int32 each.
     """
@@ -193,7 +196,8 @@ def select_splits(
         nodes, d * num_candidates
     )
     ratio = exponent_ratio(exact.to_float32(noisy_count), offset, size)
-    scale = em_exponent_scale(epsilon, coefficients.sensitivity, ratio)
+    delta_f = coefficients.sensitivity if sensitivity is None else sensitivity
+    scale = em_exponent_scale(epsilon, delta_f, ratio)
     index = select_with_bits(bits, em_table, flat, valid, scale)
     return index // num_candidates, index % num_candidates
 
@@ -236,6 +240,7 @@ class _TreeInputs(NamedTuple):
     em_table: tuple  # the exponential mechanism's weight table on the device
     candidate_valid: jax.Array | None  # (B,) bool: candidates inside the bounds (paper grid)
     coefficients: ScoreCoefficients
+    split_sensitivity: int  # the split releases' sensitivity (the exponent's Delta)
     min_child: jax.Array  # int32 ceil(tau_e): a noisy child count n~ >= tau_e iff n~ >= this
     depth: jax.Array  # int32 the run's tau_r: levels 0..depth-1 draw splits (traced under tau_r="auto")
     lower: jax.Array  # (d,) public bounds, for the released split positions
@@ -245,8 +250,7 @@ class _TreeInputs(NamedTuple):
     width: int  # node slots per level: 2**(padded_depth - 1)
     num_levels: int  # padded_depth: levels the scan runs (those from ``depth`` on split nothing)
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
-    cell: bool  # the cell grid (DPMConfig.split_grid)
-    split_window: int  # half-bins on each side of a cell-grid candidate in its split interval
+    split_grid: "PaperGrid | CellSplitGrid"  # the run's split grid (DPMConfig.split_grid), a strategy
 
 
 def choose_splits(
@@ -287,7 +291,8 @@ def choose_splits(
             epsilon,
             offset,
             inputs.coefficients,
-            functools.partial(boundary_statistics, window=inputs.split_window) if inputs.cell else candidate_statistics,
+            inputs.split_grid.statistics(),
+            inputs.split_sensitivity,
         )
         return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0) for c, p in zip(chosen, picked))
 
@@ -379,45 +384,22 @@ def split_level(
 
 def root_cells(inputs: _TreeInputs) -> tuple[jax.Array, jax.Array]:
     """The root level's cells, (width, d) each (every slot the root's cell); (0,) on the paper grid."""
-    if not inputs.cell:
-        return jnp.zeros(0, jnp.float32), jnp.zeros(0, jnp.float32)
-    d = inputs.lower.shape[0]
-    lower, upper = root_cell(d, inputs.lattice_unit)
-    return jnp.broadcast_to(lower, (inputs.width, d)), jnp.broadcast_to(upper, (inputs.width, d))
+    return inputs.split_grid.root_cells(inputs)
 
 
 def level_grid(inputs: _TreeInputs, cell_lower: jax.Array, cell_upper: jax.Array) -> tuple[CellGrid | None, jax.Array]:
-    """A level's half-bins and which candidates lie inside the bounds or cells (public).
-
-    The paper grid: (None, (B,) bool), the same for every level. The cell grid: the
-    :class:`dpm_jax.histogram.CellGrid` of the level's cells and (width, d, 2B) bool:
-    candidate i - 1 sits at boundary i, inside the cell for i < used.
-    """
-    if not inputs.cell:
-        return None, inputs.candidate_valid
-    grid = cell_grid(cell_lower, cell_upper, inputs.max_splits, inputs.lattice_unit)
-    return grid, jnp.arange(2 * inputs.max_splits) + 1 < grid.used[..., None]
+    """A level's half-bins and which candidates lie inside the bounds or cells (public; the run's
+    split grid's, :class:`PaperGrid` or :class:`CellSplitGrid`)."""
+    return inputs.split_grid.level_grid(inputs, cell_lower, cell_upper)
 
 
 def level_counts(inputs: _TreeInputs, grid: CellGrid | None, point_node: jax.Array, point_active: jax.Array):
-    """(width, d, 2B) half-bin counts of the active points of every node on the level's grid: the
-    run's global half-bins (paper grid) or every point's half-bin in its node's cell (cell grid).
+    """(width, d, 2B) half-bin counts of the active points of every node on the level's grid.
 
     The one histogram of a level: the in-memory tree and the streamed passes both call it, so
-    their counts agree bit for bit. On the cell grid the points are binned and counted block by
-    block (:func:`_over_row_blocks`), so their (n, d) bins are never stored; the counts are
-    exact integers, the same whatever the blocks.
+    their counts agree bit for bit.
     """
-    width, max_splits = inputs.width, inputs.max_splits
-    if grid is None:
-        return level_histogram(inputs.half_bins, point_node, point_active, width, max_splits)
-
-    def add_block(counts, start, fresh, points, node, active):
-        bins = cell_half_bin_indices(to_unit_range(points, inputs.lower, inputs.upper), node, grid, max_splits)
-        return counts + level_histogram(bins, node, active & fresh, width, max_splits)
-
-    initial = jnp.zeros((width, inputs.points.shape[1], 2 * max_splits), jnp.int32)
-    return _over_row_blocks(add_block, initial, inputs.points, point_node, point_active)
+    return inputs.split_grid.level_counts(inputs, grid, point_node, point_active)
 
 
 def route_on_split_dimensions(
@@ -435,23 +417,7 @@ def split_dimension_half_bins(
     """(n, 1) every point's half-bin in its node's split dimension, the one :func:`level_counts`
     counted it in, binned alone (the same arithmetic per coordinate, so the same bin); all that
     routing reads (:func:`route_points` with dimension 0)."""
-    if grid is None:
-        return inputs.half_bins[jnp.arange(point_node.shape[0]), split_dim[point_node]][:, None]
-    pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
-    split_grid = CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used))
-
-    scale = reciprocal(inputs.upper - inputs.lower)  # to_unit_range's, once
-
-    def bin_block(out, start, fresh, points, node):
-        point_dim = split_dim[node]
-        per_point = lambda a: a[point_dim][:, None]  # (block, 1): the point's split dimension's
-        coordinate = points[jnp.arange(node.shape[0]), point_dim][:, None]
-        column = unit_coordinates(coordinate, per_point(inputs.lower), per_point(inputs.upper), per_point(scale))
-        bins = cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
-        return jax.lax.dynamic_update_slice_in_dim(out, bins, start, axis=0)  # an overlap rewrites the same bins
-
-    initial = jnp.zeros((point_node.shape[0], 1), bin_dtype(2 * inputs.max_splits))
-    return _over_row_blocks(bin_block, initial, inputs.points, point_node)
+    return inputs.split_grid.split_dimension_half_bins(inputs, grid, point_node, split_dim)
 
 
 def _over_row_blocks(step, initial, *per_row: jax.Array):
@@ -494,14 +460,7 @@ def drawn_split(
     split_index: jax.Array,
 ) -> DrawnSplit:
     """Line 24-25 (with the erratum fixed, module docstring): the split at (dim, j) of every slot."""
-    if grid is None:
-        return DrawnSplit(
-            2 * split_index + 1, paper_split_position(inputs, split_dim, split_index), cell_lower, cell_upper
-        )
-    first_right = split_index + 1  # candidate j sits at boundary j + 1
-    cut = _cell_cut(grid, split_dim, first_right)
-    position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
-    return DrawnSplit(first_right, position, *_children_cells(cell_lower, cell_upper, split_dim, cut))
+    return inputs.split_grid.drawn_split(inputs, grid, cell_lower, cell_upper, split_dim, split_index)
 
 
 def paper_split_position(inputs: _TreeInputs, split_dim: jax.Array, split_index: jax.Array) -> jax.Array:
@@ -591,72 +550,51 @@ def _lattice_unit(lower: jax.Array, upper: jax.Array, config: DPMConfig) -> jax.
     return None if config.lattice_step is None else config.lattice_step / (upper - lower)
 
 
-def ledger_entries(allocation: Allocation, config: DPMConfig) -> list[LedgerEntry]:
-    """The ledger lines of the tree's releases, level by level: the split choice of the
-    level's nodes (:func:`select_splits`, rows ``heap_rows(level)`` of the split stream)
-    and the counts of their children (:func:`dpm_jax.budget.count_entry`)."""
-    sensitivity = score_coefficients(config.t, config.q, config.alpha).sensitivity
-    entries = []
-    for level in range(config.tau_r):
-        entries.append(
-            LedgerEntry(
-                f"split/level{level}",
-                "exponential",
-                level,
-                allocation.split_epsilons[level],
-                allocation.split_sampler_deltas[level],
-                float(sensitivity),
-                f"integer score; x min(1,(n~-{allocation.count_offsets[level]:.4g})/N)",
-                None,
-                (keys.SPLIT, heap_rows(level)),
-                sampler_epsilon=EM_EPSILON_MARGIN,
-                sampler_delta=allocation.split_sampler_deltas[level],
-            )
-        )
-        entries.append(count_entry(allocation, level + 1))
-    return entries
-
-
 class LevelSchedule(NamedTuple):
-    """The run's depth and each padded level's budget: the arrays the scan reads (traced under "auto")."""
+    """The run's depth and each padded level's release parameters: what the scan reads (traced under "auto")."""
 
     depth: jax.Array  # int32 the run's tau_r
     split_epsilons: jax.Array  # (padded_depth,) float32 epsilon_exp per level; from depth on a placeholder
     count_offsets: jax.Array  # (padded_depth,) float32 lambda of every level's node counts (Equation 1)
+    split_sensitivity: int  # the integer score's sensitivity the split releases state
 
 
-def level_schedule(allocations: tuple[Allocation, ...], depth, padded: int) -> LevelSchedule:
-    """The schedule of the allocation for ``depth`` among ``allocations`` (consecutive depths),
-    padded to the tree's ``padded`` levels (``DPMConfig.padded_depth``).
+def level_schedule(releases: tuple, depth, padded: int) -> LevelSchedule:
+    """The schedule of the releases for ``depth`` among ``releases`` (one
+    :class:`dpm_jax.dpm_releases.DPMReleases` per consecutive depth), padded to the tree's
+    ``padded`` levels (``DPMConfig.padded_depth``).
 
-    ``allocations`` holds one allocation (a fixed tau_r) or one per depth 1..F (``tau_r="auto"``,
+    ``releases`` holds one run's (a fixed tau_r) or one per depth 1..F (``tau_r="auto"``,
     :mod:`dpm_jax.depth`; F <= max_depth is the deepest depth the budget allows); ``depth`` may be
     traced. Levels from the depth on draw no split, so their epsilon is only a positive
     placeholder (the last level's).
     """
-    first = len(allocations[0].split_epsilons)
+    first = releases[0].depth
     pad = lambda values, size: list(values) + [values[-1]] * (size - len(values))
-    splits = np.asarray([pad(a.split_epsilons, padded) for a in allocations], np.float32)
-    offsets = np.asarray([pad(a.count_offsets[:-1], padded) for a in allocations], np.float32)
+    splits = np.asarray([pad(r.split_epsilons, padded) for r in releases], np.float32)
+    offsets = np.asarray([pad(r.count_offsets[:-1], padded) for r in releases], np.float32)
+    (sensitivity,) = {r.split_sensitivity for r in releases}
     row = jnp.asarray(depth, jnp.int32) - first
-    return LevelSchedule(jnp.asarray(depth, jnp.int32), jnp.asarray(splits)[row], jnp.asarray(offsets)[row])
+    return LevelSchedule(
+        jnp.asarray(depth, jnp.int32), jnp.asarray(splits)[row], jnp.asarray(offsets)[row], sensitivity
+    )
 
 
-def level_count_noise(key: jax.Array, allocations: tuple[Allocation, ...], depth, padded: int) -> exact.Int:
+def level_count_noise(key: jax.Array, releases: tuple, depth, padded: int) -> exact.Int:
     """The count noise of every node in heap layout (2**(padded + 1),), for the run's depth.
 
-    One allocation: one draw with its per-node epsilons (:func:`dpm_jax.budget.heap_count_epsilons`).
-    Several (``tau_r="auto"``): one draw per depth, each padded with its deepest level's epsilon
-    (those entries are never released), as rows of one call; the run's depth picks its row. Only
-    that row is added to counts, and which row is post-processing of the released depth.
+    One run's releases: one draw with their per-node epsilons (:func:`dpm_jax.budget.heap_count_epsilons`).
+    Several (``tau_r="auto"``, one per depth): one draw per depth, each padded with its deepest
+    level's epsilon (those entries are never released), as rows of one call; the run's depth picks
+    its row. Only that row is added to counts, and which row is post-processing of the released depth.
     """
     size = 2 ** (padded + 1)
-    rows = [heap_count_epsilons(a) for a in allocations]
+    rows = [heap_count_epsilons(r) for r in releases]
     epsilons = np.asarray([list(r) + [r[-1]] * (size - len(r)) for r in rows])
-    if len(allocations) == 1:
+    if len(releases) == 1:
         return count_noise(key, epsilons[0])
     noise = count_noise(key, epsilons)
-    row = jnp.asarray(depth, jnp.int32) - len(allocations[0].split_epsilons)
+    row = jnp.asarray(depth, jnp.int32) - releases[0].depth
     return exact.Int(tuple(limb[row] for limb in noise.limbs))
 
 
@@ -693,8 +631,9 @@ def build_tree(
       config: hyper-parameters.
     """
     n = points.shape[0]
-    tau_r = config.padded_depth
+    padded = config.padded_depth
     inputs = point_inputs(points, em_table, lower, upper, root_noisy_count, beta, config, schedule.depth)
+    inputs = inputs._replace(split_sensitivity=schedule.split_sensitivity)
     width, max_splits = inputs.width, inputs.max_splits
     randomness = padded_randomness(split_bits, count_noise, width)
 
@@ -715,15 +654,125 @@ def build_tree(
         root_histogram,
         *root_cells(inputs),
     )
-    level_inputs = (jnp.arange(tau_r), schedule.split_epsilons, schedule.count_offsets)
+    level_inputs = (jnp.arange(padded), schedule.split_epsilons, schedule.count_offsets)
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
-    # At depth tau_r a point's local index is its leaf's slot (module docstring).
-    return assemble_tree(released, last.point_node, tau_r)
+    # At depth padded a point's local index is its leaf's slot (module docstring).
+    return assemble_tree(released, last.point_node, padded)
 
 
-def candidate_count(beta, config: DPMConfig) -> jax.Array:
+def candidate_count(beta, max_splits: int) -> jax.Array:
     """numSplits on the paper grid: candidates per dimension for the split interval size beta."""
-    return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), config.max_splits_per_dim)
+    return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
+
+
+class PaperGrid(NamedTuple):
+    """``split_grid="paper"``: Algorithm 1's global grid, interval size beta from Algorithm 2, the
+    candidates at the middles of pairs of half-bins; every point is binned once per run."""
+
+    max_splits: int  # max_splits_per_dim
+    carries_counts: bool = True  # its levels share one grid: counts can pass by sibling subtraction
+
+    def statistics(self):
+        return candidate_statistics
+
+    def point_inputs(self, points, lower, upper, beta):
+        """(every point's half-bins, None): binned once per run."""
+        unit_points = to_unit_range(points, lower, upper)
+        return half_bin_indices(unit_points, beta, candidate_count(beta, self.max_splits), self.max_splits), None
+
+    def candidate_valid(self, beta):
+        """(B,) bool: the candidates inside the bounds for the interval size beta."""
+        return jnp.arange(self.max_splits) < candidate_count(beta, self.max_splits)
+
+    def root_cells(self, inputs):
+        return jnp.zeros(0, jnp.float32), jnp.zeros(0, jnp.float32)
+
+    def level_grid(self, inputs, cell_lower, cell_upper):
+        """(None, (B,) bool): the same grid at every level."""
+        return None, inputs.candidate_valid
+
+    def level_counts(self, inputs, grid, point_node, point_active):
+        return level_histogram(inputs.half_bins, point_node, point_active, inputs.width, inputs.max_splits)
+
+    def split_dimension_half_bins(self, inputs, grid, point_node, split_dim):
+        return inputs.half_bins[jnp.arange(point_node.shape[0]), split_dim[point_node]][:, None]
+
+    def drawn_split(self, inputs, grid, cell_lower, cell_upper, split_dim, split_index):
+        position = paper_split_position(inputs, split_dim, split_index)
+        return DrawnSplit(2 * split_index + 1, position, cell_lower, cell_upper)
+
+
+class CellSplitGrid(NamedTuple):
+    """``split_grid="cell"``: every node's own grid, its cell (the bounds cut by the released splits
+    above it) in 2 max_splits half-bins; the candidates are the inner half-bin boundaries, each
+    scored on ``window`` half-bins per side (:func:`dpm_jax.scoring.boundary_statistics`)."""
+
+    max_splits: int
+    window: int  # DPMConfig.split_window
+    carries_counts: bool = False  # siblings' grids differ from their parent's
+
+    def statistics(self):
+        return functools.partial(boundary_statistics, window=self.window)
+
+    def point_inputs(self, points, lower, upper, beta):
+        """(None, the points in data units): binned per level, block by block."""
+        return None, points
+
+    def candidate_valid(self, beta):
+        return None
+
+    def root_cells(self, inputs):
+        """(width, d) each: every slot the root's cell."""
+        d = inputs.lower.shape[0]
+        lower, upper = root_cell(d, inputs.lattice_unit)
+        return jnp.broadcast_to(lower, (inputs.width, d)), jnp.broadcast_to(upper, (inputs.width, d))
+
+    def level_grid(self, inputs, cell_lower, cell_upper):
+        """The :class:`dpm_jax.histogram.CellGrid` of the level's cells and (width, d, 2B) bool:
+        candidate i - 1 sits at boundary i, inside the cell for i < used."""
+        grid = cell_grid(cell_lower, cell_upper, inputs.max_splits, inputs.lattice_unit)
+        return grid, jnp.arange(2 * inputs.max_splits) + 1 < grid.used[..., None]
+
+    def level_counts(self, inputs, grid, point_node, point_active):
+        """Every point's half-bin in its node's cell, binned and counted block by block
+        (:func:`_over_row_blocks`): the (n, d) bins are never stored; exact, whatever the blocks."""
+        width, max_splits = inputs.width, inputs.max_splits
+
+        def add_block(counts, start, fresh, points, node, active):
+            bins = cell_half_bin_indices(to_unit_range(points, inputs.lower, inputs.upper), node, grid, max_splits)
+            return counts + level_histogram(bins, node, active & fresh, width, max_splits)
+
+        initial = jnp.zeros((width, inputs.points.shape[1], 2 * max_splits), jnp.int32)
+        return _over_row_blocks(add_block, initial, inputs.points, point_node, point_active)
+
+    def split_dimension_half_bins(self, inputs, grid, point_node, split_dim):
+        pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
+        split_grid = CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used))
+        scale = reciprocal(inputs.upper - inputs.lower)  # to_unit_range's, once
+
+        def bin_block(out, start, fresh, points, node):
+            point_dim = split_dim[node]
+            per_point = lambda a: a[point_dim][:, None]  # (block, 1): the point's split dimension's
+            coordinate = points[jnp.arange(node.shape[0]), point_dim][:, None]
+            column = unit_coordinates(coordinate, per_point(inputs.lower), per_point(inputs.upper), per_point(scale))
+            bins = cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
+            return jax.lax.dynamic_update_slice_in_dim(out, bins, start, axis=0)  # an overlap rewrites the same bins
+
+        initial = jnp.zeros((point_node.shape[0], 1), bin_dtype(2 * inputs.max_splits))
+        return _over_row_blocks(bin_block, initial, inputs.points, point_node)
+
+    def drawn_split(self, inputs, grid, cell_lower, cell_upper, split_dim, split_index):
+        first_right = split_index + 1  # candidate j sits at boundary j + 1
+        cut = _cell_cut(grid, split_dim, first_right)
+        position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
+        return DrawnSplit(first_right, position, *_children_cells(cell_lower, cell_upper, split_dim, cut))
+
+
+def split_grid_of(config: DPMConfig) -> PaperGrid | CellSplitGrid:
+    """The split grid of ``config``: the one place ``DPMConfig.split_grid`` is told apart in the tree."""
+    if config.split_grid == CELL_GRID:
+        return CellSplitGrid(config.max_splits_per_dim, config.split_window)
+    return PaperGrid(config.max_splits_per_dim)
 
 
 def point_inputs(
@@ -734,15 +783,12 @@ def point_inputs(
     root_noisy_count: exact.Int,
     beta,
     config: DPMConfig,
-    depth: jax.Array | None = None,
+    depth: jax.Array,
 ) -> _TreeInputs:
     """:func:`tree_inputs` for these points (data units): every point's half-bins on the paper grid
     (once per run), the points themselves on the cell grid (binned per level)."""
-    if config.split_grid == CELL_GRID:
-        return tree_inputs(None, points, em_table, lower, upper, root_noisy_count, beta, config, depth)
-    unit_points = to_unit_range(points, lower, upper)
-    half_bins = half_bin_indices(unit_points, beta, candidate_count(beta, config), config.max_splits_per_dim)
-    return tree_inputs(half_bins, None, em_table, lower, upper, root_noisy_count, beta, config, depth)
+    half_bins, kept = split_grid_of(config).point_inputs(points, lower, upper, beta)
+    return tree_inputs(half_bins, kept, em_table, lower, upper, root_noisy_count, beta, config, depth)
 
 
 def tree_inputs(
@@ -754,40 +800,40 @@ def tree_inputs(
     root_noisy_count: exact.Int,
     beta,
     config: DPMConfig,
-    depth: jax.Array | None = None,
+    depth: jax.Array,
 ) -> _TreeInputs:
     """The public per-run quantities every level reads (``half_bins`` None for streamed data).
 
-    ``depth``: the run's tau_r (int32, traced under ``tau_r="auto"``); None: ``config.tau_r``.
+    ``depth``: the run's depth (int32; chosen by its depth rule, :mod:`dpm_jax.depth`, traced under
+    ``tau_r="auto"``).
     """
-    tau_r, max_splits = config.padded_depth, config.max_splits_per_dim
-    if depth is None and config.tau_r == AUTO_DEPTH:
-        raise ValueError(f"tau_r={AUTO_DEPTH!r}: pass the run's depth (dpm_jax.api.run_depth)")
-    depth = jnp.int32(config.tau_r) if depth is None else jnp.asarray(depth, jnp.int32)
-    cell = config.split_grid == CELL_GRID
+    padded, max_splits = config.padded_depth, config.max_splits_per_dim
+    depth = jnp.asarray(depth, jnp.int32)
+    grid = split_grid_of(config)
     root_noisy_size = exact.to_float32(root_noisy_count)
+    coefficients = score_coefficients(config.t, config.q, config.alpha)
     tau_e = jnp.ldexp(root_noisy_size, -depth) if config.tau_e is None else jnp.float32(config.tau_e)
     return _TreeInputs(
         half_bins=half_bins,
         points=points,
         lattice_unit=_lattice_unit(lower, upper, config),
         em_table=em_table,
-        candidate_valid=None if cell else jnp.arange(max_splits) < candidate_count(beta, config),
-        coefficients=score_coefficients(config.t, config.q, config.alpha),
+        candidate_valid=grid.candidate_valid(beta),
+        coefficients=coefficients,
+        split_sensitivity=coefficients.sensitivity,  # the releases': build_tree sets their schedule's
         min_child=jnp.clip(jnp.ceil(tau_e), -(2.0**31) + 128, 2.0**31 - 128).astype(jnp.int32),  # float32-exact ends
         depth=depth,
         lower=lower,
         upper=upper,
         beta=beta,
         max_splits=max_splits,
-        width=2 ** (tau_r - 1),  # nodes of the deepest split level; every level is padded to it
-        num_levels=tau_r,
+        width=2 ** (padded - 1),  # nodes of the deepest split level; every level is padded to it
+        num_levels=padded,
         # Sibling subtraction pays when the scatter dominates a level (many dimensions); with
         # few, carrying the counts from level to level costs more than it saves under vmap
         # (measured at 10 and 100 dimensions, benchmarks/speed.py).
-        use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and not cell,
-        cell=cell,
-        split_window=config.split_window,
+        use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and grid.carries_counts,
+        split_grid=grid,
     )
 
 
@@ -811,20 +857,20 @@ def level_randomness(randomness, level, width: int) -> tuple[jax.Array, exact.In
     return jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise
 
 
-def assemble_tree(released: LevelRelease, point_slot: jax.Array, tau_r: int) -> tuple[SplitTree, Leaves]:
+def assemble_tree(released: LevelRelease, point_slot: jax.Array, padded: int) -> tuple[SplitTree, Leaves]:
     """The released tree in heap layout and its leaves from the levels' releases (stacked by level)."""
 
     # Heap arrays: level l holds ids 2**l .. 2**(l+1) - 1 (the first 2**l padded slots);
-    # level tau_r (line 14: maximal depth, every reached node is a leaf) comes from the
+    # level padded (line 14: maximal depth, every reached node is a leaf) comes from the
     # last level's children. Index 0 is padding.
     def heap(per_level_values, padding, last_level):
         parts = [jnp.asarray([padding], per_level_values.dtype)]
-        parts += [per_level_values[level, : 2**level] for level in range(tau_r)]
+        parts += [per_level_values[level, : 2**level] for level in range(padded)]
         return jnp.concatenate(parts + [last_level.astype(per_level_values.dtype)])
 
-    deepest_active = released.child_active[tau_r - 1]
-    deepest_count = jnp.where(deepest_active, released.child_count[tau_r - 1], 0.0)
-    no_split = jnp.zeros(2**tau_r)
+    deepest_active = released.child_active[padded - 1]
+    deepest_count = jnp.where(deepest_active, released.child_count[padded - 1], 0.0)
+    no_split = jnp.zeros(2**padded)
     tree = SplitTree(
         heap(released.noisy_count, 0.0, deepest_count),
         heap(released.reached, False, deepest_active),
@@ -832,20 +878,20 @@ def assemble_tree(released: LevelRelease, point_slot: jax.Array, tau_r: int) -> 
         heap(released.split_dim, -1, no_split - 1),
         heap(released.split_position, jnp.nan, no_split + jnp.nan),
     )
-    return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), point_slot, tau_r)
+    return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), point_slot, padded)
 
 
-def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, tau_r: int) -> Leaves:
-    """Gather the leaves into their slots: local index j at level l -> slot j << (tau_r - l).
+def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, padded: int) -> Leaves:
+    """Gather the leaves into their slots: local index j at level l -> slot j << (padded - l).
 
     Slots of different levels coincide only for nodes on one left-most path, of
     which exactly one is a leaf, so a masked scatter-add places every leaf alone.
     """
-    heap = jnp.arange(2 ** (tau_r + 1))
+    heap = jnp.arange(2 ** (padded + 1))
     level = jnp.floor(jnp.log2(jnp.maximum(heap, 1))).astype(jnp.int32)
-    slot = (heap - 2**level) << (tau_r - level)
-    slot = jnp.where(is_leaf, slot, 2**tau_r)  # non-leaves are dropped
-    num_slots = 2**tau_r
+    slot = (heap - 2**level) << (padded - level)
+    slot = jnp.where(is_leaf, slot, 2**padded)  # non-leaves are dropped
+    num_slots = 2**padded
     count = jnp.zeros(num_slots, jnp.float32).at[slot].add(tree.noisy_count, mode="drop")
     valid = jnp.zeros(num_slots, bool).at[slot].set(True, mode="drop")
     node = jnp.zeros(num_slots, jnp.int32).at[slot].add(heap.astype(jnp.int32), mode="drop")

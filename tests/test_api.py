@@ -65,6 +65,7 @@ def test_recorded_noise_is_rederived_from_its_key_path(small_blobs, budget, key)
     assert recorded == float(exact.to_float32(noise)[1])
 
 
+@pytest.mark.slow
 def test_jit_vmap_over_keys_and_over_data_sets(small_blobs, budget):
     # Long because: compiles cluster under jit and under vmap over keys and over data sets (~20 s).
     X = small_blobs.points
@@ -183,6 +184,7 @@ def test_nan_in_a_jax_array_is_found_also_when_jit_closes_over_it(closed_over_by
     assert int(result.k) >= 1
 
 
+@pytest.mark.slow
 def test_quality_on_blobs_at_the_papers_signal_to_noise():
     # Long because: several keys at the paper's n * epsilon, the only signal-to-noise at which
     # quality is meaningful (~12 s).
@@ -306,6 +308,7 @@ def _replayed_splits(key, points, result, config, allocation, offsets):
     return out
 
 
+@pytest.mark.slow
 def test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits(key):
     # Long because: n = 2,400 for the unclamped regime, and two replays of every node (~11 s).
     """Every drawn split equals tree.select_splits replayed on the node's true histogram
@@ -383,3 +386,20 @@ def test_a_starved_budget_warns_from_the_released_size(small_blobs, budget, key)
     with warnings.catch_warnings():
         warnings.simplefilter("error", InsufficientBudgetWarning)
         _cluster(key, small_blobs.points, dpm_jax.Budget(15.0, 1e-6), small_blobs.bounds)
+
+
+def test_star_import_works_without_scikit_learn():
+    """``from dpm_jax import *`` needs no scikit-learn (the estimator stays a lazy attribute)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['sklearn'] = None\n"  # an import of sklearn now fails
+        "from dpm_jax import *\n"
+        "print(cluster.__name__, Budget.__name__)\n"
+        "import dpm_jax\n"
+        "try:\n    dpm_jax.DPMClustering\nexcept ImportError:\n    print('estimator needs sklearn')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["cluster Budget", "estimator needs sklearn"]

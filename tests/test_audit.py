@@ -122,6 +122,7 @@ def test_audit_rejects_bad_arguments():
 
 
 # --------------------------------------------------------- the real library passes
+@pytest.mark.slow
 def test_full_cluster_count_audit_stays_below_the_claim():
     # Long because: 8,192 vmapped keys of the full cluster, so that the audit is nearly tight (~10 s).
     result = count_audit()
@@ -132,6 +133,7 @@ def test_full_cluster_count_audit_stays_below_the_claim():
 
 
 # ------------------------------------------------------------ broken variants fail
+@pytest.mark.slow
 def test_audit_catches_halved_count_noise():
     # Long because: the same 8,192-key audit on a recompiled broken engine (~10 s).
     """Noise scale 1/(2 eps) instead of 1/eps: the counts spend 2 x 0.97 epsilon."""
@@ -266,11 +268,13 @@ def centre_audit(num_runs: int) -> audit_lib.AuditResult:
     )
 
 
+@pytest.mark.slow
 def test_float32_sum_construction_audit_stays_below_the_claim():
     # Long because: the regression audit needs >= 1,000 vmapped keys of the full cluster (~12 s).
     assert centre_audit(1024).epsilon_lower_bound <= CLAIMED.epsilon
 
 
+@pytest.mark.slow
 def test_audit_catches_float32_leaf_sums():
     # Long because: the regression audit needs >= 1,000 vmapped keys of the full cluster (~13 s).
     def float32_leaf_sums(codes, point_mask, point_slot, num_slots):

@@ -281,6 +281,7 @@ def test_blockwise_leaf_sums_equal_the_sums_of_all_codes_at_once():
     lower, upper = np.float32([-2.0, 0.0, 10.0]), np.float32([2.0, 1.0, 30.0])
     points = rng.uniform(lower - 1, upper + 1, (n, d)).astype(np.float32)
     mask, slot = rng.random(n) < 0.9, rng.integers(0, slots, n).astype(np.int32)
-    blockwise = jax.jit(blockwise_leaf_sums, static_argnums=5)(points, lower, upper, mask, slot, slots)
+    release = plan_averaging(1.0, 1e-6, d)
+    blockwise = jax.jit(blockwise_leaf_sums, static_argnums=(5, 6))(points, lower, upper, mask, slot, slots, release)
     at_once = _leaf_sums(fixed_point_codes(jnp.asarray(unit_scale(points, lower, upper))), mask, slot, slots)
     np.testing.assert_array_equal(value(blockwise), value(at_once))

@@ -9,7 +9,7 @@ import dpm_jax
 from dpm_jax import Budget, DPMConfig
 from dpm_jax.averaging import plan_averaging
 from dpm_jax.scoring import score_coefficients
-from dpm_jax.api import build_ledger
+from dpm_jax.dpm_releases import dpm_releases
 from dpm_jax.budget import allocate, heap_count_epsilons, level_weights
 from dpm_jax.interval import utility_sensitivity
 from dpm_jax.mechanisms import EM_EPSILON_MARGIN, count_offset, count_sampler_tv, em_sampler_tv
@@ -20,7 +20,7 @@ D = 10
 def ledger_of(budget, config, d=D):
     allocation = allocate(budget, config, d)
     averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
-    return allocation, build_ledger(allocation, config, d, averaging)
+    return allocation, dpm_releases(allocation, config, d, averaging).ledger()
 
 
 CONFIGS = [
@@ -139,7 +139,8 @@ def test_ledger_table_and_dicts():
     assert rows[-1]["noise_scale"] == averaging.sigma and rows[-1]["sensitivity"] == averaging.sensitivity
     split_sensitivity = score_coefficients(config.t, config.q, config.alpha).sensitivity
     assert rows[2]["sensitivity"] == split_sensitivity and rows[2]["sampler_epsilon"] == EM_EPSILON_MARGIN
-    assert rows[1]["sensitivity"] == utility_sensitivity(D) / 2**10 == 2 * D  # Lemma 1, d' = D
+    # Lemma 1, d' = D: 2 D gap counts, stated in the integer utility's units of 2**-10 it draws with
+    assert rows[1]["sensitivity"] == utility_sensitivity(D) == 2 * D * 2**10 and "2**-10" in rows[1]["sensitivity_rule"]
     # key paths name the stream and the heap rows each line's noise is drawn from
     assert [r["key_path"] for r in rows[:4]] == [
         ["count", "heap[1]"],
@@ -166,6 +167,7 @@ def test_degenerate_budgets_are_refused(budget, config, message):
         allocate(budget, config, d)
 
 
+@pytest.mark.slow
 def test_the_noise_actually_added_has_the_ledgers_scales():
     # Long because: 4,000 keys, for a spread test with a stated error rate (~11 s).
     """Over 4,000 keys on fixed data and a fixed one-leaf tree, the released root count

@@ -367,3 +367,113 @@ def test_cluster_warns_in_one_line_when_the_budget_is_starved(tmp_path, capsys):
     assert status == 0
     warning = [line for line in stderr if line.startswith("dpm-jax: warning: ")]
     assert len(warning) == 1 and "cannot separate even two clusters" in warning[0]
+
+
+def write_pandas_style_csv(path, values, label):
+    """What pandas' DataFrame.to_csv writes by default: an unnamed index column first, then the data and a label."""
+    with open(path, "w") as file:
+        file.write(",a,b,c,label\n")
+        for i, (row, y) in enumerate(zip(values, label)):
+            file.write(f"{i}," + ",".join(repr(float(v)) for v in row) + f",{y}\n")
+    return str(path)
+
+
+def test_index_and_label_columns_are_refused_or_dropped_by_name_or_position(tmp_path, capsys):
+    plain = json.loads(run(capsys, ["cluster", write_csv(tmp_path / "p.csv", DATA.points, ["a", "b", "c"]), *ARGS])[1])
+    source = write_pandas_style_csv(tmp_path / "pandas.csv", DATA.points, DATA.labels)
+    status, stdout, stderr = run(capsys, ["cluster", source, *ARGS])
+    assert status == 1 and stdout == "" and "looks like a row index" in stderr[-1] and "--drop 0" in stderr[-1]
+    for selection in (["--drop", "0,label"], ["--columns", "a,b,c"], ["--columns", "1,2,3"]):
+        status, stdout, stderr = run(capsys, ["cluster", source, *ARGS, *selection])
+        assert status == 0, stderr
+        assert json.loads(stdout) == plain
+    status, _, stderr = run(capsys, ["cluster", source, *ARGS, "--columns", "a,zz"])
+    assert status == 1 and "no column 'zz'" in stderr[-1]
+    # an unnamed counter column in a header-less file is refused by its values
+    counter = np.column_stack([np.arange(len(DATA.points)), DATA.points])
+    status, _, stderr = run(capsys, ["cluster", write_csv(tmp_path / "counter.csv", counter), *ARGS])
+    assert status == 1 and "its values are 0, 1, 2" in stderr[-1]
+
+
+def test_per_feature_bounds_repeated_or_from_a_file_match_the_python_api(tmp_path, capsys):
+    source = write_csv(tmp_path / "data.csv", DATA.points)
+    lower, upper = [-10.0, -12.0, -9.0], [10.0, 11.0, 9.5]
+    options = ["--epsilon", EPSILON, "--delta", DELTA, "--tau-r", TAU_R, "--seed", 7]
+    repeated = [x for pair in zip(lower, upper) for x in ("--bounds", pair[0], pair[1])]
+    status, stdout, stderr = run(capsys, ["cluster", source, *options, *repeated])
+    assert status == 0, stderr
+    bounds_file = tmp_path / "bounds.csv"
+    bounds_file.write_text("# lo,hi per column\n" + "".join(f"{lo},{hi}\n" for lo, hi in zip(lower, upper)))
+    status, from_file, stderr = run(capsys, ["cluster", source, *options, "--bounds-file", bounds_file])
+    assert status == 0, stderr
+    assert json.loads(stdout) == json.loads(from_file)
+    release = json.loads(stdout)
+    assert release["bounds"] == {"lower": lower, "upper": upper}
+    result = dpm_jax.cluster(
+        jax.random.key(7),
+        DATA.points,
+        dpm_jax.Budget(EPSILON, DELTA),
+        (lower, upper),
+        config=dpm_jax.DPMConfig(tau_r=TAU_R),
+    )
+    np.testing.assert_allclose(release["centers"], np.asarray(result.centers)[np.asarray(result.valid)], rtol=1e-6)
+    status, _, stderr = run(capsys, ["cluster", source, *options, "--bounds", 0, 1, "--bounds", 0, 1])
+    assert status == 1 and "2 bounds pairs for 3 columns" in stderr[-1]
+
+
+def test_help_texts_say_what_is_required_and_what_acts(capsys):
+    parser = build_parser()
+    cluster_parser = parser._subparsers._group_actions[0].choices["cluster"]
+    usage = cluster_parser.format_usage()
+    assert "(--bounds LO HI | --bounds-file FILE)" in usage and "[--bounds" not in usage
+    text = cluster_parser.format_help()
+    assert "(default 6) (default 6)" not in " ".join(text.split()) and "paper defaults" not in text
+    assert "used only with --split-grid paper" in text
+
+
+def test_a_missing_csv_value_is_named_by_line_and_column(tmp_path, capsys):
+    path = tmp_path / "gap.csv"
+    path.write_text("a,b\n1.0,2.0\n3.0,\n")
+    status, _, stderr = run(capsys, ["cluster", path, *ARGS])
+    assert status == 1 and "line 3, column 'b' (position 1) is empty (a missing value)" in stderr[-1]
+    assert "could not convert" not in stderr[-1]
+
+
+def test_the_budget_warning_points_cli_users_at_dpm_jax_plan(tmp_path, capsys):
+    source = write_csv(tmp_path / "data.csv", DATA.points)
+    status, _, stderr = run(capsys, ["cluster", source, "--epsilon", "1", *ARGS[2:], "--out", tmp_path / "r.json"])
+    warning = next(line for line in stderr if "cannot separate" in line)
+    assert status == 0 and "run dpm-jax plan --n " in warning and "print(" not in warning
+
+
+def test_the_accountant_file_is_charged_and_refuses_before_reading(tmp_path, capsys):
+    source = write_csv(tmp_path / "data.csv", DATA.points)
+    state = tmp_path / "budget.json"
+    status, stdout, _ = run(capsys, ["accountant", state, "--epsilon", 2 * EPSILON + 1, "--delta", 1e-5])
+    assert status == 0 and "0 releases" in stdout
+    for _ in range(2):
+        status, _, stderr = run(capsys, ["cluster", source, *ARGS, "--accountant", state])
+        assert status == 0, stderr
+    assert [c["what"] for c in json.loads(state.read_text())["charges"]] == ["cluster", "cluster"]
+    os.remove(source)  # a refused run must not even open its input
+    status, _, stderr = run(capsys, ["cluster", source, *ARGS, "--accountant", state])
+    assert status == 1 and "Nothing was read" in stderr[-1]
+    status, stdout, _ = run(capsys, ["accountant", state])
+    assert status == 0 and "2 releases spent epsilon = 20" in stdout
+    status, _, stderr = run(capsys, ["accountant", state, "--epsilon", 1, "--delta", 1e-6])
+    assert status == 1 and "never overwritten" in stderr[-1]
+
+
+def test_cluster_stream_reads_a_parquet_path_with_the_clis_reader(tmp_path, capsys):
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as parquet
+
+    path = tmp_path / "data.parquet"
+    table = pyarrow.table({"a": DATA.points[:, 0], "b": DATA.points[:, 1], "c": DATA.points[:, 2]})
+    parquet.write_table(table, path, row_group_size=100)
+    budget, config = dpm_jax.Budget(EPSILON, DELTA), dpm_jax.DPMConfig(tau_r=TAU_R)
+    streamed = dpm_jax.cluster_stream(jax.random.key(7), str(path), budget, BOUNDS, config=config, progress=True)
+    in_memory = dpm_jax.cluster(jax.random.key(7), DATA.points, budget, BOUNDS, config=config)
+    np.testing.assert_array_equal(np.asarray(streamed.centers), np.asarray(in_memory.centers))
+    err = capsys.readouterr().err
+    assert "dpm_jax: pass validation" in err and "\033[" not in err and "\r" not in err  # not a terminal

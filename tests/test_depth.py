@@ -36,7 +36,7 @@ def test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs(small_
     assert depth == depth_rule(released, 3, plan.remaining, AUTO)
     run = plan_run(BUDGET, AUTO, 3)
     size = 2 ** (AUTO.max_depth + 1)
-    rows = [list(heap_count_epsilons(a)) for a in run.allocations]
+    rows = [list(heap_count_epsilons(a)) for a in run.by_depth]
     rows = [r + [r[-1]] * (size - len(r)) for r in rows]
     noise = mechanisms.count_noise(keys.derive_key(key, keys.COUNT), np.asarray(rows))
     root_noise = float(exact.to_float32(exact.Int(tuple(limb[depth - 1, 1] for limb in noise.limbs))))
@@ -138,8 +138,8 @@ def test_auto_depth_runs_under_jit_and_vmap_with_each_data_sets_own_depth(small_
 def test_the_schedule_is_the_chosen_depths_allocation():
     run = plan_run(BUDGET, AUTO, 2)
     for depth in (1, 4, 7):
-        schedule = level_schedule(run.allocations, jnp.int32(depth), 7)
-        allocation = allocate(run.depth_plan.remaining, AUTO.at_depth(depth), 2)
+        schedule = level_schedule(run.by_depth, jnp.int32(depth), 7)
+        allocation = allocate(run.depth_rule.plan.remaining, AUTO.at_depth(depth), 2)
         np.testing.assert_array_equal(
             np.asarray(schedule.split_epsilons)[:depth], np.float32(allocation.split_epsilons)
         )
@@ -166,5 +166,5 @@ def test_a_budget_too_small_for_deep_trees_caps_the_depth():
     are never chosen (their allocation is refused), the shallow ones still run."""
     budget = dpm_jax.Budget(2e-4, 1e-6)
     run = plan_run(budget, AUTO, 2)
-    assert 1 <= len(run.allocations) < AUTO.max_depth
-    assert all(t is None for t in run.depth_plan.thresholds[len(run.allocations) - 1 :])
+    assert 1 <= len(run.by_depth) < AUTO.max_depth
+    assert all(t is None for t in run.depth_rule.plan.thresholds[len(run.by_depth) - 1 :])

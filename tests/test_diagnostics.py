@@ -2,8 +2,10 @@
 
 import inspect
 import math
+import pathlib
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -88,9 +90,11 @@ def _plan(n=100_000, epsilon=1.0, d=10, **config):
 )
 def test_one_gaussian_halting_depth(alpha, depth, grid):
     """Equation 21 with fresh dimensions. Paper's grid (beta = sigma / 2): 2**6 leaves at alpha 1 and 2, the
-    root halts from alpha ~4.99 on. Cell grid, sd 5 % of the range: beta = range / 128 is narrower, the central
-    split emptier (e_c(0) ~ .94), and the root halts only from alpha ~15.9 on."""
-    halting = _plan(alpha=alpha, split_grid=grid).single_cluster_halting()
+    root halts from alpha ~4.99 on. Cell grid with a window of one half-bin per side (as measured in
+    docs/diagnostics.md), sd 5 % of the range: beta = range / 128 is narrower, the central split emptier
+    (e_c(0) ~ .94), and the root halts only from alpha ~15.9 on."""
+    window = dict(split_window=1) if grid == "cell" else {}
+    halting = _plan(alpha=alpha, split_grid=grid, **window).single_cluster_halting()
     assert halting.depth == depth and halting.leaves == 2**depth
     assert halting.halts_at_root == (alpha > halting.alpha_needed_at_root)
     assert halting.depth == next((i for i, m in enumerate(halting.margins) if m > 0), 7)
@@ -147,8 +151,10 @@ def test_report_tells_when_two_clusters_cannot_be_separated():
     assert starved.max_reliable_k() == 1
     assert "cannot separate even two clusters" in str(starved)
     assert "one Gaussian cluster: halts at the root" in str(_plan(split_grid="paper"))
-    text = str(_plan())  # the cell grid, the default
-    assert "one Gaussian cluster (sd 5 % of the range): splits into about 64 leaves" in text and "uniform data" in text
+    text = str(_plan())  # the cell grid and its split window, the defaults: the engine gives k = 1 there
+    assert "one Gaussian cluster (sd 5 % of the range): halts at the root" in text and "uniform data" in text
+    narrow = str(_plan(split_window=1))
+    assert "one Gaussian cluster (sd 5 % of the range): splits into about 64 leaves" in narrow
 
 
 def test_bad_budget_and_config_are_rejected():
@@ -188,11 +194,51 @@ def test_warns_exactly_when_two_clusters_cannot_be_separated():
 
 
 def test_the_cell_grids_halting_needs_a_public_spread():
-    cell = _plan(split_grid="cell")
+    cell = _plan(split_grid="cell", split_window=1)
     assert cell.single_cluster_halting(sigma=0.05).alpha_needed_at_root > 15
+    # the default window (6 half-bins per side) holds more of the cluster: the root halts from alpha ~2.7
+    assert 2 < _plan(split_grid="cell").single_cluster_halting(sigma=0.05).alpha_needed_at_root < 5
     wide, narrow = cell.single_cluster_halting(sigma=0.2), cell.single_cluster_halting(sigma=0.01)
     assert wide.alpha_needed_at_root > narrow.alpha_needed_at_root  # a wider cluster: emptier central split
     paper = _plan(split_grid="paper")  # beta follows sigma there: the guess does not matter
     assert paper.single_cluster_halting(sigma=0.2) == paper.single_cluster_halting(sigma=0.01)
     with pytest.raises(ValueError):
         cell.single_cluster_halting(sigma=0.0)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::dpm_jax.InsufficientBudgetWarning")
+def test_single_cluster_prediction_matches_the_default_engine():
+    """One Gaussian (sd 5 % of the range, 20,000 points, epsilon = 1): the plan of the default engine
+    (cell grid, split window 6, automatic depth) predicts that the root halts (k = 1), and with a window
+    of one half-bin per side that the tree splits to depth 5. Measured on keys 0-2, the median log2 k
+    must be within 1 level of the predicted depth (the tolerance docs/diagnostics.md states); measured
+    when written: k = 1, 1, 1 and 19, 24, 24 (log2 4.6 against 5)."""
+    n, d = 20_000, 2
+    points = np.random.default_rng(0).normal(0.0, 10.0, (n, d))
+    budget = dpm_jax.Budget(1.0, 1e-6)
+    for config in (dpm_jax.DPMConfig(), dpm_jax.DPMConfig(split_window=1)):
+        predicted = diagnostics.plan(n, d, budget, config).single_cluster_halting()
+        ks = [
+            int(dpm_jax.cluster(jax.random.key(s), points, budget, (-100.0, 100.0), config=config).k) for s in range(3)
+        ]
+        assert abs(np.log2(np.median(ks)) - predicted.depth) <= 1.0, (config.split_window, predicted.depth, ks)
+    assert diagnostics.plan(n, d, budget).single_cluster_halting().halts_at_root
+
+
+def test_readme_and_docs_state_the_plans_numbers():
+    """The numbers quoted in README.md and docs/diagnostics.md are what plan gives (n = 20,000, d = 10)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    p = diagnostics.plan(n=20_000, d=10, budget=dpm_jax.Budget(1.0, 1e-6))
+    window, halting = p.alpha_window(xi=0.002), p.single_cluster_halting()
+    common = [
+        f"{round(p.min_n_epsilon(64), -3):,.0f}",
+        f"{'1 leaf' if halting.leaves == 1 else f'{halting.leaves} leaves'}",
+        f"alpha {halting.alpha_needed_at_root:.3g}",
+        f"({window.low:.3g} .. {window.high:.4g})",
+    ]
+    quoted = {"README.md": f"(here {p.max_reliable_k()})", "docs/diagnostics.md": f"# {p.max_reliable_k()}:"}
+    for name, reliable in quoted.items():
+        text = (root / name).read_text()
+        for fragment in [reliable, *common]:
+            assert fragment in text, (name, fragment)

@@ -9,8 +9,8 @@ inputs must raise a clear ValueError or TypeError before any work is done.
 Compiling ``cluster`` costs seconds per (shape, budget, config), so the CI test
 draws the *values* freely but the static part from a few fixed scenarios, with
 derandomised examples (reproducible). The strategies and checks live in
-:mod:`dpm_jax.testing.fuzz`; ``benchmarks/fuzz_campaign.py`` uses them with free
-shapes, configs and budgets and many more examples.
+:mod:`fuzzing` (tests/fuzzing.py, test tooling: not shipped in the package);
+``benchmarks/fuzz_campaign.py`` uses them with free shapes, configs and budgets and many more examples.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpm_jax
-from dpm_jax.testing.fuzz import INVALID_INPUTS, Scenario, call, check_cluster_properties, points_for, public_bounds
+from fuzzing import INVALID_INPUTS, Scenario, call, check_cluster_properties, points_for, public_bounds
 
 CI_SETTINGS = settings(
     max_examples=30,
@@ -47,11 +47,12 @@ CI_SCENARIOS = (
 
 
 def _ci_check(name: str):
-    """The invalid-input check ``name`` of dpm_jax.testing.fuzz as a derandomised CI test."""
+    """The invalid-input check ``name`` of tests/fuzzing.py as a derandomised CI test."""
     strategies, check = INVALID_INPUTS[name]
     return CI_SETTINGS(given(**strategies)(check))
 
 
+@pytest.mark.slow
 @CI_SETTINGS
 @given(data=st.data())
 def test_cluster_on_fuzzed_valid_inputs(data):

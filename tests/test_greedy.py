@@ -224,7 +224,7 @@ def test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise(blobs2d):
     np.testing.assert_array_equal(np.asarray(result.sizes), np.asarray(sizes))
     assert np.any(np.asarray(result.sizes) != np.asarray(counts))
     table = discrete_gaussian_table(plan.sums.sigma)
-    sums = blockwise_leaf_sums(jnp.asarray(X), lower, upper, jnp.ones(len(X), bool), slot, 5)
+    sums = blockwise_leaf_sums(jnp.asarray(X), lower, upper, jnp.ones(len(X), bool), slot, 5, plan.sums)
     expected = centers_from_sums(
         jax.random.fold_in(keys.derive_key(key, keys.GREEDY_SUM), 0),
         sums,

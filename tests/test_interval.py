@@ -5,9 +5,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpm_jax import DPMConfig, exact
+from dpm_jax import DPMConfig, exact, keys
 from dpm_jax.mechanisms import em_weight_table
-from dpm_jax.interval import estimate_split_interval_size, gap_counts_below, gaussian_gap_constant, interval_dimensions
+from dpm_jax.interval import (
+    estimate_split_interval_size,
+    gap_counts_below,
+    gaussian_gap_constant,
+    interval_dimensions,
+    utility_sensitivity,
+)
+from dpm_jax.releases import SelectionRelease
 
 
 @pytest.mark.parametrize("n", [2_000, 50_000])
@@ -61,6 +68,7 @@ def test_gap_counts_below_with_grouped_sorts_and_under_vmap():
         assert row == [int(np.sum(gaps < step * g)) for g in range(1, count + 1)]
 
 
+@pytest.mark.slow
 def test_estimate_finds_the_sigma_of_gaussian_data():
     # Long because: Algorithm 2 on several sigmas at a sample size where the percentile is stable (~11 s).
     """Data from N(0.5, 0.04^2): sigma* should be the grid value 0.04 (relative).
@@ -74,10 +82,14 @@ def test_estimate_finds_the_sigma_of_gaussian_data():
     config = DPMConfig(sigma_step=0.005, num_sigmas=20)
     table = tuple(jnp.asarray(part) for part in em_weight_table())
     beta, index = estimate_split_interval_size(
-        jax.random.key(0), table, points, jnp.ones(20_000, bool), 20_000.0, 50.0, config
+        jax.random.key(0), table, points, jnp.ones(20_000, bool), 20_000.0, _interval_release(50.0, 3, config), config
     )
     assert abs(int(index) - 7) <= 1  # sigma = 0.005 * (index + 1) = 0.04
     assert float(beta) == pytest.approx(0.5 * 0.005 * (int(index) + 1))
+
+
+def _interval_release(epsilon, num_dims, config):
+    return SelectionRelease("interval_size", epsilon, keys.INTERVAL, utility_sensitivity(num_dims), config.num_sigmas)
 
 
 def test_interval_dimensions_subset_is_data_independent():

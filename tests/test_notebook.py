@@ -24,6 +24,7 @@ def outputs_text(cell) -> str:
     return "".join(output.get("text", "") for output in cell.get("outputs", []))
 
 
+@pytest.mark.slow
 def test_quickstart_runs(tmp_path):
     # Long because: executes the whole quickstart notebook in a fresh kernel (~25 s).
     notebook = nbformat.read(NOTEBOOK, as_version=4)

@@ -206,6 +206,7 @@ def test_interval_utility_sensitivity_holds_at_four_million_points():
     assert exact_values(base).max() > 2**22  # the counts are in the range where float32 failed
 
 
+@pytest.mark.slow
 def test_masked_points_do_not_influence_the_release():
     # Long because: compiles cluster with a point mask for two data sizes (~11 s).
     """cluster(X padded, mask) must equal cluster(X) draw for draw (masking is removal).
@@ -225,3 +226,30 @@ def test_masked_points_do_not_influence_the_release():
     masked = dpm_jax.cluster(key, padded, budget, bounds=(-5.0, 5.0), config=config, point_mask=mask)
     np.testing.assert_array_equal(np.asarray(plain.tree.noisy_count), np.asarray(masked.tree.noisy_count))
     np.testing.assert_array_equal(np.asarray(plain.counts), np.asarray(masked.counts))
+
+
+@pytest.mark.parametrize("split_grid", ["paper", "cell"])
+def test_the_runs_releases_state_the_sensitivities_their_inputs_have(split_grid):
+    """The releases a run draws with (dpm_jax.api.plan_run) state the sensitivities measured above:
+    the split choices the score's a1 + a3, Algorithm 2 the utility's 2 d' (2**-10 units), the node
+    counts 1, and the leaf sums an L2 bound of every point's code vector in units of 2**s (the
+    corners of the unit box are the longest; without the mid-shift they are twice as long)."""
+    import itertools
+
+    import dpm_jax
+    from dpm_jax.api import plan_run
+
+    d = 3
+    config = dpm_jax.DPMConfig(split_grid=split_grid, tau_r=3)
+    (releases,) = plan_run(dpm_jax.Budget(1.0, 1e-6), config, d).by_depth
+    assert releases.split_sensitivity == score_coefficients(config.t, config.q, config.alpha).sensitivity
+    assert all(count.sensitivity == 1 for count in releases.counts)
+    if split_grid == "paper":
+        assert releases.interval.sensitivity == utility_sensitivity(d) == PERCENTILE_SENSITIVITY * d * 2**10
+    else:
+        assert releases.interval is None
+    leaf_sums = releases.leaf_sums
+    corners = jnp.asarray(list(itertools.product([0.0, 1.0], repeat=d)), jnp.float32)
+    codes = np.asarray(leaf_sums.codes(corners), np.float64)
+    longest = np.sqrt((codes**2).sum(axis=1)).max() / 2.0**leaf_sums.coarse_shift
+    assert longest <= leaf_sums.sensitivity and longest >= leaf_sums.sensitivity * (1 - 1e-6)

@@ -56,6 +56,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sharded_rows_give_the_release_of_one_device():
     # Long because: three compiles (one device, rows over 4 devices, a 2 x 2 mesh) in a fresh process.
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
@@ -111,6 +112,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_release_of_one_process_on_the_concatenated_rows():
     # Long because: two fresh processes compile the run (gloo collectives over loopback).
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}

@@ -7,6 +7,7 @@ checks add one program per feature count they use (1, 2, 3, 4, 5, 10).
 """
 
 import pickle
+import warnings
 
 import jax
 import numpy as np
@@ -21,7 +22,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
 
 import dpm_jax  # noqa: E402
 from dpm_jax.eval.datasets import synthetic_blobs  # noqa: E402
-from dpm_jax.sklearn import CONFIG_FIELDS, MIN_PADDED_ROWS, DPMClustering, padded_size  # noqa: E402
+from dpm_jax.sklearn import CONFIG_FIELDS, MIN_PADDED_ROWS, DPMClustering, PreprocessingWarning, padded_size  # noqa: E402
 
 # epsilon = 1000 makes the noise negligible, so that scikit-learn's check_clustering
 # (adjusted Rand index > 0.4 on 55 points) tests the clustering logic, not the noise;
@@ -106,7 +107,7 @@ def test_invalid_parameters_fail_at_fit(params, error):
 
 def test_parameters_mirror_dpm_config():
     params = DPMClustering().get_params()
-    assert set(params) - {"epsilon", "delta", "bounds", "seed"} == set(CONFIG_FIELDS)
+    assert set(params) - {"epsilon", "delta", "bounds", "seed", "random_state"} == set(CONFIG_FIELDS)
     assert DPMClustering().dpm_config() == dpm_jax.DPMConfig()
     config = DPMClustering(tau_r=5, epsilon_shares=[0.1, 0.2, 0.3, 0.4]).dpm_config()
     assert config.tau_r == 5 and config.epsilon_shares == (0.1, 0.2, 0.3, 0.4)
@@ -158,3 +159,47 @@ def test_fit_warns_when_the_budget_cannot_separate_two_clusters():
     model = DPMClustering(epsilon=1.0, delta=1e-6, bounds=data.bounds, tau_r=3, seed=0)
     with pytest.warns(dpm_jax.diagnostics.InsufficientBudgetWarning, match="cannot separate even two"):
         model.fit(data.points)
+
+
+def test_random_state_as_scikit_learn_accepts_it():
+    """An int is the seed; a RandomState draws the seed (same state, same fit); None is fresh noise."""
+    base = {k: v for k, v in PARAMS.items() if k != "seed"}
+    by_int = DPMClustering(**base, random_state=0).fit(BLOBS.points)
+    np.testing.assert_array_equal(by_int.cluster_centers_, fitted_model().cluster_centers_)
+    first = DPMClustering(**base, random_state=np.random.RandomState(5)).fit(BLOBS.points)
+    again = DPMClustering(**base, random_state=np.random.RandomState(5)).fit(BLOBS.points)
+    np.testing.assert_array_equal(first.cluster_centers_, again.cluster_centers_)
+    assert DPMClustering(**base).__sklearn_tags__().non_deterministic
+    assert not DPMClustering(**base, random_state=3).__sklearn_tags__().non_deterministic
+    np.testing.assert_array_equal(  # random_state, when given, takes precedence over seed
+        DPMClustering(**{**PARAMS, "seed": 7}, random_state=0).fit(BLOBS.points).cluster_centers_,
+        by_int.cluster_centers_,
+    )
+
+
+def test_transform_and_score_measure_distances_to_the_dp_centres():
+    model = fitted_model()
+    distances = np.linalg.norm(BLOBS.points[:, None, :] - model.cluster_centers_[None], axis=-1)
+    np.testing.assert_allclose(model.transform(BLOBS.points), distances, rtol=1e-5, atol=1e-5)
+    assert model.score(BLOBS.points) == pytest.approx(-np.sum(distances.min(1) ** 2), rel=1e-5)
+    moved = model.cluster_centers_ + 1.0  # centres further from the data score lower
+    assert model.score(BLOBS.points) > -np.sum(np.min(np.linalg.norm(BLOBS.points[:, None] - moved, axis=-1), 1) ** 2)
+
+
+def test_grid_search_and_pipeline_need_no_extra_arguments():
+    from sklearn.model_selection import GridSearchCV
+
+    search = GridSearchCV(DPMClustering(**PARAMS), {"epsilon": [10.0, 20.0]}, cv=2).fit(BLOBS.points)
+    assert search.best_params_["epsilon"] in (10.0, 20.0) and np.isfinite(search.best_score_)
+    pipeline = make_pipeline(FunctionTransformer(np.negative), DPMClustering(**PARAMS)).fit(BLOBS.points)
+    assert pipeline.transform(BLOBS.points).shape == (len(BLOBS.points), pipeline[-1].n_clusters_)
+
+
+def test_a_fitted_standard_scaler_before_the_estimator_warns():
+    from sklearn.preprocessing import StandardScaler
+
+    with pytest.warns(PreprocessingWarning, match="NOT differentially private"):
+        make_pipeline(StandardScaler(), DPMClustering(**{**PARAMS, "bounds": (-3.0, 3.0)})).fit(BLOBS.points)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PreprocessingWarning)
+        DPMClustering(**PARAMS).fit(BLOBS.points)  # raw data: no warning

@@ -21,6 +21,7 @@ def assert_same_release(in_memory, streamed):
     assert streamed.ledger == in_memory.ledger and streamed.labels_nonprivate is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [3, 6])  # k = 6 and 4 with this data
 def test_streamed_chunks_give_the_in_memory_release(small_blobs, budget, seed):
     # Long because: the streamed path compiles its per-chunk programs once per level count.

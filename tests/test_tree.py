@@ -5,12 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 
 import dpm_jax
+import pytest
 from conftest import SMALL_CONFIG
 from dpm_jax import histogram, tree
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.eval import datasets
 
 
+@pytest.mark.slow
 def test_sibling_subtraction_gives_the_same_clustering(small_blobs, budget, monkeypatch):
     # Long because: three programs compiled after clearing JAX's caches: direct, siblings, vmapped (~25 s).
     # The tree with carried counts and sibling subtraction (used from _SIBLING_MIN_DIMS
@@ -124,6 +126,7 @@ def _grid_of_blobs(side: int, n: int, seed: int):
     return points.astype(np.float32), labels
 
 
+@pytest.mark.slow
 def test_cell_grid_separates_a_grid_of_blobs_where_the_papers_interval_size_fails():
     # Long because: two programs (both grids) compiled under vmap over 8 keys (~15 s of CPU).
     # 36 blobs on a 6 x 6 grid: every marginal holds 6 blobs, so Algorithm 2's single
@@ -152,6 +155,7 @@ def test_cell_grid_separates_a_grid_of_blobs_where_the_papers_interval_size_fail
     assert medians["cell"][0] > 0.55 and medians["cell"][1] >= 24, medians  # most of the 36 blobs
 
 
+@pytest.mark.slow
 def test_cell_grid_window_stops_on_one_gaussian_where_a_narrow_window_splits_it():
     # Long because: two programs compiled under vmap over 8 keys (~10 s of CPU).
     # One Gaussian (n = 20,000, epsilon = 1): the right answer is one cluster. With the
@@ -221,7 +225,7 @@ def test_level_counts_and_split_dimension_bins_are_those_of_the_whole_arrays_bin
     ]
     for config in configs:
         inputs = tree.point_inputs(
-            points, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07), config
+            points, None, *bounds, dpm_jax.exact.from_int32(jnp.int32(n)), jnp.float32(0.07), config, jnp.int32(3)
         )
         grid, _ = tree.level_grid(inputs, *cells)
         whole = (

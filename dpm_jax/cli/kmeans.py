@@ -23,8 +23,8 @@ from dpm_jax.keys import key_from_seed
 __all__ = ["add_parser", "kmeans_release"]
 
 
-def add_parser(commands, seed_type) -> None:
-    """Register the ``kmeans`` sub-command on ``commands`` (the parser's sub-parsers)."""
+def add_parser(commands, seed_type) -> argparse.ArgumentParser:
+    """Register the ``kmeans`` sub-command on ``commands``; cli.main sets its handler."""
     run = commands.add_parser(
         "kmeans",
         help="DP k-means / k-median with a given k (the unified greedy) and the private cost curve",
@@ -49,7 +49,7 @@ def add_parser(commands, seed_type) -> None:
     )
     run.add_argument("--seed", type=seed_type, default=None, help="integer seed (keep it secret); default: fresh")
     run.add_argument("--out", metavar="FILE", default=None, help="write the JSON release here (default stdout)")
-    run.set_defaults(handler=run_kmeans)
+    return run
 
 
 def kmeans_release(result: KMeansResult, budget: Budget, bounds, args: argparse.Namespace, columns) -> dict:
@@ -68,16 +68,15 @@ def kmeans_release(result: KMeansResult, budget: Budget, bounds, args: argparse.
     )
 
 
-def run_kmeans(args: argparse.Namespace) -> int:
-    from dpm_jax.cli.main import CommandError, _check_writable, _status
-
+def run_kmeans(args: argparse.Namespace, check_writable, status, command_error) -> int:
+    """The sub-command; ``check_writable``, ``status`` and ``command_error`` are cli.main's (no import circle)."""
     if args.bounds is None:
-        raise CommandError("--bounds LO HI is required: the public range of the data, fixed without looking at it")
+        raise command_error("--bounds LO HI is required: the public range of the data, fixed without looking at it")
     lower, upper = args.bounds
     if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
-        raise CommandError(f"--bounds needs finite LO < HI, got {lower} {upper}")
+        raise command_error(f"--bounds needs finite LO < HI, got {lower} {upper}")
     budget = Budget(epsilon=args.epsilon, delta=args.delta)
-    _check_writable(args.out)
+    check_writable(args.out)
     points = read_points(args.input)
     start = time.perf_counter()
     result = kmeans(
@@ -96,7 +95,7 @@ def run_kmeans(args: argparse.Namespace) -> int:
         print(text)
     else:
         write_atomically(args.out, lambda f: f.write(text + "\n"))
-    _status(
+    status(
         f"k={args.k} centres in {time.perf_counter() - start:.1f} s; elbow at k'={int(result.elbow_k)}; "
         f"ledger total epsilon={result.ledger.total_epsilon:.6g}, delta={result.ledger.total_delta:.3g}"
     )

@@ -1,6 +1,7 @@
 """The ``dpm-jax`` argument parser and its commands: cluster a file, plan a budget, the demo, the benchmark.
 
     dpm-jax cluster data.csv --epsilon 1 --delta 1e-6 --bounds -100 100 --out release.json
+    dpm-jax accountant budget.json --epsilon 3 --delta 1e-5     # then: cluster ... --accountant budget.json
     dpm-jax plan --n 20000 --d 10 --epsilon 1 --delta 1e-6
     dpm-jax demo --n 100000 --d 10
     dpm-jax bench ...
@@ -10,13 +11,15 @@ Algorithm 1): the DP centres, their noisy sizes, the split tree, the split inter
 size and the privacy ledger, together with the public inputs (budget, bounds,
 hyper-parameters). Nothing computed from individual points without noise (labels,
 the exact number of rows) goes into it. Results go to stdout or to files written
-atomically; status messages go to stderr. Bad input ends the command with exit
+atomically; status messages go to stderr, and they hold public numbers and the release
+only, except the wall time, labelled NOT PRIVATE. Bad input ends the command with exit
 status 1 (2 for a malformed command line) and a one-line message, no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import math
@@ -26,13 +29,18 @@ import time
 import warnings
 from typing import Sequence
 
+from dpm_jax.accountant import BudgetExceededError
 from dpm_jax.cli import kmeans as kmeans_command
 from dpm_jax.api import cluster
 from dpm_jax.budget import Budget
+from dpm_jax.cli.budget_file import add_accountant_command, open_accountant
 from dpm_jax.cli.readers import read_points, stream_points
+from dpm_jax.cli import synthesize as synthesize_command
+from dpm_jax.cli.bounds_option import parse_bounds, released_bounds
+from dpm_jax.bounds import PRIVATE, PrivateBounds
 from dpm_jax.cli.release import release_to_dict, write_centers_csv
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
-from dpm_jax.diagnostics import plan
+from dpm_jax.diagnostics import InsufficientBudgetWarning, plan
 from dpm_jax.files import write_atomically
 from dpm_jax.keys import MAX_SEED, key_from_seed
 from dpm_jax.stream import DEFAULT_CHUNK_ROWS, cluster_stream
@@ -75,8 +83,7 @@ CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
     (
         "split_window",
         int,
-        "half-bins on each side of a candidate in its split interval (cell grid only; default 6; 1 for many small "
-        "clusters)",
+        "half-bins on each side of a candidate in its split interval (cell grid only; 1 for many small clusters)",
     ),
 )
 
@@ -117,17 +124,71 @@ def config_from_args(args: argparse.Namespace) -> DPMConfig:
     return DPMConfig(**overrides)
 
 
-def _run_cluster(args: argparse.Namespace) -> int:
-    if args.bounds is None:
+def _bounds_request(args: argparse.Namespace) -> PrivateBounds | list[tuple[float, float]]:
+    """--bounds private (a :class:`PrivateBounds`), or the (lo, hi) pairs of --bounds / --bounds-file;
+    checked before the data is read."""
+    try:
+        if args.bounds_file:
+            if args.bounds_share is not None:
+                raise CommandError("--bounds-share applies only to --bounds private")
+            return _read_bounds_file(args.bounds_file)
+        if any(list(values) == [PRIVATE] for values in args.bounds):
+            if len(args.bounds) != 1:
+                raise CommandError("--bounds private replaces every other --bounds: give it alone")
+            return parse_bounds(args.bounds[0], args.bounds_share)
+        return [parse_bounds(values, args.bounds_share) for values in args.bounds]
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+
+
+def _bounds_of(request: PrivateBounds | list[tuple[float, float]], d: int):
+    """The ``bounds`` argument of the run: the request for private bounds, one (lo, hi) pair for every
+    column, or per-column (lo, hi) lists."""
+    if isinstance(request, PrivateBounds):
+        return request
+    for j, (lower, upper) in enumerate(request):
+        if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
+            raise CommandError(f"bounds need finite LO < HI, got {lower:g} {upper:g} (pair {j + 1} of {len(request)})")
+    if len(request) == 1:
+        return request[0]
+    if len(request) != d:
         raise CommandError(
-            "--bounds LO HI is required: the public range of the data, fixed "
-            "without looking at it (reading it from the data would void the "
-            "privacy guarantee)"
+            f"{len(request)} bounds pairs for {d} columns: give one pair for all columns or one per column"
         )
-    lower, upper = args.bounds
-    if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
-        raise CommandError(f"--bounds needs finite LO < HI, got {lower} {upper}")
+    return tuple(list(side) for side in zip(*request))
+
+
+def _read_bounds_file(path: str) -> list[tuple[float, float]]:
+    """Per-column bounds: a CSV line 'lo,hi' per column (in the order clustered), '#' comments allowed."""
+    pairs = []
+    with open(path) as file:
+        for number, line in enumerate(file, start=1):
+            text = line.split("#")[0].strip()
+            if not text:
+                continue
+            try:
+                lower, upper = (float(v) for v in text.split(","))
+            except ValueError:
+                raise CommandError(f"{path}: line {number} must be 'lo,hi' (two numbers), got {text!r}") from None
+            pairs.append((lower, upper))
+    if not pairs:
+        raise CommandError(f"{path} holds no bounds")
+    return pairs
+
+
+def _split_names(text: str | None) -> list[str] | None:
+    return None if text is None else [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    bounds_request = _bounds_request(args)
     budget, config = Budget(epsilon=args.epsilon, delta=args.delta), config_from_args(args)
+    columns, drop = _split_names(args.columns), _split_names(args.drop)
+    if columns and drop:
+        raise CommandError("give --columns or --drop, not both")
+    accountant = open_accountant(args.accountant)
+    if accountant is not None:
+        accountant.check(budget)  # refused before the data is read
     key = key_from_seed(args.seed)
     _check_writable(args.out)
     _check_writable(args.centers_csv)
@@ -139,20 +200,25 @@ def _run_cluster(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:  # one line each on stderr, like the status
         warnings.simplefilter("always")
         if args.stream:
-            points = stream_points(args.input)
+            points = stream_points(args.input, columns, drop)
+            bounds = _bounds_of(bounds_request, len(points.columns))
             _status(
-                f"streaming {args.input} ({len(points.columns)} columns) in chunks of {args.chunk_rows} rows; "
+                f"streaming {args.input} (columns {', '.join(points.columns)}) in chunks of {args.chunk_rows} rows; "
                 f"clustering under {under}"
             )
-            result = cluster_stream(key, points.data, budget, (lower, upper), config=config, chunk_rows=args.chunk_rows)
+            with accountant or contextlib.nullcontext():
+                result = cluster_stream(key, points.data, budget, bounds, config=config, chunk_rows=args.chunk_rows)
         else:
-            points = read_points(args.input)
+            points = read_points(args.input, columns, drop)
             n, d = points.values.shape
-            _status(f"read {n} points x {d} columns from {args.input}; clustering under {under}")
-            result = cluster(key, points.values, budget, (lower, upper), config=config)
+            bounds = _bounds_of(bounds_request, d)
+            # The number of rows is private (add/remove-one neighbours): only the public columns.
+            _status(f"read {d} columns ({', '.join(points.columns)}) from {args.input}; clustering under {under}")
+            with accountant or contextlib.nullcontext():
+                result = cluster(key, points.values, budget, bounds, config=config)
     for warning in caught:
-        _status(f"warning: {warning.message}")
-    release = release_to_dict(result, budget, (lower, upper), config, points.columns)
+        _status(f"warning: {_cli_warning(warning.message, result, budget, config)}")
+    release = release_to_dict(result, budget, released_bounds(bounds, result), config, points.columns)
     seconds = time.perf_counter() - start
 
     text = json.dumps(release, indent=2, allow_nan=False) + "\n"
@@ -164,11 +230,25 @@ def _run_cluster(args: argparse.Namespace) -> int:
         write_atomically(args.out, lambda f: f.write(text))
     written = [p for p in (args.out, args.centers_csv) if p is not None]
     _status(
-        f"k={release['k']} clusters in {seconds:.1f} s (including compilation); "
+        f"k={release['k']} clusters; NOT PRIVATE: wall time {seconds:.1f} s (including compilation; it grows "
+        "with the number of rows); "
         f"ledger total epsilon={result.ledger.total_epsilon:.6g}, "
         f"delta={result.ledger.total_delta:.3g}" + (f"; wrote {', '.join(written)}" if written else "")
     )
     return 0
+
+
+def _cli_warning(message: Warning, result, budget: Budget, config: DPMConfig) -> str:
+    """A warning's text for the command line: the budget warning points at ``dpm-jax plan``."""
+    text = str(message)
+    if isinstance(message, InsufficientBudgetWarning) and "; print(" in text:
+        n, d = float(result.tree.noisy_count[1]), int(result.centers.shape[-1])
+        tau = "" if config.tau_r == DPMConfig().tau_r else f" --tau-r {config.tau_r}"
+        text = text.split("; print(")[0] + (
+            f"; run dpm-jax plan --n {n:.0f} --d {d} --epsilon {budget.epsilon:g} --delta {budget.delta:g}{tau} "
+            "for the report"
+        )
+    return text
 
 
 def _run_plan(args: argparse.Namespace) -> int:
@@ -217,12 +297,19 @@ def _run_bench(args: argparse.Namespace) -> int:
     return 0 if status is None else int(status)
 
 
+# Algorithm 2's options: they act only with --split-grid paper (the default grid is the cell grid).
+ALGORITHM_2_OPTIONS = ("percentile", "sigma_step", "num_sigmas", "interval_factor", "interval_max_dims")
+
+
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     defaults = DPMConfig()
-    group = parser.add_argument_group("DPM hyper-parameters (public; paper defaults)")
+    group = parser.add_argument_group("DPM hyper-parameters (public; defaults of dpm_jax.DPMConfig)")
+    paper_grid = parser.add_argument_group(
+        "Algorithm 2's split interval size (public; used only with --split-grid paper)"
+    )
     for name, kind, text in CONFIG_OPTIONS:
         default = getattr(defaults, name)
-        group.add_argument(
+        (paper_grid if name in ALGORITHM_2_OPTIONS else group).add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
             type=kind,
@@ -250,20 +337,43 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster",
         help="cluster a .npy, .csv or .parquet file under (epsilon, delta)-DP",
         description="Cluster the rows of INPUT and write the DP release (centres, noisy "
-        "counts, split tree, privacy ledger) as JSON to --out or stdout.",
+        "counts, split tree, privacy ledger) as JSON to --out or stdout. A CSV has a header iff its first line "
+        "has a field that is not a number; a column that looks like a row index is refused (--drop it).",
     )
     run.add_argument("input", metavar="INPUT", help="an (n, d) table: .npy, .csv (header optional), .parquet")
     run.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon > 0")
     run.add_argument(
         "--delta", type=float, required=True, help="total delta in (0, 1); well below 1/n, e.g. 1/(n sqrt n)"
     )
-    run.add_argument(
+    bounds = run.add_mutually_exclusive_group(required=True)
+    bounds.add_argument(
         "--bounds",
+        nargs="+",
+        action="append",
+        metavar="LO HI | private",
+        help="public range of the data, fixed without looking at it (reading it from the data would void the "
+        "privacy guarantee): once for every column, or repeated once per clustered column in order; or the "
+        "word private: estimated under DP with a share of the budget (--bounds-share), its line first in "
+        "the ledger",
+    )
+    bounds.add_argument(
+        "--bounds-file", metavar="FILE", help="per-column public bounds: a line 'lo,hi' per clustered column"
+    )
+    run.add_argument(
+        "--bounds-share",
         type=float,
-        nargs=2,
-        metavar=("LO", "HI"),
         default=None,
-        help="public range of every coordinate (required; never read it from the data)",
+        help="with --bounds private: the share of epsilon (and delta) spent on the bounds (default 0.1)",
+    )
+    run.add_argument(
+        "--columns", metavar="A,B,...", help="cluster only these columns (names, or positions counting from 0)"
+    )
+    run.add_argument("--drop", metavar="A,B,...", help="cluster every column but these (e.g. a label column)")
+    run.add_argument(
+        "--accountant",
+        metavar="FILE",
+        help="charge this run to the total budget in FILE (dpm-jax accountant); refused, before the data is "
+        "read, when the total would be exceeded",
     )
     run.add_argument(
         "--seed",
@@ -315,11 +425,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(demo)
     demo.set_defaults(handler=_run_demo)
 
+    synthesize_command.add_parser(commands, _seed).set_defaults(
+        handler=lambda args: synthesize_command.run(args, _check_writable, _status, CommandError)
+    )
+    add_accountant_command(commands)
+
     bench = commands.add_parser(
         "bench", help="run the speed benchmark (arguments go to dpm_jax.eval.benchmark)", add_help=False
     )
     bench.set_defaults(handler=_run_bench)
-    kmeans_command.add_parser(commands, _seed)
+    kmeans_command.add_parser(commands, _seed).set_defaults(
+        handler=lambda args: kmeans_command.run_kmeans(args, _check_writable, _status, CommandError)
+    )
     return parser
 
 
@@ -335,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.handler(args)
     except CommandError as error:
         status, message = error.status, str(error)
-    except (OSError, ValueError, TypeError) as error:
+    except (OSError, ValueError, TypeError, BudgetExceededError) as error:
         status, message = 1, str(error)
     print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
     return status

@@ -18,19 +18,22 @@ from dpm_jax.diagnostics.plan import (
     AlphaWindow,
     HaltingPrediction,
     InsufficientBudgetWarning,
+    LargeDeltaWarning,
     LevelPlan,
     Plan,
     UniformPrediction,
     plan,
-    recommended_tau_r,
     warn_if_insufficient,
+    warn_if_large_delta,
 )
+from dpm_jax.depth import recommended_tau_r
 
 __all__ = [
     "AlphaWindow",
     "Explanation",
     "HaltingPrediction",
     "InsufficientBudgetWarning",
+    "LargeDeltaWarning",
     "LevelPlan",
     "NodeExplanation",
     "Plan",
@@ -41,4 +44,5 @@ __all__ = [
     "separation",
     "theory",
     "warn_if_insufficient",
+    "warn_if_large_delta",
 ]

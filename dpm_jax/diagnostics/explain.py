@@ -9,8 +9,8 @@ post-processing of the release and costs no privacy.
 Per node of the tree it gives the exponential mechanism's exponent scale B at the
 node (Lemma 5 of "DPM: Clustering Sensitive Data through Separation":
 B = epsilon_exp,l max(n~ - lambda_l, 1) / (2 (t/q + alpha)), with epsilon_exp,l and
-lambda_l re-computed from the ledger's lines), whether its draw was near random
-(:func:`dpm_jax.diagnostics.plan.near_random`), and for every leaf why it stopped
+lambda_l read from the run's releases, :mod:`dpm_jax.dpm_releases`), whether its draw was near random
+(:func:`dpm_jax.depth.near_random`), and for every leaf why it stopped
 (Algorithm 1, lines 14-18):
 
 * ``depth limit``: the leaf is at depth tau_r;
@@ -33,9 +33,8 @@ import numpy as np
 
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
-from dpm_jax.diagnostics.plan import candidates_per_node, near_random, plan
-from dpm_jax.diagnostics.separation import exponent_scale
-from dpm_jax.mechanisms import count_offset
+from dpm_jax.depth import candidates_per_node, exponent_scale, near_random
+from dpm_jax.diagnostics.plan import plan
 from dpm_jax.scoring import score_coefficients
 
 if TYPE_CHECKING:
@@ -64,8 +63,8 @@ class Explanation(NamedTuple):
     nodes: tuple[NodeExplanation, ...]
     k: int
     tau_e: float
-    split_epsilons: tuple[float, ...]  # epsilon_exp per level, from the ledger
-    count_offsets: tuple[float, ...]  # lambda per level, re-computed from the ledger's count lines
+    split_epsilons: tuple[float, ...]  # epsilon_exp per level, from the run's split releases
+    count_offsets: tuple[float, ...]  # lambda per level, from the run's count releases
     max_reliable_k: int  # what the budget separates at the released n~ (dpm_jax.diagnostics.plan)
 
     @property
@@ -104,23 +103,6 @@ class Explanation(NamedTuple):
         return "\n".join(rows)
 
 
-def _ledger_levels(ledger, tau_r: int) -> tuple[tuple[float, ...], tuple[float, ...], float]:
-    """(epsilon_exp per level, lambda per level, the score's sensitivity) from the ledger's lines."""
-    entries = {entry.name: entry for entry in ledger}
-    missing = [
-        f"{kind}/level{level}"
-        for level in range(tau_r)
-        for kind in ("split", "count")
-        if f"{kind}/level{level}" not in entries
-    ]
-    if missing:
-        raise ValueError(f"the result's ledger lacks the lines {missing}: not a dpm_jax.cluster release")
-    splits = tuple(entries[f"split/level{level}"].epsilon for level in range(tau_r))
-    counts = [entries[f"count/level{level}"] for level in range(tau_r)]
-    offsets = tuple(count_offset(entry.epsilon, entry.delta - entry.sampler_delta) for entry in counts)
-    return splits, offsets, entries["split/level0"].sensitivity
-
-
 def _node_box(node: int, split_dim: np.ndarray, split_position: np.ndarray, lower, upper):
     """The box of ``node``: the public bounds (or +-inf) cut by its ancestors' splits (x < s left, x >= s right)."""
     lower, upper = lower.copy(), upper.copy()
@@ -149,12 +131,13 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     if count.ndim != 1:
         raise ValueError(f"explain takes one result; got a batch (tree of shape {count.shape}): index it first")
     tau_r = int(np.asarray(result.depth))  # the run's depth (chosen by the run under tau_r="auto")
-    splits, offsets, sensitivity = _ledger_levels(result.ledger, tau_r)
+    releases = result.releases_at(tau_r)
+    splits, offsets = releases.split_epsilons, releases.count_offsets[:tau_r]
     config = config.at_depth(tau_r)
-    if score_coefficients(config.t, config.q, config.alpha).sensitivity != sensitivity:
+    if score_coefficients(config.t, config.q, config.alpha).sensitivity != releases.split_sensitivity:
         raise ValueError(
             f"config (t={config.t}, q={config.q}, alpha={config.alpha}) is not the run's: the "
-            "ledger's split sensitivity differs; pass the DPMConfig the result was computed with"
+            "split releases' sensitivity differs; pass the DPMConfig the result was computed with"
         )
     d = int(np.shape(result.centers)[-1])
     reached, is_split = np.asarray(tree.reached), np.asarray(tree.is_split)
@@ -182,7 +165,7 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
                 reason,
             )
         )
-    entries = [entry for entry in result.ledger if entry.name != "depth"]  # the run's own budget
+    entries = [release.entry() for release in releases._replace(depth_count=None).in_order()]  # the run's own
     run_budget = Budget(math.fsum(e.epsilon for e in entries), math.fsum(e.delta for e in entries))
     reliable = plan(max(root, 1.0), d, run_budget, config).max_reliable_k()
     return Explanation(tuple(nodes), int(np.asarray(result.k)), tau_e, splits, offsets, reliable)

@@ -17,7 +17,8 @@ split choices carry signal:
 A level is flagged *near random* when even the largest possible score gap (t + alpha:
 the best central, empty candidate against the worst) cannot outweigh the other
 candidates: B (t + alpha) < ln(M), M = d * (candidates per dimension). This is a
-heuristic read of the exponential mechanism (it drives :func:`recommended_tau_r`).
+heuristic read of the exponential mechanism (it drives :func:`dpm_jax.depth.recommended_tau_r`,
+whose level arithmetic this report shows).
 
 The :class:`Plan`'s methods answer the questions of "Understanding the Theoretical
 Guarantees of DPM" (:mod:`dpm_jax.diagnostics.theory`, :mod:`dpm_jax.diagnostics.separation`):
@@ -28,14 +29,22 @@ how many balanced clusters the budget separates (:meth:`Plan.max_reliable_k`,
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from typing import NamedTuple
 
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.depth import (
+    candidates_per_node,
+    depth_rule,
+    exponent_scale,
+    near_random,
+    plan_depth,
+    recommended_tau_r,
+)
 from dpm_jax.diagnostics import separation, theory
+from dpm_jax.entry import user_stacklevel
 
 __all__ = [
     "LevelPlan",
@@ -44,15 +53,14 @@ __all__ = [
     "UniformPrediction",
     "AlphaWindow",
     "plan",
-    "recommended_tau_r",
-    "candidates_per_node",
-    "near_random",
     "InsufficientBudgetWarning",
+    "LargeDeltaWarning",
+    "warn_if_large_delta",
     "warn_if_insufficient",
 ]
 
-_MAX_RECOMMENDED_DEPTH = 12
 _BISECTION_STEPS = 40
+_LARGEST_EPSILON = 50.0  # min_n_epsilon searches epsilon up to this
 
 
 class LevelPlan(NamedTuple):
@@ -128,19 +136,6 @@ class AlphaWindow(NamedTuple):
         return self.low <= alpha <= self.high
 
 
-def candidates_per_node(d: int, config: DPMConfig) -> int:
-    """M: d times the candidates per dimension: the paper's grid at its smallest interval size (an upper
-    bound), or the cell grid's inner half-bin boundaries (2 max_splits_per_dim - 1)."""
-    if config.split_grid == CELL_GRID:
-        return d * (2 * config.max_splits_per_dim - 1)
-    return d * min(math.ceil(1.0 / config.finest_interval - 1e-6), config.max_splits_per_dim)
-
-
-def near_random(scale: float, candidates: int, config: DPMConfig) -> bool:
-    """B (t + alpha) < ln(M): even the largest score gap cannot outweigh the other candidates."""
-    return scale * (config.t + config.alpha) < math.log(candidates)
-
-
 class Plan(NamedTuple):
     """Per-level diagnostics of a budget (:func:`plan`); ``print(plan)`` gives a report."""
 
@@ -197,7 +192,7 @@ class Plan(NamedTuple):
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if k == 1:
             return 0.0
-        low, high = math.log(1e-6), math.log(50.0)
+        low, high = math.log(1e-6), math.log(_LARGEST_EPSILON)
         if not self._separates_at(k, math.exp(high)):
             return math.inf
         for _ in range(_BISECTION_STEPS):
@@ -216,7 +211,8 @@ class Plan(NamedTuple):
 
         The central split's emptiness e_c depends on its interval beta against the
         cluster's standard deviation: the paper's grid has beta = sigma / 2 (what
-        Algorithm 2 finds on one Gaussian); the cell grid has beta = range /
+        Algorithm 2 finds on one Gaussian); the cell grid's split interval is the window of
+        ``split_window`` half-bins on each side of the cut, beta = split_window * range /
         max_splits_per_dim in a dimension not split yet, so it needs ``sigma``, the
         cluster's standard deviation as a share of the range -- a public guess, never
         read from data (default 0.05: N(0, 10**2) in bounds +-100; unused by the paper's
@@ -234,7 +230,7 @@ class Plan(NamedTuple):
         half_width = (
             theory.GAUSSIAN_HALF_WIDTH
             if config.split_grid != CELL_GRID
-            else 1.0 / (2.0 * config.max_splits_per_dim * sigma)
+            else config.split_window / (2.0 * config.max_splits_per_dim * sigma)
         )
         table = theory.central_emptiness_table(config.tau_r, half_width)
         fresh = tuple(theory.halting_margin(i, config.alpha, threshold, table[0]) for i in range(config.tau_r))
@@ -363,8 +359,6 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
         raise ValueError(f"d must be a positive integer, got {d!r}")
     validate_budget_and_config(budget, config)
     if config.tau_r == AUTO_DEPTH:
-        from dpm_jax.depth import depth_rule, plan_depth  # dpm_jax.depth builds on this module
-
         remaining = plan_depth(budget, config, d).remaining
         return plan(n, d, remaining, config.at_depth(depth_rule(n, d, remaining, config)))
     allocation = allocate(budget, config, d)
@@ -373,7 +367,7 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
     for level in range(config.tau_r):
         node_size = n / 2**level
         offset = allocation.count_offsets[level]
-        scale = separation.exponent_scale(allocation.split_epsilons[level], node_size, offset, config)
+        scale = exponent_scale(allocation.split_epsilons[level], node_size, offset, config)
         levels.append(
             LevelPlan(
                 level,
@@ -390,29 +384,15 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
     return Plan(float(n), d, budget, config, candidates, tuple(levels))
 
 
-def recommended_tau_r(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> int:
-    """The largest depth tau_r (<= 12) at which :func:`plan` finds no near-random level; 0 if none.
-
-    A smaller tau_r gives each level more budget, so the search runs over tau_r itself.
-    Measured against the depth that clusters best in benchmarks/diagnostics.py (results
-    in benchmarks/results/diagnostics.json). Public inputs only, like :func:`plan`.
-    """
-    best = 0
-    for tau_r in range(1, _MAX_RECOMMENDED_DEPTH + 1):
-        try:
-            candidate = plan(n, d, budget, dataclasses.replace(config, tau_r=tau_r))
-        except ValueError:  # a budget the exact samplers cannot certify at this depth
-            break
-        if candidate.useful_depth == tau_r:
-            best = tau_r
-    return best
-
-
 class InsufficientBudgetWarning(UserWarning):
-    """The plan at a public size says the budget cannot separate even two clusters."""
+    """The plan at a public size says the budget cannot separate even two clusters.
+
+    Attributed to the caller's line; silence it with
+    ``warnings.filterwarnings("ignore", category=dpm_jax.InsufficientBudgetWarning)``.
+    """
 
 
-def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str, stacklevel: int = 2) -> bool:
+def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, what: str) -> bool:
     """Warn (:class:`InsufficientBudgetWarning`) if :func:`plan` cannot separate two clusters at ``n``; True if so.
 
     ``n`` must be public: declared so by the user, or a released noisy count
@@ -421,12 +401,56 @@ def warn_if_insufficient(n: float, d: int, budget: Budget, config: DPMConfig, wh
     budget_plan = plan(max(float(n), 1.0), d, budget, config)
     if budget_plan.separates(2):
         return False
+    report = f"; print(dpm_jax.diagnostics.plan({n:.0f}, {d}, budget, config)) for the report" if n >= 1 else ""
     warnings.warn(
-        f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two "
-        f"clusters at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= "
-        f"{budget_plan.min_n_epsilon(2):,.0f}; print(dpm_jax.diagnostics.plan(n, d, budget, config)) "
-        "for the report",
+        _insufficient_message(budget, budget_plan, n, what) + report,
         InsufficientBudgetWarning,
-        stacklevel=stacklevel + 1,
+        stacklevel=user_stacklevel(),
     )
     return True
+
+
+class LargeDeltaWarning(UserWarning):
+    """delta >= 1/n: such a delta permits releasing a whole record."""
+
+
+def warn_if_large_delta(n: float, budget: Budget, what: str) -> bool:
+    """Warn (:class:`LargeDeltaWarning`) if ``budget.delta >= 1 / n``; True if so.
+
+    A mechanism that publishes each record with probability delta is (0, delta)-DP, so
+    delta >= 1/n allows publishing about one record outright (Dwork & Roth, Section 2.3).
+    ``n`` must be public (``what`` names it), e.g. the released size n~.
+    """
+    if budget.delta < 1.0 / max(float(n), 1.0):
+        return False
+    warnings.warn(
+        f"delta = {budget.delta:g} is at least 1/n for {what} = {n:,.0f}: such a delta permits releasing a "
+        f"whole record; choose delta well below 1/n (the paper uses 1/(n sqrt n), here {_paper_delta(n):.2g})",
+        LargeDeltaWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return True
+
+
+def _paper_delta(n: float) -> float:
+    n = max(float(n), 1.0)
+    return 1.0 / (n * math.sqrt(n))
+
+
+def _insufficient_message(budget: Budget, budget_plan: Plan, n: float, what: str) -> str:
+    head = f"this budget (epsilon = {budget.epsilon:g}, delta = {budget.delta:g}) cannot separate even two clusters"
+    if n < 1:
+        return (
+            f"{head}: {what} = {n:,.0f} is below 1 (the count noise at this epsilon is larger than the data); "
+            "spend more epsilon or collect more data"
+        )
+    needed = budget_plan.min_n_epsilon(2)
+    if math.isinf(needed):
+        return (
+            f"{head} at {what} = {n:,.0f}: no epsilon up to {_LARGEST_EPSILON:g} separates two clusters of "
+            "this few points; collect more data"
+        )
+    return (
+        f"{head} at {what} = {n:,.0f}: two balanced clusters need n * epsilon >= {needed:,.0f} "
+        f"(now {n * budget.epsilon:,.0f})"
+    )

@@ -34,18 +34,14 @@ import numpy as np
 
 from dpm_jax.budget import Allocation
 from dpm_jax.config import DPMConfig
+from dpm_jax.depth import exponent_scale
 from dpm_jax.diagnostics.theory import centreness
 
-__all__ = ["RELIABLE_SHARE", "MAX_MODEL_CLUSTERS", "exponent_scale", "expected_clusters"]
+__all__ = ["RELIABLE_SHARE", "MAX_MODEL_CLUSTERS", "expected_clusters"]
 
 RELIABLE_SHARE = 0.9  # k clusters count as separated when E(k) >= 0.9 k
 MAX_MODEL_CLUSTERS = 1024  # the recursion costs O(k**2 tau_r)
 _END_CANDIDATES = 2.0  # the two empty ends of a node, each worth one gap's candidates
-
-
-def exponent_scale(split_epsilon: float, node_size: float, offset: float, config: DPMConfig) -> float:
-    """B = epsilon_exp / (2 Delta_f), Delta_f = (t/q + alpha) / max(n_node - lambda, 1) (Lemma 5)."""
-    return split_epsilon * max(node_size - offset, 1.0) / (2.0 * (config.t / config.q + config.alpha))
 
 
 def expected_clusters(k: int, n: float, allocation: Allocation, config: DPMConfig) -> float:

@@ -27,12 +27,16 @@ good events are tails of the released quantities it moves. :func:`far_point_neig
 and the event constructors below build such pairs and events for :func:`dpm_jax.cluster`;
 :func:`split_step_mechanism` isolates one split choice of the tree (library pieces,
 public n~) so that the exponential mechanism can be audited on its own.
+:func:`audit_host` audits the entry points that run on the host, the estimator
+(:func:`estimator_mechanism`) and the command line (:func:`cli_mechanism`), run by run,
+with a refusal (an exception, an exit status) as one of the outcomes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -62,6 +66,14 @@ __all__ = [
     "first_split_above",
     "center_in_box",
     "both",
+    "Refused",
+    "CliOutput",
+    "audit_host",
+    "estimator_mechanism",
+    "cli_mechanism",
+    "released",
+    "stderr_mentions",
+    "stderr_shaped_as",
 ]
 
 Event = Callable[[Any], jax.Array]
@@ -251,6 +263,15 @@ def audit(
     Returns:
       :class:`AuditResult`.
     """
+    _check_audit_arguments(events, num_runs, delta, confidence)
+    names = tuple(events)
+    functions = tuple(events[name] for name in names)
+    key_a, key_b = jax.random.split(key)
+    count = _event_counter(mechanism, functions, int(num_runs), batch_size)
+    return _audit_result(names, count(key_a, dataset_a), count(key_b, dataset_b), num_runs, delta, confidence)
+
+
+def _check_audit_arguments(events, num_runs, delta: float, confidence: float) -> None:
     if not events:
         raise ValueError("audit needs at least one event")
     if int(num_runs) < 1:
@@ -259,11 +280,10 @@ def audit(
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if not 0 <= delta < 1:
         raise ValueError(f"delta must be in [0, 1), got {delta}")
-    names = tuple(events)
-    functions = tuple(events[name] for name in names)
-    key_a, key_b = jax.random.split(key)
-    count = _event_counter(mechanism, functions, int(num_runs), batch_size)
-    counts_a, counts_b = count(key_a, dataset_a), count(key_b, dataset_b)
+
+
+def _audit_result(names, counts_a, counts_b, num_runs, delta: float, confidence: float) -> AuditResult:
+    """The simultaneous bounds of every event from its counts (module docstring)."""
     level = (1.0 - confidence) / (4 * len(names))
     per_event = []
     for name, count_a, count_b in zip(names, counts_a, counts_b):
@@ -345,7 +365,9 @@ def split_step_mechanism(
     def mechanism(key, unit_points):
         n, d = unit_points.shape
         count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
-        inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(beta), config)
+        inputs = tree.point_inputs(
+            unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(beta), config, jnp.int32(config.tau_r)
+        )
         grid, candidate_valid = tree.level_grid(inputs, *tree.root_cells(inputs))
         point_node, point_active = jnp.zeros(n, jnp.int32), jnp.ones(n, bool)
         histogram = tree.level_counts(inputs, grid, point_node, point_active)
@@ -364,6 +386,120 @@ def split_step_mechanism(
         return dim[0], candidate[0]
 
     return mechanism
+
+
+# ------------------------------------------------- entry points run on the host
+class Refused(NamedTuple):
+    """The outcome of a run that raised: what a caller sees instead of a release (its exception type)."""
+
+    error: str
+
+
+class CliOutput(NamedTuple):
+    """What one ``dpm-jax cluster`` run shows: its exit status, its JSON release (None on failure), its stderr."""
+
+    status: int
+    release: dict | None
+    stderr: str
+
+
+HostMechanism = Callable[[int, Any], Any]
+
+
+def audit_host(
+    key: jax.Array,
+    mechanism: HostMechanism,
+    dataset_a: Any,
+    dataset_b: Any,
+    events: Mapping[str, Callable[[Any], bool]],
+    num_runs: int,
+    *,
+    delta: float = 0.0,
+    confidence: float = 0.95,
+) -> AuditResult:
+    """:func:`audit` of an entry point that runs on the host and cannot be traced (the estimator, the CLI).
+
+    ``mechanism(seed, dataset)`` runs once per seed (32-bit seeds drawn from split(key)[0] for A,
+    split(key)[1] for B); an exception is an outcome like any release (:class:`Refused`), so a
+    record that one entry point refuses and another accepts shows up as an unbounded loss. Events
+    are host functions of the output. Same bounds and confidence as :func:`audit`.
+    """
+    _check_audit_arguments(events, num_runs, delta, confidence)
+    names = tuple(events)
+
+    def count(run_key, dataset) -> np.ndarray:
+        seeds = np.asarray(jax.random.bits(run_key, (int(num_runs),), jnp.uint32)).tolist()
+        totals = np.zeros(len(names), np.int64)
+        for seed in seeds:
+            try:
+                output = mechanism(int(seed), dataset)
+            except Exception as error:  # an outcome, observable by whoever runs the entry point
+                output = Refused(type(error).__name__)
+            totals += np.array([bool(events[name](output)) for name in names])
+        return totals
+
+    key_a, key_b = jax.random.split(key)
+    return _audit_result(names, count(key_a, dataset_a), count(key_b, dataset_b), num_runs, delta, confidence)
+
+
+def estimator_mechanism(budget: Budget, bounds, config: DPMConfig = DPMConfig()) -> HostMechanism:
+    """``mechanism(seed, X)``: :class:`dpm_jax.sklearn.DPMClustering` fitted on X; its DP attributes."""
+    from dpm_jax.sklearn import DPMClustering  # scikit-learn is needed only here
+
+    parameters = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
+
+    def mechanism(seed, points):
+        model = DPMClustering(budget.epsilon, budget.delta, bounds, seed, **parameters).fit(points)
+        return dict(k=model.n_clusters_, centers=model.cluster_centers_, counts=model.counts_, depth=model.depth_)
+
+    return mechanism
+
+
+def cli_mechanism(budget: Budget, bounds: tuple[float, float], options: tuple[str, ...] = ()) -> HostMechanism:
+    """``mechanism(seed, path)``: ``dpm-jax cluster path`` in this process (:class:`CliOutput`).
+
+    ``options``: more command-line arguments (hyper-parameters, ``--stream``).
+    """
+    import contextlib
+    import io
+    import json
+    import tempfile
+
+    from dpm_jax.cli.main import main
+
+    def mechanism(seed, path):
+        with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stderr(io.StringIO()) as stderr:
+            out = f"{folder}/release.json"
+            arguments = ["--epsilon", repr(budget.epsilon), "--delta", repr(budget.delta), "--seed", str(seed)]
+            bound_arguments = ["--bounds", repr(float(bounds[0])), repr(float(bounds[1])), "--out", out]
+            status = main(["cluster", str(path), *arguments, *bound_arguments, *options])
+            release = None
+            if status == 0:
+                with open(out) as file:
+                    release = json.load(file)
+        # The paths are the caller's (public) choice: masked, so that stderr has one text per outcome.
+        return CliOutput(status, release, stderr.getvalue().replace(folder, "<out>").replace(str(path), "<input>"))
+
+    return mechanism
+
+
+def released(output) -> bool:
+    """Host event: the run released something (it did not raise, and a CLI run exited with status 0)."""
+    return not isinstance(output, Refused) and not (isinstance(output, CliOutput) and output.status != 0)
+
+
+def stderr_mentions(number: int) -> Callable[[Any], bool]:
+    """Host event: a CLI run's stderr holds ``number`` as a whole number (e.g. the exact row count)."""
+    pattern = re.compile(rf"(?<![\d.]){number}(?![\d])")
+    return lambda output: isinstance(output, CliOutput) and bool(pattern.search(output.stderr))
+
+
+def stderr_shaped_as(reference: str) -> Callable[[Any], bool]:
+    """Host event: a CLI run's stderr equals ``reference`` with every number masked (catches status
+    or warning lines that only some data sets print; the DP numbers, k and the time, are masked)."""
+    shape = lambda text: re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", text)
+    masked = shape(reference)
+    return lambda output: isinstance(output, CliOutput) and shape(output.stderr) == masked
 
 
 # --------------------------------------------------------------------------- events

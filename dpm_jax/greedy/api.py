@@ -40,7 +40,7 @@ from dpm_jax.api import (
     validate_bounds,
     validate_key,
 )
-from dpm_jax.averaging import AveragingPlan, plan_averaging
+from dpm_jax.averaging import LeafSumsRelease, plan_averaging
 from dpm_jax.budget import Budget
 from dpm_jax import exact
 from dpm_jax.greedy.lift import cost_unit, exact_costs, lift_exact, lift_private, nearest, private_costs
@@ -115,8 +115,8 @@ class GreedyPlan(NamedTuple):
     method: str
     select: ComposedSelectionRelease | GaussianRelease | None  # the greedy's release; None: not private
     count: CountRelease | None
-    sums: AveragingPlan | None
-    costs: AveragingPlan | None
+    sums: LeafSumsRelease | None
+    costs: LeafSumsRelease | None
     releases: tuple  # the ledger's releases
 
 
@@ -174,7 +174,7 @@ def _delta_parts(delta: float, count_delta: float) -> tuple[float, ...]:
     return (select, count_delta, sums, at_most(delta, [count_delta, select, sums], costs))
 
 
-def _gaussian(rows: str, epsilon: float, delta: float, plan: AveragingPlan) -> GaussianRelease:
+def _gaussian(rows: str, epsilon: float, delta: float, plan: LeafSumsRelease) -> GaussianRelease:
     """The ledger line of an averaging-mechanism release on the "greedy_sum" stream."""
     return GaussianRelease(
         "greedy_" + rows,

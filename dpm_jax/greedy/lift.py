@@ -30,7 +30,7 @@ import numpy as np
 from dpm_jax import exact
 from dpm_jax.averaging import (
     FIXED_POINT_BITS,
-    AveragingPlan,
+    LeafSumsRelease,
     blockwise_leaf_sums,
     centers_from_sums,
     leaf_sums,
@@ -66,7 +66,7 @@ def lift_private(
     point_mask: jax.Array,
     slot: jax.Array,
     fallback: jax.Array,
-    releases: tuple[CountRelease, AveragingPlan, tuple],
+    releases: tuple[CountRelease, LeafSumsRelease, tuple],
 ) -> tuple[jax.Array, jax.Array]:
     """(centres (k, d) in data units, noisy sizes (k,)): Lemma 2.2 with exact counts and sums.
 
@@ -77,7 +77,7 @@ def lift_private(
     lower, upper = bounds
     k = fallback.shape[0]
     sizes = exact.to_float32(count_release.draw(keys_[0], cell_counts(slot, point_mask, k)))
-    sums = blockwise_leaf_sums(X, lower, upper, point_mask, slot, k)
+    sums = blockwise_leaf_sums(X, lower, upper, point_mask, slot, k, plan)
     centres = centers_from_sums(keys_[1], sums, sizes, sizes >= 1.0, lower, upper, table_arrays, plan)
     return jnp.where(jnp.isnan(centres), fallback, centres), sizes
 
@@ -104,7 +104,7 @@ def cost_unit(dim: int, z: int) -> float:
     return float((COST_RADIUS * np.sqrt(dim)) ** z) / _COST_CODE_MAX
 
 
-def private_costs(key, points, point_mask, centres, z: int, plan: AveragingPlan, table_arrays) -> jax.Array:
+def private_costs(key, points, point_mask, centres, z: int, plan: LeafSumsRelease, table_arrays) -> jax.Array:
     """(k,) the released prefix costs in working units (the mechanism: averaging's, on k coordinates)."""
     codes = cost_codes(points, centres, z)
     sums = leaf_sums(codes, point_mask, jnp.zeros(points.shape[0], jnp.int32), 1)

@@ -1,0 +1,106 @@
+"""A/B warm speed of ``dpm_jax.cluster`` for two source trees, in one run, calls interleaved.
+
+    python benchmarks/ab_speed.py --a /work/main --b . [--calls 40] [--out results/ab_speed.json]
+
+One long-lived process per tree (PYTHONPATH = the tree) compiles once, then the two take
+turns call by call (A, B, B, A, A, B, ...), each warm call on Synth data of ``--n`` x ``--d``
+(dpm_jax.eval.datasets.synthetic_blobs, seed 42) at the default config with a fresh key:
+both see the same machine load within a second, which is what makes the ratio B / A of the
+medians meaningful on a shared machine. Only the ratio means something, and only within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import textwrap
+
+_WORKER = textwrap.dedent("""
+    import sys, time
+    import jax, dpm_jax
+    from dpm_jax.eval.datasets import synthetic_blobs
+    n, d = int(sys.argv[1]), int(sys.argv[2])
+    data = synthetic_blobs(n=n, d=d, seed=42)
+    X = jax.device_put(data.points)
+    budget = dpm_jax.Budget(1.0, 1e-6)
+    run = lambda key: jax.block_until_ready(dpm_jax.cluster(key, X, budget, bounds=data.bounds).centers)
+    run(jax.random.key(0))  # compile
+    print("ready", dpm_jax.__file__, flush=True)
+    for line in sys.stdin:
+        tick = time.perf_counter()
+        run(jax.random.key(int(line)))
+        print(time.perf_counter() - tick, flush=True)
+""")
+
+
+def start(tree: pathlib.Path, n: int, d: int) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(tree), DPM_JAX_NO_COMPILATION_CACHE="1")
+    process = subprocess.Popen(
+        [sys.executable, "-c", _WORKER, str(n), str(d)],
+        cwd=tree,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    ready = process.stdout.readline().split()
+    if not ready or ready[0] != "ready":
+        raise RuntimeError(f"the worker for {tree} did not start")
+    print(f"{tree}: {ready[1]}", flush=True)
+    return process
+
+
+def call(process: subprocess.Popen, key: int) -> float:
+    process.stdin.write(f"{key}\n")
+    process.stdin.flush()
+    return float(process.stdout.readline())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--a", required=True, help="source tree A (the baseline)")
+    parser.add_argument("--b", default=".", help="source tree B")
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--d", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=40, help="warm calls per tree")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    trees = {"A": pathlib.Path(args.a).resolve(), "B": pathlib.Path(args.b).resolve()}
+    workers = {label: start(tree, args.n, args.d) for label, tree in trees.items()}
+    times = {"A": [], "B": []}
+    for i in range(args.calls):
+        for label in ("A", "B") if i % 2 == 0 else ("B", "A"):
+            times[label].append(call(workers[label], i + 1))  # the same keys for both trees
+    for process in workers.values():
+        process.stdin.close()
+        process.wait()
+    medians = {label: statistics.median(values) for label, values in times.items()}
+    ratios = sorted(b / a for a, b in zip(times["A"], times["B"]))
+    result = dict(
+        n=args.n,
+        d=args.d,
+        trees={label: str(tree) for label, tree in trees.items()},
+        warm_seconds=times,
+        median_seconds=medians,
+        ratio_of_medians_b_over_a=medians["B"] / medians["A"],
+        median_of_paired_ratios=statistics.median(ratios),
+        paired_ratio_quartiles=[ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]],
+        machine="shared 2-core CPU (other engineers' jobs running): compare the ratio only",
+    )
+    print(
+        f"median A {medians['A']:.3f} s, B {medians['B']:.3f} s; B / A of medians "
+        f"{result['ratio_of_medians_b_over_a']:.3f}, median of paired ratios {result['median_of_paired_ratios']:.3f} "
+        f"(quartiles {result['paired_ratio_quartiles'][0]:.3f}, {result['paired_ratio_quartiles'][1]:.3f})"
+    )
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

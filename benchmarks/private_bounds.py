@@ -1,0 +1,198 @@
+"""Private bounds (dpm_jax.bounds): coverage, clustering quality against known bounds, cost.
+
+    python benchmarks/private_bounds.py                        # every section
+    python benchmarks/private_bounds.py --sections coverage --keys 5
+    python benchmarks/private_bounds.py --sections quality --shares 0.1,0.2
+    python benchmarks/private_bounds.py --sections cost --cost-n 1000000
+
+Sections (epsilon = 1 in total, delta = n^-1.5 as in the DPM paper, medians over --keys keys):
+
+* coverage: the released box of dpm_jax.private_bounds with its share of the budget, on
+  Gaussian blobs, Student t (3 degrees of freedom), UCI Letters (integers 0..15), the
+  BIRCH-like grid (range 1e6) and cases where it is expected to lose (data off zero with a
+  small spread, a Gaussian straddling 0 at small n); the fraction of points inside the box
+  (all dimensions at once) and the largest ratio of box width to the true range.
+* quality: dpm_jax.cluster with bounds="private" (share s of the same total epsilon) against
+  the same keys with the data set's known bounds: ARI, accuracy, k on Synth-10d, UCI
+  Letters and the structure zoo (at --zoo-n points).
+* cost: one private-bounds estimate against a warm cluster call, same data, same process.
+
+Results go to benchmarks/results/private_bounds.json (and a .md table). Timing numbers
+are ratios measured in one run; the machine is described in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dpm_jax
+from dpm_jax import bounds as bounds_lib
+from dpm_jax.eval import datasets as D
+from dpm_jax.eval.benchmark import machine_description
+from dpm_jax.eval.zoo import labelled_scores, paper_delta
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def coverage_sets() -> dict[str, np.ndarray]:
+    """name -> points (float32); fixed seeds."""
+    rng = np.random.default_rng(0)
+    return {
+        "blobs-10d-1e4": D.synthetic_blobs(n=10_000, d=10, seed=1).points,
+        "blobs-10d-1e5": D.synthetic_blobs(n=100_000, d=10, seed=1).points,
+        "student-t3-5d-1e4": rng.standard_t(3, size=(10_000, 5)).astype(np.float32),
+        "student-t3-10d-1e5": rng.standard_t(3, size=(100_000, 10)).astype(np.float32),
+        "letters-16d-2e4": D.letters().points,
+        "birch-grid-2d-1e4": D.grid_clusters(n=10_000).points,
+        "birch-grid-2d-1e5": D.grid_clusters(n=100_000).points,
+        "loses: uniform[1000,1001]-2d-1e4": rng.uniform(1000, 1001, (10_000, 2)).astype(np.float32),
+        "loses?: N(3,5^2)-10d-1e4": (3 + 5 * rng.standard_normal((10_000, 10))).astype(np.float32),
+        "uniform[0,1e-3]-2d-1e4": rng.uniform(0, 1e-3, (10_000, 2)).astype(np.float32),
+        "all-negative-4d-1e4": -rng.exponential(7.0, (10_000, 4)).astype(np.float32),
+    }
+
+
+PRESETS = {
+    "default": bounds_lib.PrivateBounds(),
+    "covering-share-0.1": bounds_lib.COVERING._replace(share=0.1),
+    "covering": bounds_lib.COVERING,
+}
+
+
+def coverage(keys: int) -> list[dict]:
+    rows = []
+    for name, X in coverage_sets().items():
+        n, d = X.shape
+        points = jnp.asarray(X)
+        for preset, request in PRESETS.items():
+            budget = dpm_jax.Budget(1.0, paper_delta(n))
+            plan, _ = bounds_lib.split_for_bounds(budget, request, d)
+            covered, ratios = [], []
+            for k in range(keys):
+                lo, hi = map(np.asarray, bounds_lib.estimate_bounds(jax.random.key(k), points, jnp.ones(n, bool), plan))
+                covered.append(float(np.mean(np.all((X >= lo) & (X <= hi), axis=1))))
+                ratios.append(float(np.max((hi - lo) / np.maximum(X.max(0) - X.min(0), 1e-30))))
+            row = dict(
+                data=name, n=n, d=d, preset=preset, share=request.share, widen=request.widen,
+                noise=type(plan.noise).__name__, threshold=plan.threshold,
+                coverage=float(np.median(covered)), max_ratio=float(np.median(ratios)),
+                coverage_all=covered, max_ratio_all=ratios,
+            )  # fmt: skip
+            rows.append(row)
+            _log(f"coverage {name} {preset}: {row['coverage']:.4f} ratio {row['max_ratio']:.2f}")
+    return rows
+
+
+def _scores(data: D.Dataset, budget, bounds, keys: int, config) -> dict:
+    run = jax.jit(jax.vmap(lambda key: dpm_jax.cluster(key, data.points, budget, bounds=bounds, config=config)))
+    result = run(jax.random.split(jax.random.key(7), keys))
+    num_classes = int(np.max(data.labels)) + 1
+    centers, valid = np.asarray(result.centers), np.asarray(result.valid)
+    runs = [labelled_scores(data.points, data.labels, centers[i], valid[i], num_classes) for i in range(keys)]
+    return {name: float(np.median([r[name] for r in runs])) for name in ("ari", "accuracy", "k")} | {"runs": runs}
+
+
+def quality(keys: int, shares: list[float], zoo_n: int) -> list[dict]:
+    sets = [D.load_dataset("synth-10d"), D.letters()] + [D.load_dataset(name, n=zoo_n) for name in D.ZOO]
+    rows = []
+    for data in sets:
+        n = data.points.shape[0]
+        budget, config = dpm_jax.Budget(1.0, paper_delta(n)), dpm_jax.DPMConfig()
+        known = _scores(data, budget, data.bounds, keys, config)
+        row = dict(data=data.name, n=n, d=data.points.shape[1], known=known)
+        for share in shares:
+            row[f"private_{share}"] = _scores(data, budget, bounds_lib.PrivateBounds(share=share), keys, config)
+        rows.append(row)
+        summary = " ".join(f"{k}: ari {v['ari']:.3f} k {v['k']:g}" for k, v in row.items() if isinstance(v, dict))
+        _log(f"quality {data.name}: {summary}")
+    return rows
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(jax.random.key(i + 1)))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def cost(n: int, repeats: int) -> dict:
+    data = D.synthetic_blobs(n=n, d=10, seed=42)
+    points = jax.device_put(data.points)
+    budget = dpm_jax.Budget(1.0, paper_delta(n))
+    plan, _ = bounds_lib.split_for_bounds(budget, bounds_lib.PrivateBounds(), 10)
+    mask = jnp.ones(n, bool)
+    run_cluster = lambda key: dpm_jax.cluster(key, points, budget, bounds=data.bounds).centers
+    run_bounds = lambda key: bounds_lib.estimate_bounds(key, points, mask, plan)
+    run_cluster(jax.random.key(0)).block_until_ready()
+    jax.block_until_ready(run_bounds(jax.random.key(0)))
+    cluster_s, bounds_s = _median_seconds(run_cluster, repeats), _median_seconds(run_bounds, repeats)
+    _log(f"cost n={n}: cluster {cluster_s:.3f} s, bounds {bounds_s:.3f} s ({bounds_s / cluster_s:.1%})")
+    return dict(n=n, d=10, repeats=repeats, cluster_s=cluster_s, bounds_s=bounds_s, ratio=bounds_s / cluster_s)
+
+
+def render(results: dict) -> str:
+    lines = ["# Private bounds (benchmarks/private_bounds.py)", "", "## Coverage (epsilon 1 total)", ""]
+    lines += ["| data | n | d | preset (share, widen) | noise | T | coverage | max width / range |", "|---" * 8 + "|"]
+    for r in results.get("coverage", []):
+        lines.append(
+            f"| {r['data']} | {r['n']} | {r['d']} | {r['preset']} ({r['share']}, {r['widen']:.3g}) | {r['noise']} "
+            f"| {r['threshold']} "
+            f"| {r['coverage']:.4f} | {r['max_ratio']:.2f} |"
+        )
+    if results.get("quality"):
+        lines += ["", "## Clustering: known bounds vs private bounds (median ARI / accuracy / k)", ""]
+        variants = [k for k in results["quality"][0] if isinstance(results["quality"][0][k], dict)]
+        lines += ["| data | n | " + " | ".join(variants) + " |", "|---|---|" + "---|" * len(variants)]
+        for r in results["quality"]:
+            cells = [f"{r[v]['ari']:.3f} / {r[v]['accuracy']:.3f} / {r[v]['k']:g}" for v in variants]
+            lines.append(f"| {r['data']} | {r['n']} | " + " | ".join(cells) + " |")
+    if results.get("cost"):
+        c = results["cost"]
+        lines += ["", f"## Cost at {c['n']} x {c['d']}", ""]
+        lines.append(f"bounds {c['bounds_s']:.3f} s, warm cluster {c['cluster_s']:.3f} s: ratio {c['ratio']:.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sections", default="coverage,quality,cost")
+    parser.add_argument("--keys", type=int, default=5)
+    parser.add_argument("--shares", default="0.05,0.1,0.2")
+    parser.add_argument("--zoo-n", type=int, default=20_000)
+    parser.add_argument("--cost-n", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(RESULTS / "private_bounds.json"))
+    args = parser.parse_args(argv)
+    shares = [float(s) for s in args.shares.split(",")]
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if out.exists() else {}
+    results["machine"] = machine_description() | {"note": "2 CPU cores shared with other jobs"}
+    sections = args.sections.split(",")
+    if "coverage" in sections:
+        results["coverage"] = coverage(args.keys)
+    if "quality" in sections:
+        results["quality"] = quality(args.keys, shares, args.zoo_n)
+    if "cost" in sections:
+        results["cost"] = cost(args.cost_n, args.repeats)
+    out.write_text(json.dumps(results, indent=1))
+    out.with_suffix(".md").write_text(render(results))
+    print(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

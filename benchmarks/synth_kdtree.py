@@ -1,0 +1,263 @@
+"""The KD-tree paper's experiments with dpm_jax.synthesize: Figure 3 (a, b), Figure 4, App. G.3, speed.
+
+    nice python benchmarks/synth_kdtree.py [--keys 5] [--only fig3,fig4,g3,speed]
+
+"Differentially Private Synthetic Data Using KD-Trees", Section 4 and App. G, against the
+published results of Balog et al. (ICML 2018) in ../shared/data/balog (kernel
+exp(-gamma ||x - y||^2), gamma = 1 / (100 sqrt(D))^2, RKHS distance of the weighted set).
+
+Neighbours: Balog et al. use replace-one; dpm_jax uses add/remove-one. A replace-one
+neighbour is two add/remove steps, so an (e/2, d')-DP add/remove mechanism is
+(e, d' (1 + e^(e/2)))-DP under replace-one: every run here uses Budget(e / 2,
+1e-6 / (1 + e^(e/2))) to compare at Balog's (e, 1e-6) replace-one.
+
+Public bounds: [-1000, 1200] in every coordinate (the mixtures' means are drawn from
+N(100, 200^2): +-5.5 sd of the means' law), never the data's min and max.
+Results: benchmarks/results/synth_kdtree.{json,md,png}; medians over --keys keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from dpm_jax.budget import Budget
+from dpm_jax.eval.mmd import balog_gamma, kernel_mean, rkhs_distance
+from dpm_jax.synth.api import synthesize
+from dpm_jax.synth.plan import SynthConfig
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "balog"
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+BALOG_BOUNDS = (-1000.0, 1200.0)
+EPSILONS = (0.01, 0.1, 1.0)
+
+
+def replace_one_budget(epsilon: float, delta: float = 1e-6) -> Budget:
+    """The add/remove budget that is (epsilon, delta)-DP under replace-one (module docstring)."""
+    return Budget(epsilon / 2, delta / (1.0 + math.exp(epsilon / 2)))
+
+
+def runs(X, budget, bounds, method, config, num_keys, seed=0):
+    """The weighted sets of ``num_keys`` runs (vmap over keys, one compilation)."""
+    keys = jax.random.split(jax.random.key(seed), num_keys)
+    one = lambda k, x: synthesize(k, x, budget, bounds, method=method, config=config)  # noqa: E731
+    out = jax.jit(jax.vmap(one, in_axes=(0, None)))(keys, X)  # X an argument: no constant folding of it
+    return [(np.asarray(out.centers[i]), np.asarray(out.weights[i]), np.asarray(out.valid[i])) for i in range(num_keys)]
+
+
+def distances(X, sets, gamma, kxx):
+    """RKHS distance per run; an empty release is the zero embedding: sqrt(kxx)."""
+    out = []
+    for centers, weights, valid in sets:
+        live = valid & (weights > 0)
+        out.append(rkhs_distance(X, centers[live], weights[live], gamma, kxx) if live.any() else math.sqrt(kxx))
+    return out
+
+
+def evaluate(X, kxx, gamma, epsilon, method, bounds, num_keys, config=SynthConfig(), delta=1e-6):
+    start = time.perf_counter()
+    sets = runs(X, replace_one_budget(epsilon, delta), bounds, method, config, num_keys)
+    seconds = time.perf_counter() - start
+    dist = distances(X, sets, gamma, kxx)
+    cells = [int((v & (w > 0)).sum()) for _, w, v in sets]
+    return dict(
+        epsilon=epsilon,
+        method=method,
+        config=repr(config),
+        median=float(np.median(dist)),
+        distances=dist,
+        median_cells=float(np.median(cells)),
+        seconds_all_keys=round(seconds, 2),
+    )
+
+
+def balog(d: int) -> dict:
+    alg1 = json.loads((DATA / f"D{d}_alg1_random_M10000.json").read_text())
+    alg2 = json.loads((DATA / f"D{d}_alg2_random_M10000.json").read_text())
+    return dict(
+        alg1=[min(row) for row in alg1["dists_alg1"]],
+        alg2_best=[min(row) for row in alg2["dists_alg2"]],
+        alg2_M=alg2["M"],
+    )
+
+
+def figure3(num_keys: int) -> list[dict]:
+    rows = []
+    for d in (2, 5):
+        X = np.load(DATA / f"mixture_of_Gaussians_N100000_D{d}.npz")["X_private"]
+        meta = json.loads((DATA / f"mixture_of_Gaussians_N100000_D{d}.json").read_text())
+        kxx = next(v for k, v in meta.items() if k.startswith("kernel_mean"))
+        for method in ("grid", "kdtree", "dpm"):
+            for epsilon in EPSILONS:
+                row = evaluate(X, kxx, balog_gamma(d), epsilon, method, BALOG_BOUNDS, num_keys)
+                row.update(figure="3a" if d == 2 else "3b", d=d)
+                print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
+                rows.append(row)
+    return rows
+
+
+def figure4(num_keys: int) -> list[dict]:
+    """Algorithm 1 (grid) on 100,000 standard Gaussian points, distance against (eps n)^(-1/3).
+
+    Kernel exp(-||x - y||^2 / (2 d)) (the paper does not state Figure 4's); bounds [-5, 5].
+    """
+    rows = []
+    rng = np.random.default_rng(4)
+    for d in (1, 2, 3):
+        X = rng.standard_normal((100_000, d)).astype(np.float32)
+        gamma = 1.0 / (2.0 * d)
+        kxx = kernel_mean(X, gamma)
+        for epsilon in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0):
+            row = evaluate(X, kxx, gamma, epsilon, "grid", (-5.0, 5.0), num_keys)
+            row.update(figure="4", d=d, rate=(epsilon * 100_000) ** (-1 / 3))
+            print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
+            rows.append(row)
+    return rows
+
+
+def mixture(n, d, sd, seed):
+    """Balog et al.'s generator: 10 components, weights 1, 1/2, .., 1/10, means ~ N(100, 200^2 I)."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, 11)
+    means = rng.normal(100.0, 200.0, (10, d))
+    component = rng.choice(10, size=n, p=weights / weights.sum())
+    return (means[component] + rng.normal(0.0, sd, (n, d))).astype(np.float32)
+
+
+def g3(num_keys: int) -> list[dict]:
+    """App. G.3: d = 10 mixtures with component sd 3 against sd 30 (n = 20,000: the exact
+    data term costs n^2 kernel values on this machine)."""
+    rows = []
+    for sd in (3.0, 30.0):
+        X = mixture(20_000, 10, sd, seed=10)
+        gamma = balog_gamma(10)
+        kxx = kernel_mean(X, gamma)
+        for method in ("grid", "kdtree", "dpm"):
+            for epsilon in (0.1, 1.0):
+                row = evaluate(X, kxx, gamma, epsilon, method, BALOG_BOUNDS, num_keys)
+                row.update(figure="G.3", d=10, sd=sd)
+                print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
+                rows.append(row)
+    return rows
+
+
+def speed(repeats: int = 3) -> list[dict]:
+    """Warm wall time of synthesize (median of ``repeats``), 100k x 10 and 1M x 10, eps = 1."""
+    rows = []
+    for n in (100_000, 1_000_000):
+        X = mixture(n, 10, 30.0, seed=1)
+        for method in ("grid", "kdtree"):
+            run = jax.jit(lambda k, x: synthesize(k, x, Budget(1.0, 1e-6), BALOG_BOUNDS, method=method))
+            start = time.perf_counter()
+            jax.block_until_ready(run(jax.random.key(0), X))
+            first = time.perf_counter() - start
+            times = []
+            for r in range(repeats):
+                start = time.perf_counter()
+                jax.block_until_ready(run(jax.random.key(r + 1), X))
+                times.append(time.perf_counter() - start)
+            rows.append(dict(n=n, d=10, method=method, first_call=round(first, 2), warm_median=float(np.median(times))))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def table(results: dict) -> str:
+    """Markdown tables of the medians, Balog et al.'s numbers beside them."""
+    lines = [f"Machine: {results.get('machine', '?')}. RKHS distance, median over the keys (lower is better).", ""]
+    for figure, d in (("3a", 2), ("3b", 5)):
+        ref = results["balog"][f"d{d}"]
+        lines += [f"### Figure {figure} (d = {d}, n = 100,000, replace-one (epsilon, 1e-6))", ""]
+        lines += ["| method | " + " | ".join(f"eps {e}" for e in EPSILONS) + " |", "|---" * 4 + "|"]
+        for method in ("grid", "kdtree", "dpm"):
+            rows = [r for r in results.get("fig3", []) if r["d"] == d and r["method"] == method]
+            cells = [f"{r['median']:.4g} ({r['median_cells']:.0f} cells)" for r in rows]
+            lines.append(f"| dpm_jax {method} | " + " | ".join(cells) + " |")
+        lines.append(
+            "| Balog Alg. 1 (best over public-set sizes) | " + " | ".join(f"{v:.4g}" for v in ref["alg1"]) + " |"
+        )
+        lines.append(
+            f"| Balog Alg. 2 (best over M <= {ref['alg2_M']}) | "
+            + " | ".join(f"{v:.4g}" for v in ref["alg2_best"])
+            + " |"
+        )
+        lines.append("")
+    for name, title, key in (
+        ("fig4", "Figure 4: grid on 100,000 N(0, I_d) points", "d"),
+        ("g3", "App. G.3: d = 10 mixtures, n = 20,000", "sd"),
+    ):
+        if name not in results:
+            continue
+        lines += [
+            f"### {title}",
+            "",
+            f"| {key} | method | epsilon | median distance | cells |",
+            "|---|---|---|---|---|",
+        ]
+        for r in results[name]:
+            lines.append(f"| {r[key]} | {r['method']} | {r['epsilon']} | {r['median']:.4g} | {r['median_cells']:.0f} |")
+        lines.append("")
+    if "speed" in results:
+        lines += [
+            "### Speed (eps = 1, d = 10)",
+            "",
+            "| n | method | first call s | warm median s |",
+            "|---|---|---|---|",
+        ]
+        for r in results["speed"]:
+            lines.append(f"| {r['n']:,} | {r['method']} | {r['first_call']} | {r['warm_median']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for d in (1, 2, 3):
+        rows = [r for r in results.get("fig4", []) if r["d"] == d]
+        if rows:
+            axes[0].loglog([r["rate"] for r in rows], [r["median"] for r in rows], "o-", label=f"d = {d}")
+    axes[0].set(xlabel="(epsilon n)^(-1/3)", ylabel="RKHS distance (median)", title="Figure 4: grid, N(0, I_d)")
+    axes[0].legend()
+    for d, marker in ((2, "o"), (5, "s")):
+        for method in ("grid", "kdtree", "dpm"):
+            rows = [r for r in results.get("fig3", []) if r["d"] == d and r["method"] == method]
+            if rows:
+                axes[1].loglog(
+                    [r["epsilon"] for r in rows], [r["median"] for r in rows], marker + "-", label=f"{method} d={d}"
+                )
+        axes[1].loglog(EPSILONS, results["balog"][f"d{d}"]["alg2_best"], marker + "--k", label=f"Balog Alg 2 d={d}")
+    axes[1].set(xlabel="epsilon (replace-one)", ylabel="RKHS distance (median)", title="Figure 3")
+    axes[1].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(RESULTS / "synth_kdtree.png", dpi=110)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=5)
+    parser.add_argument("--only", default="fig3,fig4,g3,speed")
+    args = parser.parse_args(argv)
+    out_path = RESULTS / "synth_kdtree.json"
+    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    parts = dict(fig3=figure3, fig4=figure4, g3=g3)
+    for name in args.only.split(","):
+        results[name] = speed() if name == "speed" else parts[name](args.keys)
+        results["balog"] = dict(d2=balog(2), d5=balog(5))
+        results["machine"] = "shared 2-core CPU (about six engineers' jobs), JAX CPU"
+        out_path.write_text(json.dumps(results, indent=1))
+        (RESULTS / "synth_kdtree.md").write_text(table(results))
+        plot(results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

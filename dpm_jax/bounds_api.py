@@ -1,0 +1,33 @@
+"""``dpm_jax.private_bounds``: the private bounds of :mod:`dpm_jax.bounds` as a standalone release.
+
+For algorithms that need bounds before they run (synthetic data, greedy clustering):
+validate with the engine's own checks, then spend all of the given budget on the bounds.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from dpm_jax.api import _validate_mask, _validate_points, validate_key
+from dpm_jax.bounds import PrivateBounds, check_found, estimate_bounds, plan_bounds
+from dpm_jax.budget import Budget
+
+__all__ = ["private_bounds"]
+
+
+def private_bounds(
+    key: jax.Array, X, budget: Budget, request: PrivateBounds = PrivateBounds(), point_mask=None
+) -> tuple[jax.Array, jax.Array]:
+    """DP per-dimension (lower, upper) of ``X`` spending all of ``budget`` (:mod:`dpm_jax.bounds`).
+
+    Its ledger line is ``plan_bounds(budget, d, request).entry()`` (``request.share`` is not
+    used here). Raises a ValueError when a dimension has no occupied bucket (outside jit).
+    ``X`` is never modified.
+    """
+    validate_key(key)
+    points = _validate_points(X)
+    mask = _validate_mask(point_mask, points.shape[0])
+    plan = plan_bounds(budget, points.shape[1], request)
+    lower, upper = estimate_bounds(key, points, mask, plan)
+    check_found(lower, upper, plan)
+    return lower, upper

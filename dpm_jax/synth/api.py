@@ -1,0 +1,121 @@
+"""``synthesize``: DP synthetic data from partitions of the public box (KD-tree paper, Section 3).
+
+Paper: "Differentially Private Synthetic Data Using KD-Trees" (Kreačić et al.).
+
+Methods:
+  "grid"    Algorithm 1: the 2**h midpoint cells of the box, thresholded noisy counts,
+            the empty cells drawn implicitly (Algorithm 5).
+  "kdtree"  Algorithms 2-3: h data-independent levels, then D levels of noisy split
+            decisions; the leaves released as in Algorithm 1.
+  "dpm"     DPM's own release (:func:`dpm_jax.cluster`): its leaf boxes and noisy counts
+            already describe the data; sampling from them is post-processing.
+
+Key path: ``derive_key(key, "synth_tree")`` folded with 0 (the size n~) and 1 (the
+decisions); ``derive_key(key, "synth_leaf")`` for the leaf counts (folds 0, 1, 2: the
+non-empty counts, the empty cells' skips, their conditioned counts).
+Neighbours differ by adding or removing one record (replace-one costs twice: docs/synthetic.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from dpm_jax import exact, keys
+from dpm_jax.api import _validate_mask, _validate_points, validate_bounds, validate_key
+from dpm_jax.budget import Budget
+from dpm_jax.synth.from_dpm import synthesize_from_cluster
+from dpm_jax.synth.result import SynthResult, sample_boxes
+from dpm_jax.synth.cells import cell_boxes, cell_codes
+from dpm_jax.synth.kdtree import empty_cell_at, grow
+from dpm_jax.synth.plan import METHODS, SynthConfig, SynthPlan, depth_choice, plan_synthesis
+
+__all__ = ["SynthResult", "synthesize", "sample_boxes", "released_cells"]
+
+
+def synthesize(
+    key: jax.Array,
+    X: Any,
+    budget: Budget,
+    bounds=None,
+    *,
+    method: str = "kdtree",
+    config: SynthConfig = SynthConfig(),
+    point_mask: Any = None,
+    cluster_config=None,
+) -> SynthResult:
+    """A DP weighted synthetic data set of ``X`` (n, d) under ``budget``, within public ``bounds``.
+
+    Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree" or "dpm" (then
+    ``cluster_config`` is its DPMConfig). Works under jax.jit (budget, method, config static)
+    and jax.vmap over keys. The ledger adds up to the budget (epsilon exactly; delta at most).
+    ``bounds="private"`` is reserved for the private bounds estimate (issue 24).
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not isinstance(budget, Budget):
+        raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
+    if isinstance(bounds, str):
+        raise ValueError(f"bounds={bounds!r} is not supported yet: give public (lo, hi)")
+    if method == "dpm":
+        return synthesize_from_cluster(key, X, budget, bounds, cluster_config, point_mask)
+    validate_key(key)
+    if not isinstance(config, SynthConfig):
+        raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
+    points = _validate_points(X)
+    n, d = points.shape
+    lower, upper = validate_bounds(bounds, d)
+    mask = _validate_mask(point_mask, n)
+    plan = plan_synthesis(budget, config, method, d, n)
+    arrays = _synthesize_arrays(key, points, mask, jnp.asarray(lower), jnp.asarray(upper), plan=plan)
+    return SynthResult(**arrays, depth=jnp.int32(-1), ledgers=((-1, plan.ledger),), method=method)
+
+
+@functools.partial(jax.jit, static_argnames=("plan",))
+def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan) -> dict:
+    tree_key, leaf_key = keys.derive_key(key, keys.SYNTH_TREE), keys.derive_key(key, keys.SYNTH_LEAF)
+    choice = jnp.int32(0)
+    if plan.size is not None:
+        noisy = plan.size.draw(jax.random.fold_in(tree_key, 0), jnp.sum(mask, dtype=jnp.int32))
+        choice = depth_choice(plan, exact.to_float32(noisy), jnp)
+    h = jnp.asarray(plan.depths, jnp.int32)[choice]
+    total = plan.total_depth
+    codes = cell_codes(points, lower, upper, total)
+    order = jnp.lexsort((codes, ~mask))
+    codes, valid = codes[order], mask[order]
+    noise = None
+    if plan.decisions is not None:
+        noise = plan.decisions.noise(jax.random.fold_in(tree_key, 1), (plan.num_decisions, codes.shape[0]))
+    partition = grow(codes, valid, h, plan.num_decisions, total, noise, plan.tau)
+    kept, weights, positions, passed, ghost_weights = plan.leaves.draw(
+        leaf_key, partition.count, partition.num_empty, choice
+    )
+    kept = kept & (jnp.arange(codes.shape[0]) < partition.num_leaves)
+    ghost_start, ghost_depth = empty_cell_at(positions, partition, h, total)
+    return released_cells(
+        jnp.concatenate([partition.start, ghost_start]),
+        jnp.concatenate([partition.depth, ghost_depth]),
+        jnp.concatenate([weights, ghost_weights]),
+        jnp.concatenate([kept, passed]),
+        lower,
+        upper,
+        total,
+    )
+
+
+def released_cells(start, depth, weight, valid, lower, upper, total) -> dict:
+    """The released cells in a canonical order (by code; padding last): the order of the
+    draws (non-empty cells first) must not show which cells held data."""
+    order = jnp.lexsort((start, ~valid))
+    start, depth, weight, valid = start[order], depth[order], weight[order], valid[order]
+    low, high = cell_boxes(start, depth, lower, upper, total)
+    return dict(
+        centers=jnp.where(valid[:, None], 0.5 * (low + high), jnp.nan),
+        weights=jnp.where(valid, weight, 0).astype(jnp.float32),
+        lower=low,
+        upper=high,
+        valid=valid,
+    )

@@ -1,0 +1,73 @@
+"""The result of :func:`dpm_jax.synthesize`: weighted cells and the sampler of synthetic rows.
+
+Every field is DP (a release of :mod:`dpm_jax.synth.api`); :meth:`SynthResult.sample` is
+post-processing of the released weights and boxes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpm_jax.ledger import Ledger
+
+__all__ = ["SynthResult", "sample_boxes"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SynthResult:
+    """A weighted synthetic data set; a JAX pytree (ledger and method are static). All DP.
+
+    centers: (m, d) the cells' centres (rows where ``valid`` is False are padding).
+    weights: (m,) float32 noisy counts (0 where not valid); ``weights / weights.sum()`` is the
+      synthetic distribution over the centres.
+    lower, upper: (m, d) the cells' boxes.
+    valid: (m,) bool.
+    depth: the depth of the run's ledger: DPM's tree depth for "dpm" (data dependent under
+      tau_r="auto"), -1 otherwise.
+    ledgers: ((depth, ledger), ...) static; :attr:`ledger` is the run's.
+    """
+
+    centers: jax.Array
+    weights: jax.Array
+    lower: jax.Array
+    upper: jax.Array
+    valid: jax.Array
+    depth: jax.Array
+    ledgers: tuple[tuple[int, Ledger], ...] = dataclasses.field(metadata=dict(static=True))
+    method: str = dataclasses.field(metadata=dict(static=True))
+
+    @property
+    def ledger(self) -> Ledger:
+        """The privacy ledger of this run (it adds up to the budget)."""
+        if len(self.ledgers) == 1:
+            return self.ledgers[0][1]
+        depths = np.unique(np.asarray(self.depth))  # raises under jit: the depth is not known yet
+        if depths.size != 1:
+            raise ValueError(f"these runs have different depths {depths.tolist()}: each has its own ledger")
+        return dict(self.ledgers)[int(depths[0])]
+
+    def sample(self, key: jax.Array, m: int) -> jax.Array:
+        """(m, d) synthetic rows: a box drawn by weight, a uniform point inside it (post-processing)."""
+        return sample_boxes(key, self.weights, self.lower, self.upper, m)
+
+
+jax.tree_util.register_dataclass(
+    SynthResult,
+    data_fields=["centers", "weights", "lower", "upper", "valid", "depth"],
+    meta_fields=["ledgers", "method"],
+)
+
+
+@functools.partial(jax.jit, static_argnames=("m",))
+def sample_boxes(key: jax.Array, weights: jax.Array, lower: jax.Array, upper: jax.Array, m: int) -> jax.Array:
+    """m rows: box i with probability weights_i / sum(weights), then uniform in [lower_i, upper_i]."""
+    pick, inside = jax.random.split(key)
+    logits = jnp.where(weights > 0, jnp.log(jnp.maximum(weights, 1e-30)), -jnp.inf)
+    rows = jax.random.categorical(pick, logits, shape=(m,))
+    u = jax.random.uniform(inside, (m, lower.shape[1]))
+    return lower[rows] + u * (upper[rows] - lower[rows])

@@ -1,0 +1,273 @@
+"""dpm_jax.synthesize: the KD-tree paper's grid and KD-tree, DPM as a generator, their privacy wiring."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import dpm_jax
+from dpm_jax import keys
+from dpm_jax.budget import Budget
+from dpm_jax.mechanisms import count_noise
+from dpm_jax.synth.api import synthesize
+from dpm_jax.synth.cells import cell_boxes, cell_codes
+from dpm_jax.synth.implicit import pass_probability
+from dpm_jax.synth.plan import SynthConfig, plan_synthesis
+
+BOUNDS = (0.0, 16.0)
+
+
+def _blobs(n_per=400, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = np.array([[3.0, 3.0], [12.0, 11.0], [4.0, 13.0]])
+    return np.concatenate([rng.normal(c, 0.6, (n_per, 2)) for c in centres]).astype(np.float32)
+
+
+def _depth_of(lower, upper):
+    """The depth of released cells from their volume: range^d / 2**depth."""
+    volume = np.prod(np.asarray(upper) - np.asarray(lower), axis=1)
+    return np.round(np.log2((BOUNDS[1] - BOUNDS[0]) ** lower.shape[1] / volume)).astype(int)
+
+
+@pytest.mark.parametrize("method", ["grid", "kdtree", "dpm"])
+def test_ledger_adds_up_to_the_budget(method):
+    budget = Budget(0.8, 1e-6)
+    result = synthesize(jax.random.key(0), _blobs(), budget, bounds=BOUNDS, method=method)
+    ledger = result.ledger
+    assert math.fsum(e.epsilon for e in ledger) == budget.epsilon
+    assert math.fsum(e.delta for e in ledger) <= budget.delta
+    if method == "kdtree":  # the tree takes what the samplers leave
+        assert math.fsum(e.delta for e in ledger) == pytest.approx(budget.delta, rel=1e-12)
+
+
+def test_codes_and_boxes_agree_with_the_midpoint_cells():
+    """A point's cell box (from its code) contains it, at every depth."""
+    X = _blobs(50)
+    lower, upper = jnp.zeros(2), jnp.full(2, 16.0)
+    for depth in (1, 2, 5, 9):
+        codes = cell_codes(jnp.asarray(X), lower, upper, depth)
+        lo, hi = cell_boxes(codes, jnp.full(codes.shape, depth), lower, upper, depth)
+        assert np.all((X >= np.asarray(lo)) & (X <= np.asarray(hi)))
+        assert np.allclose(np.prod(np.asarray(hi - lo), 1), 256.0 / 2**depth)
+
+
+def _ghost_runs(num_runs, epsilon, levels):
+    """Grid runs on data in one corner cell: every other released cell is an empty cell that passed."""
+    X = np.full((300, 2), 0.5, np.float32)
+    config = SynthConfig(levels=levels)
+    budget = Budget(epsilon, 1e-6)
+    run = jax.jit(jax.vmap(lambda k: synthesize(k, X, budget, bounds=BOUNDS, method="grid", config=config)))
+    result = run(jax.random.split(jax.random.key(7), num_runs))
+    plan = plan_synthesis(budget, config, "grid", 2, X.shape[0])
+    return result, plan
+
+
+def test_implicit_empty_cells_have_the_law_of_explicit_enumeration():
+    """Algorithm 5 against Algorithm 4's law: each of the 15 empty cells passes independently
+    with p = P[Z >= t] (number passing Binomial(15, p), uniform over the cells) and its weight
+    is t + Geometric(e^-epsilon). Chi-square tests at level 1e-3 each (fixed key: deterministic);
+    a wrong p, a biased cell choice or a wrong conditional law fails them."""
+    num_runs, epsilon = 6000, 0.25
+    result, plan = _ghost_runs(num_runs, epsilon, levels=4)
+    t = plan.leaves.thresholds[0]
+    p = pass_probability(epsilon, t)
+    valid = np.asarray(result.valid)
+    centers = np.asarray(result.centers)
+    weights = np.asarray(result.weights)
+    data_cell = np.all(np.isclose(centers, 2.0), axis=2) & valid
+    assert data_cell.sum(1).min() == 1  # the data's cell always passes (300 >> t)
+    ghost = valid & ~data_cell
+    k = ghost.sum(1)
+    pmf = stats.binom.pmf(np.arange(16), 15, p)
+    observed = np.bincount(k, minlength=16)
+    cut = 3  # pool the tail
+    f_obs = np.append(observed[:cut], observed[cut:].sum())
+    f_exp = num_runs * np.append(pmf[:cut], pmf[cut:].sum())
+    assert stats.chisquare(f_obs, f_exp).pvalue > 1e-3
+    cells = np.floor(centers[ghost] / 4.0).astype(int)
+    per_cell = np.bincount(cells[:, 0] * 4 + cells[:, 1], minlength=16)
+    assert per_cell[0] == 0  # never the non-empty cell
+    assert stats.chisquare(per_cell[1:]).pvalue > 1e-3
+    extra = (weights[ghost] - t).astype(int)
+    assert extra.min() >= 0
+    r = math.exp(-epsilon)
+    geometric = (1 - r) * r ** np.arange(8)
+    f_obs = np.append(np.bincount(np.minimum(extra, 8), minlength=9)[:8], (extra >= 8).sum())
+    f_exp = extra.size * np.append(geometric, 1 - geometric.sum())
+    assert stats.chisquare(f_obs, f_exp).pvalue > 1e-3
+
+
+def test_nonempty_cell_counts_are_rederived_from_the_leaf_stream():
+    """The released count of a non-empty cell is its exact count plus the discrete Laplace noise
+    of epsilon_leaf drawn from derive_key(key, "synth_leaf") folded with 0 (slot = code order)."""
+    X = _blobs(400)
+    key = jax.random.key(3)
+    config = SynthConfig(levels=6)
+    budget = Budget(1.0, 1e-6)
+    result = synthesize(key, X, budget, bounds=BOUNDS, method="grid", config=config)
+    plan = plan_synthesis(budget, config, "grid", 2, X.shape[0])
+    lower, upper = np.asarray(result.lower), np.asarray(result.upper)
+    codes = np.asarray(cell_codes(jnp.asarray(X), jnp.zeros(2), jnp.full(2, 16.0), 6))
+    cells, counts = np.unique(codes, return_counts=True)
+    noise_int = count_noise(jax.random.fold_in(keys.derive_key(key, keys.SYNTH_LEAF), 0), np.full(X.shape[0], 1.0))
+    noise = np.asarray(noise_int.limbs[0]) + (np.asarray(noise_int.limbs[1]) << 30)
+    valid = np.asarray(result.valid)
+    inside = (X[None, :, :] >= lower[:, None, :]) & (X[None, :, :] < upper[:, None, :])
+    held = inside.all(2).sum(1)
+    checked = 0
+    for slot, count in enumerate(counts):
+        if count + noise[slot] < plan.leaves.thresholds[0]:
+            continue
+        row = np.flatnonzero(valid & (held == count))
+        row = [i for i in row if np.asarray(result.weights)[i] == count + noise[slot]]
+        checked += len(row) >= 1
+    assert checked == sum(c + noise[s] >= plan.leaves.thresholds[0] for s, c in enumerate(counts))
+    assert checked >= 10
+
+
+def test_decision_noise_is_charged_for_every_level_decided():
+    """Dense data split at every decision level: the deepest leaf is h + D deep, and the
+    decision counts' sensitivity (so the noise epsilon_tree / D) counts exactly those D levels
+    (the paper's printed count d log2(s1/s2) is d fewer: noise too small)."""
+    X = np.concatenate([_blobs(3000)])
+    config = SynthConfig(levels=4, decisions=6)
+    budget = Budget(2.0, 1e-6)
+    result = synthesize(jax.random.key(1), X, budget, bounds=BOUNDS, method="kdtree", config=config)
+    plan = plan_synthesis(budget, config, "kdtree", 2, X.shape[0])
+    valid = np.asarray(result.valid)
+    depths = _depth_of(np.asarray(result.lower)[valid], np.asarray(result.upper)[valid])
+    decided = depths.max() - 4
+    assert decided == 6
+    assert plan.decisions.sensitivity == decided
+    entry = [e for e in result.ledger if e.name == "synth decisions"][0]
+    assert entry.noise_scale == pytest.approx(decided / entry.epsilon)
+
+
+def test_lemma10_delta_is_charged():
+    """The tree line's delta covers P[an empty decision cell would split] (1 + e^eps) with
+    N = 2**h_max + n (D - 1) empty decision cells (Lemma 29) and P = r**tau / (1 + r)."""
+    X = _blobs(300)
+    config = SynthConfig(decisions=4)
+    budget = Budget(1.0, 1e-5)
+    plan = plan_synthesis(budget, config, "kdtree", 2, X.shape[0])
+    result = synthesize(jax.random.key(0), X, budget, bounds=BOUNDS, method="kdtree", config=config)
+    entry = [e for e in result.ledger if e.name == "synth decisions"][0]
+    eps = entry.epsilon
+    r = math.exp(-eps / 4)
+    cells = 2 ** max(plan.depths) + X.shape[0] * 3
+    event = cells * r**plan.tau / (1 + r) * (1 + math.exp(eps))
+    assert entry.delta - entry.sampler_delta >= event
+    assert event > 1e-3 * budget.delta  # tau is not so large that the charge would not matter
+
+
+def test_jit_and_vmap_over_keys_match_single_runs():
+    X = _blobs(200)
+    budget = Budget(1.0, 1e-6)
+    run = jax.jit(lambda k: synthesize(k, X, budget, bounds=BOUNDS, method="kdtree"))
+    keys_ = jax.random.split(jax.random.key(5), 3)
+    batched = jax.vmap(run)(keys_)
+    for i in range(3):
+        single = synthesize(keys_[i], X, budget, bounds=BOUNDS, method="kdtree")
+        np.testing.assert_array_equal(np.asarray(batched.weights[i]), np.asarray(single.weights))
+        np.testing.assert_array_equal(np.asarray(batched.lower[i]), np.asarray(single.lower))
+
+
+@pytest.mark.parametrize("method", ["grid", "dpm"])
+def test_sample_draws_rows_inside_released_boxes(method):
+    result = synthesize(jax.random.key(2), _blobs(), Budget(1.0, 1e-6), bounds=BOUNDS, method=method)
+    rows = np.asarray(result.sample(jax.random.key(9), 500))
+    assert rows.shape == (500, 2)
+    lower, upper = np.asarray(result.lower), np.asarray(result.upper)
+    live = np.asarray(result.weights) > 0
+    inside = ((rows[:, None, :] >= lower[None]) & (rows[:, None, :] <= upper[None])).all(2) & live[None]
+    assert inside.any(1).all()
+
+
+def test_dpm_leaf_boxes_hold_their_points():
+    X = _blobs(300)
+    result = dpm_jax.cluster(jax.random.key(4), X, Budget(1.0, 1e-6), bounds=BOUNDS)
+    from dpm_jax.synth.from_dpm import leaf_boxes
+
+    lo, hi = (np.asarray(a) for a in leaf_boxes(result, jnp.zeros(2), jnp.full(2, 16.0)))
+    slot = np.asarray(result.labels_nonprivate)
+    assert np.all((X >= lo[slot] - 1e-5) & (X <= hi[slot] + 1e-5))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(method="nope"), "method must be one of"),
+        (dict(bounds=None), "bounds"),
+        (dict(bounds="private"), "not supported yet"),
+        (dict(config=SynthConfig(levels=30)), "exceed"),
+    ],
+)
+def test_bad_input_is_refused_before_any_work(kwargs, error):
+    args = dict(bounds=BOUNDS, method="kdtree") | kwargs
+    with pytest.raises(ValueError, match=error):
+        synthesize(jax.random.key(0), _blobs(10), Budget(1.0, 1e-6), **args)
+
+
+def test_nan_input_is_refused_and_caller_data_untouched():
+    X = _blobs(10)
+    X[3, 1] = np.nan
+    before = X.copy()
+    with pytest.raises(ValueError, match="NaN"):
+        synthesize(jax.random.key(0), X, Budget(1.0, 1e-6), bounds=BOUNDS, method="grid")
+    np.testing.assert_array_equal(X, before)
+
+
+def test_cli_synthesize_writes_rows_in_the_format_of_the_suffix(tmp_path):
+    from dpm_jax.cli.main import main
+
+    data = tmp_path / "x.npy"
+    np.save(data, _blobs(100))
+    for suffix in (".csv", ".npy"):
+        out = tmp_path / f"s{suffix}"
+        args = [str(data), "--epsilon", "1", "--delta", "1e-6", "--bounds", "0", "16", "--rows", "50", "--out"]
+        assert main(["synthesize", *args, str(out), "--seed", "3", "--method", "grid"]) == 0
+        rows = np.load(out) if suffix == ".npy" else np.loadtxt(out, delimiter=",", skiprows=1)
+        assert rows.shape == (50, 2) and np.all((rows >= 0) & (rows <= 16))
+    assert main(["synthesize", str(data), "--epsilon", "1", "--delta", "1e-6", "--rows", "5", "--out", "a.csv"]) == 1
+
+
+def test_released_cells_are_in_code_order():
+    """Cells come out sorted by code, padding last: the order of the draws (non-empty cells
+    first, then the implicit empty ones) would show which released cells held data."""
+    X = np.full((300, 2), 15.5, np.float32)  # the last cell: drawn first, released last
+    result = synthesize(
+        jax.random.key(11), X, Budget(0.25, 1e-6), bounds=BOUNDS, method="grid", config=SynthConfig(levels=4)
+    )
+    valid = np.asarray(result.valid)
+    assert valid.sum() >= 2 and valid[: valid.sum()].all()
+    lower = jnp.asarray(np.asarray(result.lower)[valid] + 1e-3)
+    codes = np.asarray(cell_codes(lower, jnp.zeros(2), jnp.full(2, 16.0), 4))
+    assert np.all(np.diff(codes.astype(np.int64)) > 0)
+
+
+def test_auditor_on_the_grid_synthesis_stays_at_or_below_the_claim():
+    """The empirical auditor (dpm_jax.eval.audit) drives synthesize itself on constructed
+    neighbours: data near the lower corner, B adds a point at the upper corner, alone in its
+    cell. Event: that cell is released (A: an implicit empty cell passing, p; B: its noisy
+    count 1 + Z passing, p e^epsilon). The bound (95% simultaneous confidence) must not exceed
+    the claim, and it must come close to it (the audit can see a mechanism spending more)."""
+    from dpm_jax.eval.audit import audit, far_point_neighbours
+
+    rng = np.random.default_rng(0)
+    points = rng.uniform(1.0, 5.0, (200, 2)).astype(np.float32)
+    a, b = far_point_neighbours(points, BOUNDS, corner="upper", masked=True)
+    budget, config = Budget(1.0, 1e-9), SynthConfig(levels=2)
+
+    def mechanism(key, data):
+        return synthesize(key, data[0], budget, bounds=BOUNDS, method="grid", config=config, point_mask=data[1])
+
+    def corner_released(result):
+        return jnp.any(result.valid & (result.lower[:, 0] >= 8.0) & (result.lower[:, 1] >= 8.0))
+
+    claim = synthesize(jax.random.key(0), *a[:1], budget, bounds=BOUNDS, method="grid", config=config).ledger
+    found = audit(jax.random.key(1), mechanism, a, b, {"corner": corner_released}, 20000, delta=claim.total_delta)
+    assert found.epsilon_lower_bound <= claim.total_epsilon
+    assert found.epsilon_lower_bound >= 0.6
