@@ -2,9 +2,10 @@
 
     python benchmarks/import_graph.py
 
-Runtime imports only (``if TYPE_CHECKING:`` blocks and imports inside functions are
-listed apart: a function-level import is a lazy dependency, still an arrow). A circle
-is a strongly connected set of more than one module. Exit status 1 when there is one.
+Runtime imports only (``if TYPE_CHECKING:`` blocks are left out; an import inside a
+function is a lazy dependency, still an arrow). A circle is a strongly connected set of
+more than one module. A climb is an import of a module in a higher layer (:data:`LAYERS`).
+Exit status 1 when there is either, or a module no layer names.
 """
 
 from __future__ import annotations
@@ -91,14 +92,71 @@ def package_graph() -> dict[str, set[str]]:
     return graph
 
 
+# The package's layers, lowest first; a module may import its own layer and those below.
+# base: exact arithmetic, samplers, the ledger, keys, release types, config and budget, and
+# leaf utilities (synth.implicit is the sampler behind a generic release type).
+# engine: one algorithm's mechanisms and level arithmetic. entry: the public entry points,
+# and the planning arithmetic at a public size whose warnings the entry points raise.
+# tools: reports, command line, estimator, evaluation, synthesis front ends.
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("base", frozenset({
+        "_arrays", "exact", "mechanisms", "ledger", "keys", "releases", "config", "budget",
+        "cache", "files", "tables", "sharding", "synth.implicit",
+    })),
+    ("engine", frozenset({
+        "histogram", "scoring", "interval", "tree", "averaging", "depth", "dpm_releases", "bounds",
+        "synth.cells", "synth.kdtree", "synth.plan", "synth.result",
+    })),
+    ("entry", frozenset({
+        "api", "stream", "entry", "accountant", "assign", "bounds_api",
+        "diagnostics.theory", "diagnostics.separation", "diagnostics.plan",
+    })),
+    ("tools", frozenset({
+        "", "__main__", "testing", "sklearn", "diagnostics", "diagnostics.explain", "cli", "eval", "synth",
+        "synth.api", "synth.from_dpm",
+    })),
+)  # fmt: skip
+PACKAGES_IN_A_LAYER = {"cli": "tools", "eval": "tools"}  # every module under these
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of a dpm_jax module; KeyError for a module no layer names."""
+    short = module.removeprefix("dpm_jax").removeprefix(".")
+    for index, (name, members) in enumerate(LAYERS):
+        if short in members or PACKAGES_IN_A_LAYER.get(short.split(".")[0]) == name:
+            return index
+    raise KeyError(f"{module} is in no layer of benchmarks/import_graph.py LAYERS")
+
+
+def climbs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of a module in a higher layer than the importer's."""
+    return sorted((a, b) for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a))
+
+
 def main() -> int:
     graph = package_graph()
     found = circles(graph)
     for component in found:
         print("circle:", " <-> ".join(component))
-    if not found:
-        print(f"no import circle among {len(graph)} modules")
-    return 1 if found else 0
+    unnamed = [m for m in graph if _unnamed(m)]
+    for module in unnamed:
+        print("in no layer:", module)
+    up = [] if unnamed else climbs(graph)
+    for importer, imported in up:
+        print(
+            f"climb: {importer} ({LAYERS[layer_of(importer)][0]}) imports {imported} ({LAYERS[layer_of(imported)][0]})"
+        )
+    if not (found or unnamed or up):
+        print(f"no import circle and no climb among {len(graph)} modules in {len(LAYERS)} layers")
+    return 1 if found or unnamed or up else 0
+
+
+def _unnamed(module: str) -> bool:
+    try:
+        layer_of(module)
+    except KeyError:
+        return True
+    return False
 
 
 if __name__ == "__main__":

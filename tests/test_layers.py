@@ -1,24 +1,48 @@
-"""The package's import graph has no circle (benchmarks/import_graph.py), and importing it
-pulls in neither test tooling nor scikit-learn."""
+"""The package's import graph has no circle and no import from a lower layer to a higher one
+(benchmarks/import_graph.py LAYERS), and importing it pulls in neither test tooling nor scikit-learn."""
 
 import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_no_import_circle_among_the_packages_modules():
+def _import_graph():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import import_graph
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+    return import_graph
+
+
+def test_no_import_circle_among_the_packages_modules():
+    import_graph = _import_graph()
     graph = import_graph.package_graph()
     assert import_graph.circles(graph) == []
     # the check finds a circle when there is one
     graph["dpm_jax.keys"] = graph["dpm_jax.keys"] | {"dpm_jax.api"}
     assert import_graph.circles(graph) != []
+
+
+def test_every_module_has_a_layer_and_none_imports_from_a_higher_one():
+    import_graph = _import_graph()
+    graph = import_graph.package_graph()
+    layers = {module: import_graph.layer_of(module) for module in graph}  # KeyError: a module in no layer
+    assert [layers[m] for m in ("dpm_jax.exact", "dpm_jax.tree", "dpm_jax.api", "dpm_jax.cli.main")] == [0, 1, 2, 3]
+    assert import_graph.climbs(graph) == []
+    # the check finds a climb when there is one: the engine reading the report module, the base reading the engine
+    graph["dpm_jax.tree"] = graph["dpm_jax.tree"] | {"dpm_jax.diagnostics.explain"}
+    graph["dpm_jax.budget"] = graph["dpm_jax.budget"] | {"dpm_jax.depth"}
+    assert import_graph.climbs(graph) == [
+        ("dpm_jax.budget", "dpm_jax.depth"),
+        ("dpm_jax.tree", "dpm_jax.diagnostics.explain"),
+    ]
+    with pytest.raises(KeyError, match="in no layer"):
+        import_graph.layer_of("dpm_jax.new_module")
 
 
 def test_import_pulls_in_no_test_tooling_and_no_scikit_learn():
