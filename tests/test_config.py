@@ -1,5 +1,6 @@
 """DPMConfig: the paper's defaults and clear errors for invalid hyper-parameters."""
 
+import dataclasses
 import math
 
 import pytest
@@ -67,3 +68,12 @@ def test_wrong_types_raise_type_error(kwargs):
 
 def test_config_is_hashable_for_jit():
     assert hash(DPMConfig()) == hash(DPMConfig())
+
+
+def test_every_field_carries_its_help_and_a_parser_that_reads_its_default_back():
+    for field in dataclasses.fields(DPMConfig):
+        assert field.metadata["help"], field.name  # the command line's and the estimator's one source
+        if field.default is not None:
+            text = ",".join(map(str, field.default)) if isinstance(field.default, tuple) else str(field.default)
+            assert field.metadata["parse"](text) == field.default, field.name
+    assert dataclasses.fields(DPMConfig)[0].metadata["parse"]("3") == 3
