@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,45 @@ _DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_
 def is_real_number(value) -> bool:
     """A Python or NumPy int or float (not a bool): what a numeric hyper-parameter may be."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+class PaperGridShape(NamedTuple):
+    """The public numbers of ``split_grid="paper"``: Algorithm 1's one global grid, its interval size
+    beta chosen by Algorithm 2 (which runs and spends its epsilon share), ``max_splits`` candidates per
+    dimension at most. :func:`dpm_jax.tree.split_grid_of` builds the grid's array code from it."""
+
+    max_splits: int  # DPMConfig.max_splits_per_dim
+    finest_interval: float  # DPMConfig.finest_interval
+    estimates_interval = True  # Algorithm 2 runs
+
+    @property
+    def candidates_per_dim(self) -> int:
+        """Static length of a node's candidate axis per dimension."""
+        return self.max_splits
+
+    @property
+    def drawable_per_dim(self) -> int:
+        """An upper bound on the candidates a node draws from per dimension: the grid at its finest beta."""
+        return min(math.ceil(1.0 / self.finest_interval - 1e-6), self.max_splits)
+
+
+class CellGridShape(NamedTuple):
+    """The public numbers of ``split_grid="cell"``: 2 max_splits half-bins of every node's own cell, a
+    candidate at each inner boundary; no interval size is estimated (Algorithm 2 does not run)."""
+
+    max_splits: int  # DPMConfig.max_splits_per_dim
+    window: int  # DPMConfig.split_window
+    estimates_interval = False
+
+    @property
+    def candidates_per_dim(self) -> int:
+        """Static length of a node's candidate axis per dimension (one per half-bin; the last never used)."""
+        return 2 * self.max_splits
+
+    @property
+    def drawable_per_dim(self) -> int:
+        """The candidates a node draws from per dimension: the inner half-bin boundaries."""
+        return 2 * self.max_splits - 1
 
 
 def depth(text: str) -> int | str:
@@ -245,9 +284,17 @@ class DPMConfig:
         return self.sigma_step * np.arange(1, self.num_sigmas + 1)
 
     @property
+    def grid_shape(self) -> PaperGridShape | CellGridShape:
+        """The split grid's public numbers: the one place ``split_grid`` is told apart (budget, releases,
+        depth rule and diagnostics read this object; :func:`dpm_jax.tree.split_grid_of` its array code)."""
+        if self.split_grid == CELL_GRID:
+            return CellGridShape(self.max_splits_per_dim, self.split_window)
+        return PaperGridShape(self.max_splits_per_dim, self.finest_interval)
+
+    @property
     def candidates_per_dim(self) -> int:
         """Split candidates per dimension of a node: the static length of its candidate axis."""
-        return self.max_splits_per_dim if self.split_grid == PAPER_GRID else 2 * self.max_splits_per_dim
+        return self.grid_shape.candidates_per_dim
 
     @property
     def finest_interval(self) -> float:

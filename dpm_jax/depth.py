@@ -46,7 +46,7 @@ from dpm_jax import exact, keys
 from dpm_jax.averaging import plan_averaging
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.dpm_releases import DPMReleases, dpm_releases
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.mechanisms import count_sampler_tv, tv_delta
 from dpm_jax.releases import CountRelease, at_most
 
@@ -85,9 +85,7 @@ def exponent_scale(split_epsilon: float, node_size: float, offset: float, config
 def candidates_per_node(d: int, config: DPMConfig) -> int:
     """M: d times the candidates per dimension: the paper's grid at its smallest interval size (an upper
     bound), or the cell grid's inner half-bin boundaries (2 max_splits_per_dim - 1)."""
-    if config.split_grid == CELL_GRID:
-        return d * (2 * config.max_splits_per_dim - 1)
-    return d * min(math.ceil(1.0 / config.finest_interval - 1e-6), config.max_splits_per_dim)
+    return d * config.grid_shape.drawable_per_dim
 
 
 def near_random(scale: float, candidates: int, config: DPMConfig) -> bool:

@@ -65,7 +65,7 @@ from dpm_jax.histogram import (
     root_cell,
 )
 from dpm_jax.budget import heap_count_epsilons
-from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import add_count_noise, count_noise, em_exponent_scale, select_with_bits
 from dpm_jax.scoring import (
     ScoreCoefficients,
@@ -769,10 +769,11 @@ class CellSplitGrid(NamedTuple):
 
 
 def split_grid_of(config: DPMConfig) -> PaperGrid | CellSplitGrid:
-    """The split grid of ``config``: the one place ``DPMConfig.split_grid`` is told apart in the tree."""
-    if config.split_grid == CELL_GRID:
-        return CellSplitGrid(config.max_splits_per_dim, config.split_window)
-    return PaperGrid(config.max_splits_per_dim)
+    """The array code of ``config``'s split grid (:attr:`dpm_jax.DPMConfig.grid_shape`)."""
+    shape = config.grid_shape
+    if shape.estimates_interval:
+        return PaperGrid(shape.max_splits)
+    return CellSplitGrid(shape.max_splits, shape.window)
 
 
 def point_inputs(
