@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact, keys
-from dpm_jax.averaging import plan_averaging
+from dpm_jax.averaging import leaf_sums_release
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.dpm_releases import DPMReleases, dpm_releases
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
@@ -244,7 +244,7 @@ class FixedDepth(NamedTuple):
     def releases(self, budget: Budget, config: DPMConfig, d: int) -> tuple[tuple[int, DPMReleases], ...]:
         """The run's releases at its one depth; their lines add up to the budget."""
         allocation = allocate(budget, config, d)
-        leaf_sums = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+        leaf_sums = leaf_sums_release(allocation.average_epsilon, allocation.average_delta, d)
         return ((self.depth, dpm_releases(allocation, config, d, leaf_sums)),)
 
     def choose(self, key: jax.Array, num_points: jax.Array) -> jax.Array:
@@ -264,7 +264,7 @@ class AutoDepth(NamedTuple):
         # The leaf sums are drawn before the depth is known to them (one sampler table): every depth
         # averages with the smallest of its allocations' averaging budgets, which differ by at most
         # the ulps allocate rounds them down by, so each ledger still stays within the budget.
-        leaf_sums = plan_averaging(
+        leaf_sums = leaf_sums_release(
             min(a.average_epsilon for a in allocations), min(a.average_delta for a in allocations), d
         )
         return tuple(

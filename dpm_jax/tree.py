@@ -96,7 +96,7 @@ __all__ = [
     "paper_split_position",
     "release_level",
     "next_point_nodes",
-    "candidate_count",
+    "num_splits_at",
     "tree_inputs",
     "PaperGrid",
     "CellSplitGrid",
@@ -660,7 +660,7 @@ def build_tree(
     return assemble_tree(released, last.point_node, padded)
 
 
-def candidate_count(beta, max_splits: int) -> jax.Array:
+def num_splits_at(beta, max_splits: int) -> jax.Array:
     """numSplits on the paper grid: candidates per dimension for the split interval size beta."""
     return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
 
@@ -678,11 +678,11 @@ class PaperGrid(NamedTuple):
     def point_inputs(self, points, lower, upper, beta):
         """(every point's half-bins, None): binned once per run."""
         unit_points = to_unit_range(points, lower, upper)
-        return half_bin_indices(unit_points, beta, candidate_count(beta, self.max_splits), self.max_splits), None
+        return half_bin_indices(unit_points, beta, num_splits_at(beta, self.max_splits), self.max_splits), None
 
     def candidate_valid(self, beta):
         """(B,) bool: the candidates inside the bounds for the interval size beta."""
-        return jnp.arange(self.max_splits) < candidate_count(beta, self.max_splits)
+        return jnp.arange(self.max_splits) < num_splits_at(beta, self.max_splits)
 
     def root_cells(self, inputs):
         return jnp.zeros(0, jnp.float32), jnp.zeros(0, jnp.float32)
