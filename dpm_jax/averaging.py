@@ -52,17 +52,7 @@ from dpm_jax.mechanisms import (
     tv_delta,
 )
 
-__all__ = [
-    "FIXED_POINT_BITS",
-    "LeafSumsRelease",
-    "leaf_sums_release",
-    "fixed_point_codes",
-    "leaf_sums",
-    "release_leaf_sums",
-    "leaf_centers",
-    "blockwise_leaf_sums",
-    "centers_from_sums",
-]
+__all__ = ["LeafSumsRelease", "leaf_sums_release", "leaf_centers", "blockwise_leaf_sums", "centers_from_sums"]
 
 FIXED_POINT_BITS = 20
 _CODE_HALF_RANGE = 2 ** (FIXED_POINT_BITS - 1)

@@ -42,7 +42,7 @@ from dpm_jax.mechanisms import (
     tv_delta,
 )
 
-__all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons", "level_weights"]
+__all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons"]
 
 
 @dataclasses.dataclass(frozen=True)

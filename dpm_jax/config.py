@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-__all__ = ["DPMConfig", "AUTO_DEPTH", "PAPER_GRID", "CELL_GRID", "SPLIT_GRIDS", "is_real_number"]
+__all__ = ["DPMConfig", "AUTO_DEPTH", "is_real_number"]
 
 AUTO_DEPTH = "auto"  # DPMConfig(tau_r=AUTO_DEPTH): the depth chosen by dpm_jax.depth
 PAPER_GRID = "paper"  # one global grid of interval size beta from Algorithm 2 (the paper)

@@ -43,7 +43,6 @@ from dpm_jax.exact import Int
 __all__ = [
     "count_noise",
     "add_count_noise",
-    "discrete_laplace_count",
     "count_sampler_tv",
     "tv_delta",
     "count_offset",
@@ -53,13 +52,11 @@ __all__ = [
     "EM_DIGITS",
     "em_sampler_tv",
     "em_exponent_scale",
-    "em_weights",
     "select_with_bits",
     "exponential_mechanism",
     "DiscreteGaussianTable",
     "discrete_gaussian_table",
     "discrete_gaussian_noise",
-    "cdp_delta",
     "discrete_gaussian_multiplier",
 ]
 

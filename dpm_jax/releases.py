@@ -53,7 +53,6 @@ from dpm_jax.mechanisms import (
 )
 
 __all__ = [
-    "Release",
     "CountRelease",
     "SelectionRelease",
     "GaussianRelease",

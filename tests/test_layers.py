@@ -50,3 +50,13 @@ def test_import_pulls_in_no_test_tooling_and_no_scikit_learn():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_internal_modules_export_only_what_other_modules_use():
+    import_graph = _import_graph()
+    assert import_graph.unused_exports() == {}
+    # the check sees a use through either import form, and none where there is none
+    assert {"Budget", "allocate"} <= import_graph.used_names("dpm_jax.budget")  # from dpm_jax.budget import ...
+    assert "derive_key" in import_graph.used_names("dpm_jax.keys")
+    assert "to_float32" in import_graph.used_names("dpm_jax.exact")  # exact.to_float32 after from dpm_jax import exact
+    assert "widen" not in import_graph.used_names("dpm_jax.exact")
