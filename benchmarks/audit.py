@@ -116,8 +116,8 @@ def worst_case_exponential(epsilon: float, runs: int, confidence: float):
 
 
 def discrete_laplace_count(epsilon: float, runs: int, confidence: float):
-    """noisy_count alone on |S| = 10 vs 11, tail events n~ >= 11, 12, 14."""
-    mechanism = lambda key, count: exact.to_float32(mechanisms.noisy_count(key, count, epsilon))
+    """discrete_laplace_count alone on |S| = 10 vs 11, tail events n~ >= 11, 12, 14."""
+    mechanism = lambda key, count: exact.to_float32(mechanisms.discrete_laplace_count(key, count, epsilon))
     events = {f"n~ >= {t}": (lambda t: lambda out: out >= t)(t) for t in (11, 12, 14)}
     return epsilon, audit_lib.audit(
         jax.random.key(4), mechanism, jnp.int32(10), jnp.int32(11), events, runs, confidence=confidence

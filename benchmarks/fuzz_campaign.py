@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpm_jax
-from dpm_jax.averaging import plan_averaging
+from dpm_jax.averaging import leaf_sums_release
 from dpm_jax.budget import allocate
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))  # the tests' fuzzing tools
@@ -48,7 +48,7 @@ def random_scenario(rng: np.random.Generator) -> fuzz.Scenario:
         scenario = _draw_scenario(rng)
         try:
             allocation = allocate(scenario.budget, scenario.config, scenario.d)
-            plan_averaging(allocation.average_epsilon, allocation.average_delta, scenario.d)
+            leaf_sums_release(allocation.average_epsilon, allocation.average_delta, scenario.d)
         except ValueError:
             continue
         return scenario

@@ -7,7 +7,7 @@ split interval size (line 8, Algorithm 2) -> the padded recursion (lines 10, 13-
 
 Key path of every mechanism (see :func:`dpm_jax.keys.derive_key`); each
 stream is drawn once, as one array in heap layout (element i belongs to node i):
-  depth (tau_r="auto")  noisy_count(derive_key(key, keys.DEPTH), ...)
+  depth (tau_r="auto")  discrete_laplace_count(derive_key(key, keys.DEPTH), ...)
   counts of all nodes   count_noise(derive_key(key, keys.COUNT), heap_count_epsilons(...))
                         ("auto": one row per depth 1..max_depth, the depth's row is used)
   interval size         exponential_mechanism(derive_key(key, keys.INTERVAL), ...)

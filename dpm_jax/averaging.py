@@ -52,17 +52,7 @@ from dpm_jax.mechanisms import (
     tv_delta,
 )
 
-__all__ = [
-    "FIXED_POINT_BITS",
-    "LeafSumsRelease",
-    "plan_averaging",
-    "fixed_point_codes",
-    "leaf_sums",
-    "release_leaf_sums",
-    "leaf_centers",
-    "blockwise_leaf_sums",
-    "centers_from_sums",
-]
+__all__ = ["LeafSumsRelease", "leaf_sums_release", "leaf_centers", "blockwise_leaf_sums", "centers_from_sums"]
 
 FIXED_POINT_BITS = 20
 _CODE_HALF_RANGE = 2 ** (FIXED_POINT_BITS - 1)
@@ -122,7 +112,7 @@ class LeafSumsRelease(NamedTuple):
 
 
 @functools.lru_cache(maxsize=64)
-def plan_averaging(epsilon: float, delta: float, d: int) -> LeafSumsRelease:
+def leaf_sums_release(epsilon: float, delta: float, d: int) -> LeafSumsRelease:
     """Calibrate the leaf-sum release to (epsilon, delta) for d dimensions (host side)."""
     root_d = math.sqrt(d) * (1.0 + 2.0**-50)  # rounded up: the sensitivity is an upper bound
     sampler_delta = 0.0
@@ -211,7 +201,7 @@ def leaf_centers(
       leaf_count, leaf_valid: (slots,) released noisy counts and the valid mask.
       lower, upper: (d,) public bounds.
       table_arrays: (thresholds_high, thresholds_low) of ``plan.table`` on the device.
-      plan: :func:`plan_averaging`.
+      plan: :func:`leaf_sums_release`.
     """
     num_slots = leaf_count.shape[0]
     sums = blockwise_leaf_sums(points, lower, upper, point_mask, point_slot, num_slots, plan)

@@ -54,18 +54,11 @@ from dpm_jax.releases import CountRelease, GaussianRelease, at_most
 
 __all__ = [
     "PRIVATE",
-    "DEFAULT_SHARE",
     "PrivateBounds",
-    "COVERING",
-    "BoundsPlan",
     "is_private",
     "plan_bounds",
     "split_for_bounds",
-    "bucket_edges",
-    "bucket_index",
     "histogram",
-    "occupied_buckets",
-    "bounds_from_buckets",
     "bounds_from_counts",
     "estimate_bounds",
     "check_found",

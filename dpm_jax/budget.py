@@ -31,7 +31,7 @@ import dataclasses
 import math
 from typing import NamedTuple
 
-from dpm_jax.config import CELL_GRID, DPMConfig, is_real_number
+from dpm_jax.config import DPMConfig, is_real_number
 from dpm_jax.releases import at_most
 from dpm_jax.mechanisms import (
     EM_EPSILON_MARGIN,
@@ -42,7 +42,7 @@ from dpm_jax.mechanisms import (
     tv_delta,
 )
 
-__all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons", "level_weights"]
+__all__ = ["Budget", "Allocation", "allocate", "heap_count_epsilons"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +128,7 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     if isinstance(config.tau_r, str):
         raise ValueError(f"tau_r={config.tau_r!r} must be resolved to a depth first (dpm_jax.cluster does)")
     eps_int_share, eps_cnt_share, eps_exp_share, _ = config.epsilon_shares
-    interval = config.split_grid != CELL_GRID  # the cell grid estimates no interval size
+    interval = config.grid_shape.estimates_interval
     if not interval:
         eps_int_share, eps_exp_share = 0.0, eps_int_share + eps_exp_share
     eps_int = budget.epsilon * eps_int_share
@@ -148,7 +148,7 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
                 f"the {name} epsilon {epsilon:.3g} is too small for the exact "
                 f"exponential mechanism (margin {EM_EPSILON_MARGIN:.2g}); raise epsilon"
             )
-    candidates = d * config.candidates_per_dim
+    candidates = d * config.grid_shape.candidates_per_dim
     if candidates > EM_MAX_CANDIDATES:
         raise ValueError(
             f"d * candidates per dimension = {candidates} split candidates per node exceed "

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 
-__all__ = ["DPMConfig", "AUTO_DEPTH", "PAPER_GRID", "CELL_GRID", "SPLIT_GRIDS", "is_real_number"]
+__all__ = ["DPMConfig", "AUTO_DEPTH", "is_real_number"]
 
 AUTO_DEPTH = "auto"  # DPMConfig(tau_r=AUTO_DEPTH): the depth chosen by dpm_jax.depth
 PAPER_GRID = "paper"  # one global grid of interval size beta from Algorithm 2 (the paper)
@@ -32,6 +33,61 @@ _DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_
 def is_real_number(value) -> bool:
     """A Python or NumPy int or float (not a bool): what a numeric hyper-parameter may be."""
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+class PaperGridShape(NamedTuple):
+    """The public numbers of ``split_grid="paper"``: Algorithm 1's one global grid, its interval size
+    beta chosen by Algorithm 2 (which runs and spends its epsilon share), ``max_splits`` candidates per
+    dimension at most. :func:`dpm_jax.tree.split_grid_of` builds the grid's array code from it."""
+
+    max_splits: int  # DPMConfig.max_splits_per_dim
+    finest_interval: float  # DPMConfig.finest_interval
+    estimates_interval = True  # Algorithm 2 runs
+
+    @property
+    def candidates_per_dim(self) -> int:
+        """Static length of a node's candidate axis per dimension."""
+        return self.max_splits
+
+    @property
+    def drawable_per_dim(self) -> int:
+        """An upper bound on the candidates a node draws from per dimension: the grid at its finest beta."""
+        return min(math.ceil(1.0 / self.finest_interval - 1e-6), self.max_splits)
+
+
+class CellGridShape(NamedTuple):
+    """The public numbers of ``split_grid="cell"``: 2 max_splits half-bins of every node's own cell, a
+    candidate at each inner boundary; no interval size is estimated (Algorithm 2 does not run)."""
+
+    max_splits: int  # DPMConfig.max_splits_per_dim
+    window: int  # DPMConfig.split_window
+    estimates_interval = False
+
+    @property
+    def candidates_per_dim(self) -> int:
+        """Static length of a node's candidate axis per dimension (one per half-bin; the last never used)."""
+        return 2 * self.max_splits
+
+    @property
+    def drawable_per_dim(self) -> int:
+        """The candidates a node draws from per dimension: the inner half-bin boundaries."""
+        return 2 * self.max_splits - 1
+
+
+def depth(text: str) -> int | str:
+    """``tau_r`` from text: an integer depth or 'auto' (:mod:`dpm_jax.depth`)."""
+    return AUTO_DEPTH if text == AUTO_DEPTH else int(text)
+
+
+def floats(text: str) -> tuple[float, ...]:
+    """A tuple of numbers from comma-separated text, e.g. ``epsilon_shares`` "0.04,0.18,0.18,0.6"."""
+    return tuple(float(part) for part in text.split(","))
+
+
+def _option(default, parse: Callable[[str], object], help: str):
+    """A DPMConfig field with its one-line help and its parser of text: the command line
+    (:mod:`dpm_jax.cli.main`) and the estimator (:mod:`dpm_jax.sklearn`) take every field from here."""
+    return dataclasses.field(default=default, metadata={"parse": parse, "help": help})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,23 +157,48 @@ class DPMConfig:
         docs/evaluation.md (benchmarks/zoo.py, benchmarks/split_grid.py).
     """
 
-    tau_r: int | str = AUTO_DEPTH
-    max_depth: int = _DEFAULT_MAX_DEPTH
-    tau_e: float | None = None
-    alpha: float = 5.0
-    t: float = 0.3
-    q: float = 1.0 / 12.0
-    epsilon_shares: tuple[float, float, float, float] = (0.04, 0.18, 0.18, 0.6)
-    delta_shares: tuple[float, float] = (0.2, 0.8)
-    percentile: float = 65.0
-    sigma_step: float = 0.0025
-    num_sigmas: int = 59
-    interval_factor: float = 0.5
-    interval_max_dims: int | None = 16
-    max_splits_per_dim: int = 128
-    split_grid: str = CELL_GRID
-    lattice_step: float | None = None
-    split_window: int = _DEFAULT_SPLIT_WINDOW
+    tau_r: int | str = _option(
+        AUTO_DEPTH,
+        depth,
+        "maximum recursion depth (at most 2**tau_r clusters), or 'auto': chosen in the program "
+        "from a noisy count of the rows, paid for in the ledger",
+    )
+    max_depth: int = _option(
+        _DEFAULT_MAX_DEPTH, int, "with tau_r 'auto': the deepest depth it may choose (2**max_depth cluster slots)"
+    )
+    tau_e: float | None = _option(None, float, "minimum noisy child size for a split (default n~ / 2**tau_r)")
+    alpha: float = _option(5.0, float, "weight of emptiness in the split score (Definition 7)")
+    t: float = _option(0.3, float, "centreness parameter t (Definition 6)")
+    q: float = _option(1.0 / 12.0, float, "centreness parameter q (Definition 6)")
+    epsilon_shares: tuple[float, float, float, float] = _option(
+        (0.04, 0.18, 0.18, 0.6),
+        floats,
+        "fractions of epsilon for the interval size, counts, split choices and averaging, comma-separated; sum 1",
+    )
+    delta_shares: tuple[float, float] = _option(
+        (0.2, 0.8), floats, "fractions of delta for counts and averaging, comma-separated; sum 1"
+    )
+    percentile: float = _option(65.0, float, "percentile of neighbour gaps for the split interval size (Algorithm 2)")
+    sigma_step: float = _option(
+        0.0025, float, "Algorithm 2's candidate sigmas are sigma_step * (1..num_sigmas) of the range"
+    )
+    num_sigmas: int = _option(59, int, "number of candidate sigmas of Algorithm 2")
+    interval_factor: float = _option(0.5, float, "split interval size = interval_factor * sigma* (Section 3.5)")
+    interval_max_dims: int | None = _option(16, int, "Algorithm 2 uses at most this many randomly chosen dimensions")
+    max_splits_per_dim: int = _option(128, int, "cap on the split candidates per dimension (beta >= range / cap)")
+    split_grid: str = _option(
+        CELL_GRID,
+        str,
+        "where a node's split candidates lie: 'cell' (its own cell, default) or 'paper' (Algorithm 2's global grid)",
+    )
+    lattice_step: float | None = _option(
+        None, float, "public lattice step of the data (e.g. 1 for integer features; cell grid only)"
+    )
+    split_window: int = _option(
+        _DEFAULT_SPLIT_WINDOW,
+        int,
+        "half-bins on each side of a candidate in its split interval (cell grid only; 1 for many small clusters)",
+    )
 
     def __post_init__(self):
         if isinstance(self.tau_r, str):
@@ -203,9 +284,17 @@ class DPMConfig:
         return self.sigma_step * np.arange(1, self.num_sigmas + 1)
 
     @property
+    def grid_shape(self) -> PaperGridShape | CellGridShape:
+        """The split grid's public numbers: the one place ``split_grid`` is told apart (budget, releases,
+        depth rule and diagnostics read this object; :func:`dpm_jax.tree.split_grid_of` its array code)."""
+        if self.split_grid == CELL_GRID:
+            return CellGridShape(self.max_splits_per_dim, self.split_window)
+        return PaperGridShape(self.max_splits_per_dim, self.finest_interval)
+
+    @property
     def candidates_per_dim(self) -> int:
         """Split candidates per dimension of a node: the static length of its candidate axis."""
-        return self.max_splits_per_dim if self.split_grid == PAPER_GRID else 2 * self.max_splits_per_dim
+        return self.grid_shape.candidates_per_dim
 
     @property
     def finest_interval(self) -> float:

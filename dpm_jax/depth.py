@@ -43,10 +43,10 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact, keys
-from dpm_jax.averaging import plan_averaging
+from dpm_jax.averaging import leaf_sums_release
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.dpm_releases import DPMReleases, dpm_releases
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.mechanisms import count_sampler_tv, tv_delta
 from dpm_jax.releases import CountRelease, at_most
 
@@ -54,19 +54,11 @@ __all__ = [
     "FixedDepth",
     "AutoDepth",
     "depth_strategy",
-    "AUTO_DEPTH_EPSILON_SHARE",
-    "AUTO_DEPTH_SLACK",
-    "DepthPlan",
     "plan_depth",
     "depth_rule",
-    "feasible_depth",
-    "noisy_size",
-    "depth_of",
-    "depth_release",
     "exponent_scale",
     "candidates_per_node",
     "near_random",
-    "level_exponent_scales",
     "recommended_tau_r",
 ]
 
@@ -85,9 +77,7 @@ def exponent_scale(split_epsilon: float, node_size: float, offset: float, config
 def candidates_per_node(d: int, config: DPMConfig) -> int:
     """M: d times the candidates per dimension: the paper's grid at its smallest interval size (an upper
     bound), or the cell grid's inner half-bin boundaries (2 max_splits_per_dim - 1)."""
-    if config.split_grid == CELL_GRID:
-        return d * (2 * config.max_splits_per_dim - 1)
-    return d * min(math.ceil(1.0 / config.finest_interval - 1e-6), config.max_splits_per_dim)
+    return d * config.grid_shape.drawable_per_dim
 
 
 def near_random(scale: float, candidates: int, config: DPMConfig) -> bool:
@@ -246,7 +236,7 @@ class FixedDepth(NamedTuple):
     def releases(self, budget: Budget, config: DPMConfig, d: int) -> tuple[tuple[int, DPMReleases], ...]:
         """The run's releases at its one depth; their lines add up to the budget."""
         allocation = allocate(budget, config, d)
-        leaf_sums = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+        leaf_sums = leaf_sums_release(allocation.average_epsilon, allocation.average_delta, d)
         return ((self.depth, dpm_releases(allocation, config, d, leaf_sums)),)
 
     def choose(self, key: jax.Array, num_points: jax.Array) -> jax.Array:
@@ -266,7 +256,7 @@ class AutoDepth(NamedTuple):
         # The leaf sums are drawn before the depth is known to them (one sampler table): every depth
         # averages with the smallest of its allocations' averaging budgets, which differ by at most
         # the ulps allocate rounds them down by, so each ledger still stays within the budget.
-        leaf_sums = plan_averaging(
+        leaf_sums = leaf_sums_release(
             min(a.average_epsilon for a in allocations), min(a.average_delta for a in allocations), d
         )
         return tuple(

@@ -29,7 +29,7 @@ from typing import NamedTuple
 from dpm_jax import keys
 from dpm_jax.averaging import LeafSumsRelease
 from dpm_jax.budget import Allocation
-from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.config import DPMConfig
 from dpm_jax.interval import num_interval_dimensions, utility_sensitivity
 from dpm_jax.ledger import Ledger, heap_rows
 from dpm_jax.releases import CountRelease, SelectionRelease, ledger_of
@@ -106,7 +106,7 @@ def dpm_releases(
             allocation.split_epsilons[level],
             keys.SPLIT,
             sensitivity,
-            d * config.candidates_per_dim,
+            d * config.grid_shape.candidates_per_dim,
             rows=heap_rows(level),
             level=level,
             rule=f"integer score x min(1,(n~-{allocation.count_offsets[level]:.4g})/N)",
@@ -134,7 +134,7 @@ def _node_counts(allocation: Allocation, level: int, count_row: int | None) -> C
 
 def _interval(allocation: Allocation, config: DPMConfig, d: int) -> SelectionRelease | None:
     """Algorithm 2's release (Lemma 1: sensitivity 2 d' gap counts, in the utility's 2**-10 units)."""
-    if config.split_grid == CELL_GRID:
+    if not config.grid_shape.estimates_interval:
         return None
     num_dims = num_interval_dimensions(d, config.interval_max_dims)
     return SelectionRelease(

@@ -26,7 +26,6 @@ __all__ = [
     "Int",
     "from_int32",
     "normalize",
-    "widen",
     "narrow",
     "where",
     "add",

@@ -80,8 +80,8 @@ def root_cell(d: int, lattice_unit) -> tuple[jax.Array, jax.Array]:
     return jnp.full(d, -margin, jnp.float32), jnp.full(d, 1.0 + margin, jnp.float32)
 
 
-def cell_grid(lower: jax.Array, upper: jax.Array, num_splits: int, lattice_unit) -> CellGrid:
-    """The half-bins of cells [lower, upper): 2 num_splits equal ones, or whole lattice values.
+def cell_grid(lower: jax.Array, upper: jax.Array, max_splits: int, lattice_unit) -> CellGrid:
+    """The half-bins of cells [lower, upper): 2 max_splits equal ones, or whole lattice values.
 
     On a lattice of step h' (``lattice_unit``, units of the range; None: no lattice) a
     cell holds m = (upper - lower) / h' values (cells end half-way between values, so m
@@ -90,14 +90,14 @@ def cell_grid(lower: jax.Array, upper: jax.Array, num_splits: int, lattice_unit)
     """
     width = upper - lower
     if lattice_unit is None:
-        return CellGrid(lower, width / (2 * num_splits), jnp.full(width.shape, 2 * num_splits, jnp.int32))
+        return CellGrid(lower, width / (2 * max_splits), jnp.full(width.shape, 2 * max_splits, jnp.int32))
     values = jnp.maximum(jnp.round(width / lattice_unit), 1.0)
-    per_bin = jnp.ceil(values / (2 * num_splits))
+    per_bin = jnp.ceil(values / (2 * max_splits))
     return CellGrid(lower, per_bin * lattice_unit, jnp.ceil(values / per_bin).astype(jnp.int32))
 
 
 def cell_half_bin_indices(
-    unit_points: jnp.ndarray, point_node: jax.Array, grid: CellGrid, num_splits: int
+    unit_points: jnp.ndarray, point_node: jax.Array, grid: CellGrid, max_splits: int
 ) -> jnp.ndarray:
     """(n, d) half-bin index of every coordinate in its node's cell, in [0, used).
 
@@ -111,7 +111,7 @@ def cell_half_bin_indices(
     index = jnp.floor((unit_points - grid.lower[point_node]) * scale[point_node])
     index = jnp.minimum(index, (grid.used[point_node] - 1).astype(jnp.float32))
     index = jnp.where(index >= 0, index, 0.0)  # also NaN (0 / 0) -> 0
-    return index.astype(bin_dtype(2 * num_splits))
+    return index.astype(bin_dtype(2 * max_splits))
 
 
 def level_histogram(

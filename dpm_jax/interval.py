@@ -58,18 +58,14 @@ from dpm_jax.releases import SelectionRelease
 
 __all__ = [
     "gaussian_gap_constant",
-    "gap_counts_below",
-    "sorted_levels",
     "interval_dimensions",
     "num_interval_dimensions",
-    "interval_utility",
     "utility_sensitivity",
     "gap_histogram",
     "counts_from_gap_histogram",
     "first_gap_threshold",
     "select_interval_size",
     "estimate_split_interval_size",
-    "PERCENTILE_SENSITIVITY",
 ]
 
 PERCENTILE_SENSITIVITY = 2  # Lemma 1, per dimension

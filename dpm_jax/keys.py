@@ -25,7 +25,6 @@ __all__ = [
     "SYNTH_TREE",
     "SYNTH_LEAF",
     "BOUNDS",
-    "STREAMS",
     "derive_key",
     "MAX_SEED",
     "key_from_seed",

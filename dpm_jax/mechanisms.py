@@ -43,7 +43,6 @@ from dpm_jax.exact import Int
 __all__ = [
     "count_noise",
     "add_count_noise",
-    "noisy_count",
     "count_sampler_tv",
     "tv_delta",
     "count_offset",
@@ -53,13 +52,11 @@ __all__ = [
     "EM_DIGITS",
     "em_sampler_tv",
     "em_exponent_scale",
-    "em_weights",
     "select_with_bits",
     "exponential_mechanism",
     "DiscreteGaussianTable",
     "discrete_gaussian_table",
     "discrete_gaussian_noise",
-    "cdp_delta",
     "discrete_gaussian_multiplier",
 ]
 
@@ -199,7 +196,7 @@ def add_count_noise(true_counts: jax.Array, noise: Int) -> Int:
     return exact.add(exact.from_int32(true_counts), noise)
 
 
-def noisy_count(key: jax.Array, true_counts: jax.Array, epsilon) -> Int:
+def discrete_laplace_count(key: jax.Array, true_counts: jax.Array, epsilon) -> Int:
     """Discrete Laplace mechanism for counts: ``|S| + Z``, P(Z = k) ∝ exp(-epsilon |k|).
 
     Privacy: a count has sensitivity 1 under add/remove-one and the discrete Laplace

@@ -56,7 +56,6 @@ from dpm_jax.mechanisms import (
 )
 
 __all__ = [
-    "Release",
     "CountRelease",
     "SelectionRelease",
     "GaussianRelease",

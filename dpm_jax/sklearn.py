@@ -32,6 +32,7 @@ epsilon = 1 release of 55 points can promise (the root count alone has noise of 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 
 import jax
@@ -110,11 +111,9 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
         integer (as ``seed``) or a ``numpy.random.RandomState`` (a seed drawn from it at each
         ``fit``). When it is not None it takes precedence over ``seed`` (scikit-learn's
         ``set_random_state`` sets it).
-      tau_r, max_depth, tau_e, alpha, t, q, epsilon_shares, delta_shares, percentile, sigma_step,
-        num_sigmas, interval_factor, interval_max_dims, max_splits_per_dim, split_grid, lattice_step,
-        split_window:
-        the hyper-parameters of :class:`dpm_jax.DPMConfig` (paper defaults, Section 6.1, except
-        the split grid); all public.
+      tau_r, max_depth, tau_e, alpha, t, q, epsilon_shares, delta_shares, ... (keyword only): every
+        field of :class:`dpm_jax.DPMConfig`, with its default (paper defaults, Section 6.1, except
+        the depth and the split grid); all public. The signature lists them from the config's fields.
 
     Attributes (differentially private):
       cluster_centers_: (n_clusters_, n_features_in_) the DP centres.
@@ -131,53 +130,17 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
       n_features_in_, feature_names_in_: as in scikit-learn.
     """
 
-    def __init__(
-        self,
-        epsilon: float = 1.0,
-        delta: float = 1e-6,
-        bounds=None,
-        seed: int | None = None,
-        *,
-        tau_r: int | str = _DEFAULTS.tau_r,
-        max_depth: int = _DEFAULTS.max_depth,
-        tau_e: float | None = _DEFAULTS.tau_e,
-        alpha: float = _DEFAULTS.alpha,
-        t: float = _DEFAULTS.t,
-        q: float = _DEFAULTS.q,
-        epsilon_shares: tuple[float, ...] = _DEFAULTS.epsilon_shares,
-        delta_shares: tuple[float, ...] = _DEFAULTS.delta_shares,
-        percentile: float = _DEFAULTS.percentile,
-        sigma_step: float = _DEFAULTS.sigma_step,
-        num_sigmas: int = _DEFAULTS.num_sigmas,
-        interval_factor: float = _DEFAULTS.interval_factor,
-        interval_max_dims: int | None = _DEFAULTS.interval_max_dims,
-        max_splits_per_dim: int = _DEFAULTS.max_splits_per_dim,
-        split_grid: str = _DEFAULTS.split_grid,
-        lattice_step: float | None = _DEFAULTS.lattice_step,
-        split_window: int = _DEFAULTS.split_window,
-        random_state=None,
-    ):
+    def __init__(self, epsilon: float = 1.0, delta: float = 1e-6, bounds=None, seed: int | None = None, *,
+                 random_state=None, **config):  # fmt: skip
+        unknown = sorted(set(config) - set(CONFIG_FIELDS))
+        if unknown:
+            raise TypeError(f"DPMClustering got {unknown}, which are not fields of dpm_jax.DPMConfig: {CONFIG_FIELDS}")
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
         self.seed = seed
-        self.tau_r = tau_r
-        self.max_depth = max_depth
-        self.tau_e = tau_e
-        self.alpha = alpha
-        self.t = t
-        self.q = q
-        self.epsilon_shares = epsilon_shares
-        self.delta_shares = delta_shares
-        self.percentile = percentile
-        self.sigma_step = sigma_step
-        self.num_sigmas = num_sigmas
-        self.interval_factor = interval_factor
-        self.interval_max_dims = interval_max_dims
-        self.max_splits_per_dim = max_splits_per_dim
-        self.split_grid = split_grid
-        self.lattice_step = lattice_step
-        self.split_window = split_window
+        for name in CONFIG_FIELDS:
+            setattr(self, name, config.get(name, getattr(_DEFAULTS, name)))
         self.random_state = random_state
 
     def dpm_config(self) -> DPMConfig:
@@ -257,3 +220,19 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
         tags = super().__sklearn_tags__()
         tags.non_deterministic = self.seed is None and not isinstance(self.random_state, (int, np.integer))
         return tags
+
+
+def _signature_with_config_fields(init) -> inspect.Signature:
+    """``init``'s signature with ``**config`` spelled out as DPMConfig's fields (keyword-only, its
+    defaults and types), before ``random_state``: scikit-learn reads the parameters from it
+    (``get_params``, ``clone``), so every field of the config is a parameter of the estimator."""
+    signature = inspect.signature(init)
+    fields = [
+        inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=field.type)
+        for field in dataclasses.fields(DPMConfig)
+    ]
+    named = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    return signature.replace(parameters=named[:-1] + fields + named[-1:])
+
+
+DPMClustering.__init__.__signature__ = _signature_with_config_fields(DPMClustering.__init__)

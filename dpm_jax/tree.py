@@ -65,7 +65,7 @@ from dpm_jax.histogram import (
     root_cell,
 )
 from dpm_jax.budget import heap_count_epsilons
-from dpm_jax.config import CELL_GRID, DPMConfig
+from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import add_count_noise, count_noise, em_exponent_scale, select_with_bits
 from dpm_jax.scoring import (
     ScoreCoefficients,
@@ -83,24 +83,14 @@ _BIN_BLOCK_ROWS = 2**16  # rows binned per loop step (:func:`_by_row_blocks`)
 __all__ = [
     "SplitTree",
     "Leaves",
-    "LevelState",
     "LevelRelease",
     "build_tree",
-    "split_level",
     "choose_splits",
-    "select_splits",
-    "route_points",
     "count_children",
-    "stopping_rule",
     "root_interval_size",
-    "paper_split_position",
     "release_level",
     "next_point_nodes",
-    "candidate_count",
     "tree_inputs",
-    "PaperGrid",
-    "CellSplitGrid",
-    "split_grid_of",
     "root_node_counts",
     "padded_randomness",
     "level_randomness",
@@ -109,9 +99,7 @@ __all__ = [
     "level_grid",
     "level_counts",
     "route_on_split_dimensions",
-    "split_dimension_half_bins",
     "DrawnSplit",
-    "LevelSchedule",
     "level_schedule",
     "level_count_noise",
     "drawn_split",
@@ -660,7 +648,7 @@ def build_tree(
     return assemble_tree(released, last.point_node, padded)
 
 
-def candidate_count(beta, max_splits: int) -> jax.Array:
+def num_splits_at(beta, max_splits: int) -> jax.Array:
     """numSplits on the paper grid: candidates per dimension for the split interval size beta."""
     return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
 
@@ -678,11 +666,11 @@ class PaperGrid(NamedTuple):
     def point_inputs(self, points, lower, upper, beta):
         """(every point's half-bins, None): binned once per run."""
         unit_points = to_unit_range(points, lower, upper)
-        return half_bin_indices(unit_points, beta, candidate_count(beta, self.max_splits), self.max_splits), None
+        return half_bin_indices(unit_points, beta, num_splits_at(beta, self.max_splits), self.max_splits), None
 
     def candidate_valid(self, beta):
         """(B,) bool: the candidates inside the bounds for the interval size beta."""
-        return jnp.arange(self.max_splits) < candidate_count(beta, self.max_splits)
+        return jnp.arange(self.max_splits) < num_splits_at(beta, self.max_splits)
 
     def root_cells(self, inputs):
         return jnp.zeros(0, jnp.float32), jnp.zeros(0, jnp.float32)
@@ -769,10 +757,11 @@ class CellSplitGrid(NamedTuple):
 
 
 def split_grid_of(config: DPMConfig) -> PaperGrid | CellSplitGrid:
-    """The split grid of ``config``: the one place ``DPMConfig.split_grid`` is told apart in the tree."""
-    if config.split_grid == CELL_GRID:
-        return CellSplitGrid(config.max_splits_per_dim, config.split_window)
-    return PaperGrid(config.max_splits_per_dim)
+    """The array code of ``config``'s split grid (:attr:`dpm_jax.DPMConfig.grid_shape`)."""
+    shape = config.grid_shape
+    if shape.estimates_interval:
+        return PaperGrid(shape.max_splits)
+    return CellSplitGrid(shape.max_splits, shape.window)
 
 
 def point_inputs(

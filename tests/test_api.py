@@ -346,7 +346,7 @@ def test_leaf_noise_is_rederived_from_the_average_stream(budget, key):
     config = dpm_jax.DPMConfig(tau_r=1, tau_e=1e9)  # one leaf holding every point
     res = dpm_jax.cluster(key, points, budget, bounds=(-1.0, 1.0), config=config)
     allocation = allocate(budget, config, 2)
-    plan = averaging.plan_averaging(allocation.average_epsilon, allocation.average_delta, 2)
+    plan = averaging.leaf_sums_release(allocation.average_epsilon, allocation.average_delta, 2)
     table = mechanisms.discrete_gaussian_table(plan.sigma)
     noise = np.asarray(
         mechanisms.discrete_gaussian_noise(

@@ -14,7 +14,7 @@ from dpm_jax.averaging import (
     fixed_point_codes,
     leaf_centers,
     leaf_sums,
-    plan_averaging,
+    leaf_sums_release,
     release_leaf_sums,
 )
 from dpm_jax.mechanisms import cdp_delta, discrete_gaussian_table
@@ -118,7 +118,7 @@ def test_float32_binade_attack_moves_the_exact_sum_by_the_added_code_only():
 def test_released_floor_moves_by_at_most_the_sensitivity(d):
     """floor(T / 2**s) (release minus the same key's noise) is exact and L2-moves <= plan.sensitivity."""
     rng = np.random.default_rng(2 + d)
-    plan = plan_averaging(1.0, 1e-6, d)
+    plan = leaf_sums_release(1.0, 1e-6, d)
     s = plan.coarse_shift
     arrays = table_arrays(plan)
     rows = 400
@@ -147,10 +147,10 @@ def test_released_floor_moves_by_at_most_the_sensitivity(d):
 
 
 @pytest.mark.parametrize("epsilon, delta", [(0.05, 1e-9), (0.6, 1e-6), (1.0, 1e-6), (4.0, 1e-7), (10.0, 1e-3)])
-def test_plan_averaging_pays_for_its_delta(epsilon, delta):
+def test_leaf_sums_release_pays_for_its_delta(epsilon, delta):
     for d in (1, 3, 10, 40):
         try:
-            plan = plan_averaging(epsilon, delta, d)
+            plan = leaf_sums_release(epsilon, delta, d)
         except ValueError:
             # refused only where the sampler's share is near 1% of delta even at the smallest tv
             tv_floor = 4 * 2**19 / 2.0**62
@@ -158,7 +158,7 @@ def test_plan_averaging_pays_for_its_delta(epsilon, delta):
             continue
         rho = 1.0 / (2.0 * plan.multiplier**2)
         assert cdp_delta(rho, epsilon) + plan.sampler_delta <= delta
-        assert plan.sampler_delta <= 0.1 * delta  # plan_averaging refuses more (documented)
+        assert plan.sampler_delta <= 0.1 * delta  # leaf_sums_release refuses more (documented)
         table = discrete_gaussian_table(plan.sigma)
         assert plan.sampler_delta >= d * table.tv * (1 + math.exp(epsilon))  # the sampler is paid for
         ratio = 2 ** (FIXED_POINT_BITS - 1 - plan.coarse_shift)
@@ -175,7 +175,7 @@ def test_centres_equal_leaf_means_when_the_noise_is_tiny():
     """epsilon 20: the sum's std is ~0.15 range, i.e. ~6e-5 of the range per centre of 2500 points."""
     rng = np.random.default_rng(3)
     lower, upper = np.float32([0.0, -3.0]), np.float32([255.0, 50.0])
-    plan = plan_averaging(20.0, 0.1, 2)
+    plan = leaf_sums_release(20.0, 0.1, 2)
     n, slots = 10000, 6
     points = rng.uniform(lower, upper, (n, 2)).astype(np.float32)
     points = np.where(rng.random((n, 1)) < 0.5, points, lower + 0.1 * (upper - lower)).astype(np.float32)
@@ -211,7 +211,7 @@ def test_noise_scale_over_many_keys():
     a halved (or 2**s-times smaller) noise scale fails by far.
     """
     d, slots, count = 3, 8, 1e4
-    plan = plan_averaging(1.0, 1e-6, d)
+    plan = leaf_sums_release(1.0, 1e-6, d)
     arrays = table_arrays(plan)
     keys = jax.random.split(jax.random.key(7), 2000)
     n = 10
@@ -255,7 +255,7 @@ def test_centres_never_leave_the_bounds_in_float32():
     (found by benchmarks/fuzz_campaign.py); the released centre must still be inside."""
     lower, upper = jnp.asarray([-1.09320804], jnp.float32), jnp.asarray([0.09320804], jnp.float32)
     assert float(lower[0] + (upper[0] - lower[0])) > float(upper[0])
-    plan = plan_averaging(1.0, 1e-6, 1)
+    plan = leaf_sums_release(1.0, 1e-6, 1)
     table = plan.table
     n = 50  # every point at the upper bound, a released count of 1: the unit centre clips to 1
     centres = leaf_centers(
@@ -281,7 +281,7 @@ def test_blockwise_leaf_sums_equal_the_sums_of_all_codes_at_once():
     lower, upper = np.float32([-2.0, 0.0, 10.0]), np.float32([2.0, 1.0, 30.0])
     points = rng.uniform(lower - 1, upper + 1, (n, d)).astype(np.float32)
     mask, slot = rng.random(n) < 0.9, rng.integers(0, slots, n).astype(np.int32)
-    release = plan_averaging(1.0, 1e-6, d)
+    release = leaf_sums_release(1.0, 1e-6, d)
     blockwise = jax.jit(blockwise_leaf_sums, static_argnums=(5, 6))(points, lower, upper, mask, slot, slots, release)
     at_once = _leaf_sums(fixed_point_codes(jnp.asarray(unit_scale(points, lower, upper))), mask, slot, slots)
     np.testing.assert_array_equal(value(blockwise), value(at_once))

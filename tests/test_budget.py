@@ -7,7 +7,7 @@ import pytest
 
 import dpm_jax
 from dpm_jax import Budget, DPMConfig
-from dpm_jax.averaging import plan_averaging
+from dpm_jax.averaging import leaf_sums_release
 from dpm_jax.scoring import score_coefficients
 from dpm_jax.dpm_releases import dpm_releases
 from dpm_jax.budget import allocate, heap_count_epsilons, level_weights
@@ -19,7 +19,7 @@ D = 10
 
 def ledger_of(budget, config, d=D):
     allocation = allocate(budget, config, d)
-    averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, d)
+    averaging = leaf_sums_release(allocation.average_epsilon, allocation.average_delta, d)
     return allocation, dpm_releases(allocation, config, d, averaging).ledger()
 
 
@@ -135,7 +135,7 @@ def test_ledger_table_and_dicts():
     assert "leaf_sums" in text and "split/level1" in text and "total" in text
     rows = ledger.to_dicts()
     assert math.isclose(sum(r["epsilon"] for r in rows), 1.0)
-    averaging = plan_averaging(allocation.average_epsilon, allocation.average_delta, D)
+    averaging = leaf_sums_release(allocation.average_epsilon, allocation.average_delta, D)
     assert rows[-1]["noise_scale"] == averaging.sigma and rows[-1]["sensitivity"] == averaging.sensitivity
     split_sensitivity = score_coefficients(config.t, config.q, config.alpha).sensitivity
     assert rows[2]["sensitivity"] == split_sensitivity and rows[2]["sampler_epsilon"] == EM_EPSILON_MARGIN
@@ -194,7 +194,7 @@ def test_the_noise_actually_added_has_the_ledgers_scales():
     assert abs(root_noise.var() / (2 * r / (1 - r) ** 2) - 1) < 0.15
     slot = int(np.argmax(np.asarray(results.valid[0])))
     centres = np.asarray(results.centers[:, slot, 0], np.float64)
-    averaging = plan_averaging(
+    averaging = leaf_sums_release(
         allocate(budget, config, d).average_epsilon, allocate(budget, config, d).average_delta, d
     )
     leaf = entries["leaf_sums"]

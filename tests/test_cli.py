@@ -298,8 +298,11 @@ def test_bench_passes_its_arguments_to_the_benchmark(capsys, monkeypatch):
 
 
 def test_config_options_are_dpm_config_fields():
-    fields = {field.name for field in dataclasses.fields(dpm_jax.DPMConfig)}
-    assert {name for name, _, _ in CONFIG_OPTIONS} <= fields
+    fields = dataclasses.fields(dpm_jax.DPMConfig)
+    assert [name for name, _, _ in CONFIG_OPTIONS] == [field.name for field in fields]  # every field, none twice
+    assert [text for _, _, text in CONFIG_OPTIONS] == [field.metadata["help"] for field in fields]
+    shares = build_parser().parse_args(["demo", "--epsilon-shares", "0.1,0.2,0.3,0.4", "--delta-shares", "0.5,0.5"])
+    assert config_from_args(shares) == dpm_jax.DPMConfig(epsilon_shares=(0.1, 0.2, 0.3, 0.4), delta_shares=(0.5, 0.5))
     args = build_parser().parse_args(["demo", "--tau-r", "3", "--alpha", "2.5"])
     assert config_from_args(args) == dpm_jax.DPMConfig(tau_r=3, alpha=2.5)
     assert config_from_args(build_parser().parse_args(["demo", "--tau-r", "auto"])) == dpm_jax.DPMConfig(tau_r="auto")

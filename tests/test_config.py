@@ -1,9 +1,13 @@
 """DPMConfig: the paper's defaults and clear errors for invalid hyper-parameters."""
 
+import dataclasses
 import math
+import pathlib
+import re
 
 import pytest
 
+import dpm_jax
 from dpm_jax import DPMConfig
 
 
@@ -67,3 +71,28 @@ def test_wrong_types_raise_type_error(kwargs):
 
 def test_config_is_hashable_for_jit():
     assert hash(DPMConfig()) == hash(DPMConfig())
+
+
+def test_every_field_carries_its_help_and_a_parser_that_reads_its_default_back():
+    for field in dataclasses.fields(DPMConfig):
+        assert field.metadata["help"], field.name  # the command line's and the estimator's one source
+        if field.default is not None:
+            text = ",".join(map(str, field.default)) if isinstance(field.default, tuple) else str(field.default)
+            assert field.metadata["parse"](text) == field.default, field.name
+    assert dataclasses.fields(DPMConfig)[0].metadata["parse"]("3") == 3
+
+
+def test_the_grid_shape_is_the_one_place_the_split_grids_are_told_apart():
+    paper, cell = DPMConfig(split_grid="paper").grid_shape, DPMConfig().grid_shape
+    assert paper.estimates_interval and not cell.estimates_interval
+    assert (paper.candidates_per_dim, cell.candidates_per_dim) == (128, 256)
+    assert (paper.drawable_per_dim, cell.drawable_per_dim) == (128, 255)  # finest beta 1/128; inner boundaries
+    coarse = DPMConfig(split_grid="paper", sigma_step=0.05, interval_factor=0.5).grid_shape
+    assert coarse.drawable_per_dim == 40  # 1 / 0.025: the grid at its finest interval size
+    package = pathlib.Path(dpm_jax.__file__).parent
+    readers = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if re.search(r"split_grid\s*[!=]=|\bCELL_GRID\b|\bPAPER_GRID\b", path.read_text())
+    ]
+    assert readers == ["config.py"]

@@ -226,9 +226,9 @@ def fast_planning(monkeypatch):
     (None: never deeper than 1 by count; every depth's allocation and ledger is still built) and
     the averaging's sampler table (one fixed plan; its ledger line states the allocation's share)."""
     caches = (plan_run, depth.plan_depth, depth.feasible_depth, budget_lib.allocate, api.build_ledger)
-    fixed = averaging.plan_averaging(0.5, 1e-7, 2)
+    fixed = averaging.leaf_sums_release(0.5, 1e-7, 2)
     monkeypatch.setattr(depth, "_smallest_count_reaching", lambda rule, depth: None)
-    monkeypatch.setattr(api, "plan_averaging", lambda epsilon, delta, d: fixed)
+    monkeypatch.setattr(api, "leaf_sums_release", lambda epsilon, delta, d: fixed)
     for cached in caches:
         cached.cache_clear()
     yield

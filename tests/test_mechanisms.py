@@ -41,7 +41,7 @@ from dpm_jax.mechanisms import (
     em_weight_table,
     em_weights,
     exponential_mechanism,
-    noisy_count,
+    discrete_laplace_count,
     select_with_bits,
 )
 
@@ -138,7 +138,7 @@ def test_digit_decomposition_reproduces_the_geometric_pmf():
 def test_noisy_count_is_count_plus_integer_noise():
     counts = jnp.array([0, 1, 7, 1000, 2**20], jnp.int32)
     key = jax.random.key(3)
-    released = noisy_count(key, counts, 0.5)
+    released = discrete_laplace_count(key, counts, 0.5)
     noise = count_noise(key, np.full(counts.shape, 0.5))
     assert isinstance(released, exact.Int)
     np.testing.assert_array_equal(int_values(released), np.asarray(counts) + int_values(noise))
@@ -150,12 +150,12 @@ def test_noisy_count_is_exact_integer_arithmetic_for_large_counts():
     """Near 2**31 the released integer is still exactly |S| + Z (no int32 wrap, no rounding)."""
     counts = jnp.array([2**24 + 1, 2**30 + 3, 2**31 - 2, 2**31 - 1], jnp.int32)
     key = jax.random.key(4)
-    released = int_values(noisy_count(key, counts, 0.01))
+    released = int_values(discrete_laplace_count(key, counts, 0.01))
     noise = int_values(count_noise(key, np.full(counts.shape, 0.01)))
     assert np.any(noise > 2)  # some released values exceed int32: the second limb is needed
     np.testing.assert_array_equal(released, np.asarray(counts).astype(np.int64) + noise)
     # to_float32 is the correctly rounded float of the exact integer (display only)
-    as_float = np.asarray(exact.to_float32(noisy_count(key, counts, 0.01)))
+    as_float = np.asarray(exact.to_float32(discrete_laplace_count(key, counts, 0.01)))
     np.testing.assert_array_equal(as_float, released.astype(np.float32))
 
 
@@ -169,12 +169,14 @@ def test_tiny_epsilon_noise_is_exact_and_large():
 
 
 def test_noisy_count_under_jit_and_vmap():
-    f = jax.jit(jax.vmap(lambda k, c: noisy_count(k, c, 1.0)))
+    f = jax.jit(jax.vmap(lambda k, c: discrete_laplace_count(k, c, 1.0)))
     keys = jax.random.split(jax.random.key(6), 4)
     out = f(keys, jnp.arange(4, dtype=jnp.int32))
     assert isinstance(out, exact.Int) and out.limbs[0].shape == (4,)
     # each lane equals the un-vmapped call with its own key
-    expected = [int(int_values(noisy_count(k, jnp.array([c], jnp.int32), 1.0))[0]) for k, c in zip(keys, range(4))]
+    expected = [
+        int(int_values(discrete_laplace_count(k, jnp.array([c], jnp.int32), 1.0))[0]) for k, c in zip(keys, range(4))
+    ]
     np.testing.assert_array_equal(int_values(out), expected)
 
 
@@ -218,7 +220,7 @@ def test_shifted_noisy_count_underestimates_with_probability_one_minus_delta(eps
     """
     size = 37
     lam = count_offset(epsilon, delta)
-    released = int_values(noisy_count(jax.random.key(21), jnp.full(200_000, size), epsilon))
+    released = int_values(discrete_laplace_count(jax.random.key(21), jnp.full(200_000, size), epsilon))
     exceed = int(np.sum(released - lam > size))
     lower = stats.beta.ppf(P_FAIL, exceed, 200_000 - exceed + 1) if exceed else 0.0
     assert lower <= delta

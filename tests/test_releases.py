@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dpm_jax import keys
-from dpm_jax.mechanisms import count_sampler_tv, em_sampler_tv, noisy_count
+from dpm_jax.mechanisms import count_sampler_tv, em_sampler_tv, discrete_laplace_count
 from dpm_jax.releases import CountRelease, GaussianRelease, SelectionRelease, ledger_of, split_budget
 
 
@@ -16,7 +16,7 @@ def test_count_release_draws_what_its_line_states():
     key = jax.random.key(3)
     counts = np.array([0, 5, 100], np.int32)
 
-    direct = noisy_count(key, counts, 0.5)
+    direct = discrete_laplace_count(key, counts, 0.5)
     got = release.draw(key, counts)
     assert all(np.array_equal(a, b) for a, b in zip(got.limbs, direct.limbs))
     line = release.entry()
@@ -29,7 +29,8 @@ def test_count_release_with_sensitivity_d_uses_epsilon_over_d():
     key = jax.random.key(0)
     counts = np.zeros(8, np.int32)
     assert all(
-        np.array_equal(a, b) for a, b in zip(release.draw(key, counts).limbs, noisy_count(key, counts, 0.25).limbs)
+        np.array_equal(a, b)
+        for a, b in zip(release.draw(key, counts).limbs, discrete_laplace_count(key, counts, 0.25).limbs)
     )
     assert release.entry().noise_scale == 4.0
     assert release.sampler_delta == 4 * count_sampler_tv(0.25) * (1 + math.exp(1.0))

@@ -6,6 +6,8 @@ Every fit here uses the same budget, tau_r and feature count, so the padded data
 checks add one program per feature count they use (1, 2, 3, 4, 5, 10).
 """
 
+import dataclasses
+import inspect
 import pickle
 import warnings
 
@@ -112,6 +114,21 @@ def test_parameters_mirror_dpm_config():
     config = DPMClustering(tau_r=5, epsilon_shares=[0.1, 0.2, 0.3, 0.4]).dpm_config()
     assert config.tau_r == 5 and config.epsilon_shares == (0.1, 0.2, 0.3, 0.4)
     hash(config)  # lists from a grid search become tuples: the config stays a static jit argument
+
+
+def test_the_signature_lists_every_config_field_with_its_default_and_nothing_else_is_accepted():
+    parameters = inspect.signature(DPMClustering).parameters
+    fields = dataclasses.fields(dpm_jax.DPMConfig)
+    assert list(parameters)[4:-1] == [field.name for field in fields]  # epsilon, delta, bounds, seed; random_state
+    assert all(
+        parameters[f.name].default == f.default and parameters[f.name].kind is inspect.Parameter.KEYWORD_ONLY
+        for f in fields
+    )
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    with pytest.raises(TypeError, match="alpah"):
+        DPMClustering(alpah=2.0)
+    model = clone(DPMClustering(split_window=1, max_depth=5))
+    assert (model.split_window, model.max_depth) == (1, 5) and model.dpm_config().split_window == 1
 
 
 def test_padded_size():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import math
@@ -27,7 +28,7 @@ import os
 import sys
 import time
 import warnings
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dpm_jax.accountant import BudgetExceededError
 from dpm_jax.cli import kmeans as kmeans_command
@@ -39,7 +40,7 @@ from dpm_jax.cli import synthesize as synthesize_command
 from dpm_jax.cli.bounds_option import parse_bounds, released_bounds
 from dpm_jax.bounds import PRIVATE, PrivateBounds
 from dpm_jax.cli.release import release_to_dict, write_centers_csv
-from dpm_jax.config import AUTO_DEPTH, DPMConfig
+from dpm_jax.config import DPMConfig
 from dpm_jax.diagnostics import InsufficientBudgetWarning, plan
 from dpm_jax.files import write_atomically
 from dpm_jax.keys import MAX_SEED, key_from_seed
@@ -50,41 +51,9 @@ __all__ = ["main", "build_parser", "CONFIG_OPTIONS", "CommandError", "config_fro
 PROG = "dpm-jax"
 
 
-def depth(text: str) -> int | str:
-    """``--tau-r``: an integer depth or 'auto' (dpm_jax.depth)."""
-    return AUTO_DEPTH if text == AUTO_DEPTH else int(text)
-
-
-# Scalar hyper-parameters of DPMConfig exposed as options: (field, type, help).
-CONFIG_OPTIONS: tuple[tuple[str, type, str], ...] = (
-    (
-        "tau_r",
-        depth,
-        "maximum recursion depth (at most 2**tau_r clusters), or 'auto': chosen in the program "
-        "from a noisy count of the rows, paid for in the ledger",
-    ),
-    ("max_depth", int, "with --tau-r auto: the deepest depth it may choose (2**max_depth cluster slots)"),
-    ("tau_e", float, "minimum noisy child size for a split (default n~ / 2**tau_r)"),
-    ("alpha", float, "weight of emptiness in the split score (Definition 7)"),
-    ("t", float, "centreness parameter t (Definition 6)"),
-    ("q", float, "centreness parameter q (Definition 6)"),
-    ("percentile", float, "percentile of neighbour gaps for the split interval size (Algorithm 2)"),
-    ("sigma_step", float, "Algorithm 2's candidate sigmas are sigma_step * (1..num_sigmas) of the range"),
-    ("num_sigmas", int, "number of candidate sigmas of Algorithm 2"),
-    ("interval_factor", float, "split interval size = interval_factor * sigma* (Section 3.5)"),
-    ("interval_max_dims", int, "Algorithm 2 uses at most this many randomly chosen dimensions"),
-    ("max_splits_per_dim", int, "cap on the split candidates per dimension (beta >= range / cap)"),
-    (
-        "split_grid",
-        str,
-        "where a node's split candidates lie: 'cell' (its own cell, default) or 'paper' (Algorithm 2's global grid)",
-    ),
-    ("lattice_step", float, "public lattice step of the data (e.g. 1 for integer features; cell grid only)"),
-    (
-        "split_window",
-        int,
-        "half-bins on each side of a candidate in its split interval (cell grid only; 1 for many small clusters)",
-    ),
+# DPMConfig's fields exposed as options: (field, parser of the text, help), from the fields' metadata.
+CONFIG_OPTIONS: tuple[tuple[str, Callable[[str], object], str], ...] = tuple(
+    (field.name, field.metadata["parse"], field.metadata["help"]) for field in dataclasses.fields(DPMConfig)
 )
 
 
@@ -315,10 +284,14 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
             type=kind,
             default=None,
             metavar=kind.__name__.upper(),
-            help=text
-            if default is None
-            else f"{text} (default {default if isinstance(default, str) else format(default, 'g')})",
+            help=text if default is None else f"{text} (default {_shown(default)})",
         )
+
+
+def _shown(default) -> str:
+    if isinstance(default, tuple):
+        return ",".join(format(value, "g") for value in default)
+    return default if isinstance(default, str) else format(default, "g")
 
 
 def _seed(text: str) -> int:

@@ -34,7 +34,7 @@ import warnings
 from typing import NamedTuple
 
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
-from dpm_jax.config import AUTO_DEPTH, CELL_GRID, DPMConfig
+from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.depth import (
     candidates_per_node,
     depth_rule,
@@ -229,7 +229,7 @@ class Plan(NamedTuple):
         config, threshold = self.config, self.root_threshold
         half_width = (
             theory.GAUSSIAN_HALF_WIDTH
-            if config.split_grid != CELL_GRID
+            if config.grid_shape.estimates_interval
             else config.split_window / (2.0 * config.max_splits_per_dim * sigma)
         )
         table = theory.central_emptiness_table(config.tau_r, half_width)
@@ -312,7 +312,7 @@ def _report_lines(plan_: Plan) -> list[str]:
         if plan_.useful_depth < halting.depth
         else ""
     )
-    spread = " (sd 5 % of the range)" if config.split_grid == CELL_GRID else ""
+    spread = "" if config.grid_shape.estimates_interval else " (sd 5 % of the range)"
     rows.append(
         f"one Gaussian cluster{spread}: {outcome} "
         f"(alpha = {config.alpha:g}; halting at the root needs alpha > {halting.alpha_needed_at_root:.3g}"

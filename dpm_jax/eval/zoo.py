@@ -29,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import dpm_jax
-from dpm_jax.config import CELL_GRID
 from dpm_jax.eval import metrics
 from dpm_jax.eval.datasets import Dataset
 
@@ -77,7 +76,7 @@ def with_public_lattice(config: dpm_jax.DPMConfig, data: Dataset) -> dpm_jax.DPM
     """``config`` told the public lattice step of ``data`` (e.g. 1 for integer features) when it uses the
     cell grid and sets no step itself; otherwise ``config`` unchanged. The step is public knowledge about
     the domain, like the bounds, so using it costs no privacy."""
-    if data.lattice is None or config.split_grid != CELL_GRID or config.lattice_step is not None:
+    if data.lattice is None or config.grid_shape.estimates_interval or config.lattice_step is not None:
         return config
     return dataclasses.replace(config, lattice_step=data.lattice)
 

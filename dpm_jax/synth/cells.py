@@ -22,7 +22,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["MAX_DEPTH", "bits_of", "cell_codes", "Level", "level_of", "cell_boxes"]
+__all__ = ["MAX_DEPTH", "cell_codes", "Level", "level_of", "cell_boxes"]
 
 MAX_DEPTH = 31
 

@@ -48,17 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = [
-    "GeometricTable",
-    "geometric_table",
-    "geometric_tv",
-    "pass_probability",
-    "draw_geometric",
-    "truncation_bound",
-    "ghost_capacity",
-    "ghost_tv",
-    "skip_positions",
-]
+__all__ = ["geometric_table", "pass_probability", "draw_geometric", "ghost_capacity", "ghost_tv", "skip_positions"]
 
 _PRECISION = 60
 SKIP_BITS = 31  # gaps of the skipping sampler: 31 digits, positions saturate at 2**31 - 1

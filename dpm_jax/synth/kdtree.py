@@ -37,7 +37,7 @@ from dpm_jax.exact import Int
 from dpm_jax.synth.cells import Level, level_of
 from dpm_jax.synth.implicit import pass_probability
 
-__all__ = ["Partition", "grow", "empty_cell_at", "lemma10_delta", "decision_threshold"]
+__all__ = ["grow", "empty_cell_at", "lemma10_delta", "decision_threshold"]
 
 
 class Partition(NamedTuple):
