@@ -108,14 +108,15 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engine", frozenset({
         "histogram", "scoring", "interval", "tree", "averaging", "depth", "dpm_releases", "bounds",
         "synth.cells", "synth.kdtree", "synth.plan", "synth.result",
+        "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift",
     })),
     ("entry", frozenset({
-        "api", "stream", "entry", "accountant", "assign", "bounds_api",
+        "api", "stream", "entry", "accountant", "assign", "bounds_api", "greedy.api",
         "diagnostics.theory", "diagnostics.separation", "diagnostics.plan",
     })),
     ("tools", frozenset({
         "", "__main__", "testing", "sklearn", "diagnostics", "diagnostics.explain", "cli", "eval", "synth",
-        "synth.api", "synth.from_dpm",
+        "synth.api", "synth.from_dpm", "greedy", "greedy.sklearn",
     })),
 )  # fmt: skip
 PACKAGES_IN_A_LAYER = {"cli": "tools", "eval": "tools"}  # every module under these

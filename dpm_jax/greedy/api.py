@@ -40,7 +40,7 @@ from dpm_jax.api import (
     validate_bounds,
     validate_key,
 )
-from dpm_jax.averaging import LeafSumsRelease, plan_averaging
+from dpm_jax.averaging import LeafSumsRelease, leaf_sums_release
 from dpm_jax.budget import Budget
 from dpm_jax import exact
 from dpm_jax.greedy.lift import cost_unit, exact_costs, lift_exact, lift_private, nearest, private_costs
@@ -142,7 +142,7 @@ def plan_greedy(
         select = histogram_release(eps[0], dlt[0], nets)
     else:
         select = _selection_release(eps[0], dlt[0], nets, k)
-    sums, costs = plan_averaging(eps[2], dlt[2], d), plan_averaging(eps[3], dlt[3], k)
+    sums, costs = leaf_sums_release(eps[2], dlt[2], d), leaf_sums_release(eps[3], dlt[3], k)
     releases = (
         select,
         count,

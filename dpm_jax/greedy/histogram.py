@@ -34,7 +34,7 @@ from dpm_jax.greedy.nets import VALUE_BITS, NetPlan, level_values, start_candida
 from dpm_jax.greedy.select import ChildScores
 from dpm_jax.releases import GaussianRelease
 
-__all__ = ["MAX_BALLS", "ball_count", "check_balls", "touched", "histogram_release", "noisy_values", "histogram_scores"]
+__all__ = ["check_balls", "histogram_release", "noisy_values", "histogram_scores"]
 
 MAX_BALLS = 2**23
 

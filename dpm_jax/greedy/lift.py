@@ -38,7 +38,7 @@ from dpm_jax.averaging import (
 )
 from dpm_jax.releases import CountRelease
 
-__all__ = ["nearest", "cell_counts", "lift_private", "lift_exact", "cost_codes", "private_costs", "exact_costs"]
+__all__ = ["nearest", "lift_private", "lift_exact", "private_costs", "exact_costs"]
 
 _COST_CODE_MAX = 2 ** (FIXED_POINT_BITS - 1)  # codes in [0, 2**19]: within the averaging's |code| bound
 COST_RADIUS = 1.0 / 16.0  # the cost curve's clip, a fraction of the working cube's diameter

@@ -48,7 +48,6 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "C_CHILD",
     "C_FORBID",
     "VALUE_BITS",
     "MAX_POINTS",

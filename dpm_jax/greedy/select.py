@@ -39,7 +39,7 @@ from dpm_jax.greedy.nets import (
     start_values,
 )
 
-__all__ = ["Greedy", "Chooser", "ChildScores", "greedy_centres", "point_scores", "argmax_chooser"]
+__all__ = ["ChildScores", "greedy_centres", "point_scores", "argmax_chooser"]
 
 # (group, key, scores (C,) int32, valid (C,) bool) -> the index of the chosen candidate;
 # group 0: a start selection, 1: a descent step.
