@@ -126,8 +126,11 @@ class ClusterResult:
     def ledgers(self) -> tuple[tuple[int, Ledger], ...]:
         """((depth, ledger), ...): the ledger of every depth the run may take; under private bounds
         their release's line (``bounds_release``, :mod:`dpm_jax.bounds`) comes first."""
+        return tuple((depth, self._ledger_of(releases)) for depth, releases in self.releases)
+
+    def _ledger_of(self, releases: DPMReleases) -> Ledger:
         first = () if self.bounds_release is None else (self.bounds_release.entry(),)
-        return tuple((depth, Ledger([*first, *releases.ledger()])) for depth, releases in self.releases)
+        return Ledger([*first, *releases.ledger()])
 
     @property
     def ledger(self) -> Ledger:
@@ -136,7 +139,7 @@ class ClusterResult:
         Under ``tau_r="auto"`` the depth is data dependent, so a result of ``jax.vmap`` over
         runs of different depths has one ledger per run: :meth:`ledger_at` gives each.
         """
-        return self.releases_of_run().ledger()
+        return self._ledger_of(self.releases_of_run())
 
     def releases_of_run(self) -> DPMReleases:
         """The releases of this run: of the depth it ran at (under ``tau_r="auto"`` read outside jit)."""
@@ -161,7 +164,7 @@ class ClusterResult:
 
     def ledger_at(self, depth: int) -> Ledger:
         """The ledger of the run at ``depth`` (every one adds up to the budget, never more)."""
-        return self.releases_at(depth).ledger()
+        return self._ledger_of(self.releases_at(depth))
 
 
 jax.tree_util.register_dataclass(

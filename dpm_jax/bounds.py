@@ -71,6 +71,7 @@ DEFAULT_SHARE = 0.1  # of epsilon and delta; benchmarks/private_bounds.py measur
 WIDEN = 1.0  # the outward factor for clustering (tolerates clipping a few extremes); benchmarks/private_bounds.py
 _MAGNITUDE_BINADES = 254  # float32 normal exponents -126 .. 127
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_MIN_HALF_WIDTH = 2.0**-64  # of a released range: well above the engine's smallest range, 2**-100
 NOISE_KINDS = ("auto", "laplace", "gaussian")
 _ROUNDING_MARGIN = 2.0**-40
 
@@ -274,6 +275,11 @@ def bounds_from_buckets(occupied: jax.Array, plan: BoundsPlan) -> tuple[jax.Arra
     upper = jnp.minimum(jnp.where(upper > 0, upper * widen, upper / widen), _FLOAT32_MAX)
     lower = jnp.where((lower > 0) & (lower <= upper / 2), 0.0, lower)
     upper = jnp.where((upper < 0) & (upper >= lower / 2), 0.0, upper)
+    # Only the zero bucket occupied (a constant 0 column): a range the engine's float32 arithmetic
+    # can scale by (dpm_jax.api refuses ranges below 2**-100), centred where it was.
+    half = jnp.maximum((upper - lower) / 2, jnp.float32(_MIN_HALF_WIDTH))
+    middle = (lower + upper) / 2
+    lower, upper = jnp.minimum(lower, middle - half), jnp.maximum(upper, middle + half)
     found = jnp.any(occupied, axis=-1)
     return jnp.where(found, lower, jnp.nan), jnp.where(found, upper, jnp.nan)
 

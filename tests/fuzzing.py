@@ -60,7 +60,7 @@ VALUE_KINDS = (
 @st.composite
 def public_bounds(draw, d: int):
     """(lo, hi): scalars or per-dimension arrays, ordinary, huge, tiny or offset ranges."""
-    scale = draw(st.sampled_from([1.0, 255.0, 1e-6, 1e6, 1e30]))
+    scale = draw(st.sampled_from([1.0, 255.0, 1e-6, 1e6, 1e28]))  # widths within 2**-100 .. 2**100
     offset = draw(st.sampled_from([0.0, -0.5, 1.0, 1e3]))
     per_dimension = draw(st.booleans()) and d > 1
     if per_dimension:

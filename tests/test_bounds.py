@@ -221,7 +221,7 @@ def test_edge_case_columns_get_bounds_that_hold_them_and_cluster_runs(name, colu
     X = np.stack([column, np.random.default_rng(1).standard_normal(3000)], axis=1)
     if name.startswith("integers"):
         X = X.astype(np.int32)
-    span = max(float(np.ptp(X[:, 0])), abs(float(X[0, 0])), 2**-126)  # a constant column: its magnitude
+    span = max(float(np.ptp(X[:, 0])), abs(float(X[0, 0])), 2**-64)  # constant: its size, or the least range
     for request, least, widest in ((bounds_lib.PrivateBounds(), 0.9, 2), (bounds_lib.COVERING, 0.99, 6)):
         budget = dpm_jax.Budget(0.3 * request.share / 0.1, 1e-7)
         lower, upper = map(np.asarray, dpm_jax.private_bounds(jax.random.key(0), X, budget, request))

@@ -428,7 +428,7 @@ def test_help_texts_say_what_is_required_and_what_acts(capsys):
     parser = build_parser()
     cluster_parser = parser._subparsers._group_actions[0].choices["cluster"]
     usage = cluster_parser.format_usage()
-    assert "(--bounds LO HI | --bounds-file FILE)" in usage and "[--bounds" not in usage
+    assert "(--bounds BOUND [BOUND ...] | --bounds-file FILE)" in usage and "[--bounds " not in usage
     text = cluster_parser.format_help()
     assert "(default 6) (default 6)" not in " ".join(text.split()) and "paper defaults" not in text
     assert "used only with --split-grid paper" in text

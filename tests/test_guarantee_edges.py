@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import dpm_jax
-from dpm_jax import api, averaging, budget as budget_lib, depth
+from dpm_jax import averaging, budget as budget_lib, depth
 from dpm_jax.api import MAX_POINTS, plan_run
 from dpm_jax.cli.main import main
 from dpm_jax.diagnostics.plan import InsufficientBudgetWarning
@@ -225,10 +225,12 @@ def fast_planning(monkeypatch):
     """plan_run without its two slow public searches, which move no budget: the depth thresholds
     (None: never deeper than 1 by count; every depth's allocation and ledger is still built) and
     the averaging's sampler table (one fixed plan; its ledger line states the allocation's share)."""
-    caches = (plan_run, depth.plan_depth, depth.feasible_depth, budget_lib.allocate, api.build_ledger)
+    caches = (plan_run, depth.plan_depth, depth.feasible_depth, budget_lib.allocate)
     fixed = averaging.leaf_sums_release(0.5, 1e-7, 2)
     monkeypatch.setattr(depth, "_smallest_count_reaching", lambda rule, depth: None)
-    monkeypatch.setattr(api, "leaf_sums_release", lambda epsilon, delta, d: fixed)
+    # The release states the allocation's share (its own epsilon and delta); only its sampler is fixed.
+    share = lambda epsilon, delta, d: fixed._replace(epsilon=epsilon, delta=delta)
+    monkeypatch.setattr(depth, "leaf_sums_release", share)
     for cached in caches:
         cached.cache_clear()
     yield

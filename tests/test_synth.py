@@ -37,7 +37,8 @@ def test_ledger_adds_up_to_the_budget(method):
     budget = Budget(0.8, 1e-6)
     result = synthesize(jax.random.key(0), _blobs(), budget, bounds=BOUNDS, method=method)
     ledger = result.ledger
-    assert math.fsum(e.epsilon for e in ledger) == budget.epsilon
+    # Never above the budget, short of it by float rounding at most (releases.at_most: exact sums).
+    assert budget.epsilon - 4e-16 * budget.epsilon <= math.fsum(e.epsilon for e in ledger) <= budget.epsilon
     assert math.fsum(e.delta for e in ledger) <= budget.delta
     if method == "kdtree":  # the tree takes what the samplers leave
         assert math.fsum(e.delta for e in ledger) == pytest.approx(budget.delta, rel=1e-12)

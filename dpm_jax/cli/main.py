@@ -323,8 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--bounds",
         nargs="+",
         action="append",
-        metavar="LO HI | private",
-        help="public range of the data, fixed without looking at it (reading it from the data would void the "
+        metavar="BOUND",
+        help="LO HI: public range of the data, fixed without looking at it (reading it from the data would void the "
         "privacy guarantee): once for every column, or repeated once per clustered column in order; or the "
         "word private: estimated under DP with a share of the budget (--bounds-share), its line first in "
         "the ledger",
