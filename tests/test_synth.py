@@ -272,3 +272,17 @@ def test_auditor_on_the_grid_synthesis_stays_at_or_below_the_claim():
     found = audit(jax.random.key(1), mechanism, a, b, {"corner": corner_released}, 20000, delta=claim.total_delta)
     assert found.epsilon_lower_bound <= claim.total_epsilon
     assert found.epsilon_lower_bound >= 0.6
+
+
+def test_sample_picks_boxes_in_proportion_to_their_weights():
+    # 40,000 draws: each proportion's standard error is at most 0.0025, so 0.015 is 6 of them
+    # (fixed key; a false failure has probability below 1e-8). A zero weight is never drawn.
+    from dpm_jax.synth.result import sample_boxes
+
+    weights = jnp.asarray([1.0, 0.0, 3.0, 0.0])
+    lower = jnp.asarray([[0.0], [1.0], [2.0], [3.0]])
+    rows = np.asarray(sample_boxes(jax.random.key(5), weights, lower, lower + 1.0, 40_000))[:, 0]
+    box = np.floor(rows).astype(int)
+    share = np.bincount(box, minlength=4) / box.size
+    assert share[1] == 0 and share[3] == 0
+    assert abs(share[0] - 0.25) < 0.015 and abs(share[2] - 0.75) < 0.015

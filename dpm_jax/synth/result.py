@@ -67,7 +67,10 @@ jax.tree_util.register_dataclass(
 def sample_boxes(key: jax.Array, weights: jax.Array, lower: jax.Array, upper: jax.Array, m: int) -> jax.Array:
     """m rows: box i with probability weights_i / sum(weights), then uniform in [lower_i, upper_i]."""
     pick, inside = jax.random.split(key)
-    logits = jnp.where(weights > 0, jnp.log(jnp.maximum(weights, 1e-30)), -jnp.inf)
-    rows = jax.random.categorical(pick, logits, shape=(m,))
+    # Inverse CDF over the cumulative weights: O(m log cells) memory-light (categorical with a
+    # shape draws an (m, cells) Gumbel array: tens of GB for m and cells in the 10^5).
+    cumulative = jnp.cumsum(jnp.maximum(weights, 0.0).astype(jnp.float32))
+    u = jnp.minimum(jax.random.uniform(pick, (m,), jnp.float32) * cumulative[-1], jnp.nextafter(cumulative[-1], 0))
+    rows = jnp.minimum(jnp.searchsorted(cumulative, u, side="right"), weights.shape[0] - 1)
     u = jax.random.uniform(inside, (m, lower.shape[1]))
     return lower[rows] + u * (upper[rows] - lower[rows])
