@@ -167,9 +167,11 @@ def test_lemma10_delta_is_charged():
 def test_jit_and_vmap_over_keys_match_single_runs():
     X = _blobs(200)
     budget = Budget(1.0, 1e-6)
-    run = jax.jit(lambda k: synthesize(k, X, budget, bounds=BOUNDS, method="kdtree"))
+    # X is an argument, not a closed-over constant: XLA would constant-fold the sort of the data
+    # (slow to compile; a full-suite run once crashed in that compilation).
+    run = jax.jit(lambda k, points: synthesize(k, points, budget, bounds=BOUNDS, method="kdtree"))
     keys_ = jax.random.split(jax.random.key(5), 3)
-    batched = jax.vmap(run)(keys_)
+    batched = jax.vmap(run, in_axes=(0, None))(keys_, X)
     for i in range(3):
         single = synthesize(keys_[i], X, budget, bounds=BOUNDS, method="kdtree")
         np.testing.assert_array_equal(np.asarray(batched.weights[i]), np.asarray(single.weights))
