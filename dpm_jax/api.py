@@ -129,8 +129,9 @@ class ClusterResult:
         return tuple((depth, self._ledger_of(releases)) for depth, releases in self.releases)
 
     def _ledger_of(self, releases: DPMReleases) -> Ledger:
-        first = () if self.bounds_release is None else (self.bounds_release.entry(),)
-        return Ledger([*first, *releases.ledger()])
+        if self.bounds_release is None:
+            return releases.ledger()  # the releases' own (cached) ledger
+        return Ledger([self.bounds_release.entry(), *releases.ledger()])
 
     @property
     def ledger(self) -> Ledger:
