@@ -24,6 +24,32 @@ from dpm_jax.eval.datasets import synthetic_blobs  # noqa: E402
 SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10, split_grid="paper")
 
 
+def _memory_maps() -> tuple[int, int] | None:
+    """(memory maps this process holds, the kernel's limit per process), or None off Linux."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as limit, open("/proc/self/maps") as maps:
+            return sum(1 for _ in maps), int(limit.read())
+    except OSError:
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs():
+    """Drop JAX's compiled programs when the process nears the kernel's memory-map limit.
+
+    Every program XLA compiles for the CPU maps about three regions of machine code, kept
+    until JAX's caches drop it. The whole suite compiles thousands of programs in one
+    process; past ``vm.max_map_count`` (65,530 by default) the next compilation cannot map
+    its code and XLA's compiler segfaults (measured: /proc/self/maps grew by about 100
+    regions a second during a full run, and the run died in a compilation at about 90 %).
+    Clearing at half the limit keeps the caches warm for most of the run.
+    """
+    yield
+    counts = _memory_maps()
+    if counts is not None and counts[0] > counts[1] // 2:
+        jax.clear_caches()
+
+
 @pytest.fixture(scope="session")
 def small_blobs():
     """600 points, d = 3, 6 well-separated blobs in [-100, 100]^3."""
