@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dpm_jax
+from conftest import SMALL_CONFIG
 from dpm_jax.entry import FIRST_CALL_MESSAGE
 
 BOUNDS = (-100.0, 100.0)
@@ -51,6 +52,23 @@ def test_x64_mode_gives_the_same_release_and_the_first_call_message_comes_once()
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "same"
     assert done.stderr.count(FIRST_CALL_MESSAGE) == 1
+
+
+def test_the_callers_own_jit_and_vmap_under_x64_give_the_same_release(small_blobs, budget):
+    """A caller who turned x64 on and jits or vmaps cluster themselves (the traced path, not the
+    entry's own) gets the release of a plain call with x64 off."""
+    X, bounds = small_blobs.points, small_blobs.bounds
+    plain = dpm_jax.cluster(jax.random.key(1), X, budget, bounds, config=SMALL_CONFIG)
+    with jax.enable_x64(True):
+        jitted = jax.jit(dpm_jax.cluster, static_argnames=("budget", "bounds", "config"))(
+            jax.random.key(1), X, budget, bounds=bounds, config=SMALL_CONFIG
+        )
+        batched = jax.vmap(lambda k: dpm_jax.cluster(k, X, budget, bounds, config=SMALL_CONFIG))(
+            jax.vmap(jax.random.key)(np.array([1, 2]))
+        )
+    assert jitted.counts.dtype == plain.counts.dtype
+    _same_release(plain, jitted)
+    _same_release(plain, jax.tree.map(lambda leaf: leaf[0], batched))
 
 
 def test_pandas_dataframes_and_array_likes_give_the_release_of_the_array(small_blobs, budget, key):
