@@ -167,6 +167,11 @@ class ClusterResult:
         """The ledger of the run at ``depth`` (every one adds up to the budget, never more)."""
         return self._ledger_of(self.releases_at(depth))
 
+    def with_bounds_release(self, plan) -> ClusterResult:
+        """This result with the private bounds' release ``plan`` (:class:`dpm_jax.bounds.BoundsPlan`)
+        first in its ledgers (:func:`dpm_jax.bounds.with_bounds_entry`)."""
+        return dataclasses.replace(self, bounds_release=plan)
+
 
 jax.tree_util.register_dataclass(
     ClusterResult,
