@@ -261,12 +261,12 @@ def kmeans(
     if bounds_lib.is_private(bounds):
         if budget is None:
             raise ValueError('bounds="private" spends a share of the budget: give a Budget, or public bounds')
-        run = lambda rest, found: _run_within(key, points, mask, found, plan_of(rest))  # noqa: E731
-        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, run)
-    return _run_within(key, points, mask, bounds, plan_of(budget))
+        prepare = lambda rest: functools.partial(_run_within, key, points, mask, plan_of(rest))  # noqa: E731
+        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
+    return _run_within(key, points, mask, plan_of(budget), bounds)
 
 
-def _run_within(key, points, mask, bounds, plan: GreedyPlan) -> KMeansResult:
+def _run_within(key, points, mask, plan: GreedyPlan, bounds) -> KMeansResult:
     """The run of ``plan`` within ``bounds`` (public, or the released private estimate), validated."""
     lower, upper = validate_bounds(bounds, plan.d)
     return _run(key, points, mask, jnp.asarray(lower), jnp.asarray(upper), plan)

@@ -27,7 +27,8 @@ import jax.numpy as jnp
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact, keys
 from dpm_jax.api import _validate_mask, _validate_points, validate_bounds, validate_key
-from dpm_jax.budget import Budget
+from dpm_jax.budget import Budget, validate_budget_and_config
+from dpm_jax.config import DPMConfig
 from dpm_jax.entry import entry_point
 from dpm_jax.synth.from_dpm import synthesize_from_cluster
 from dpm_jax.synth.result import SynthResult, sample_boxes
@@ -68,24 +69,31 @@ def synthesize(
     if not isinstance(config, SynthConfig):
         raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
     validate_key(key)
-    if bounds_lib.is_private(bounds):
-        points = _validate_points(X)
-        mask = _validate_mask(point_mask, points.shape[0])
-        run = lambda rest, found: synthesize.__wrapped__(  # noqa: E731 - the accountant has charged the whole budget
-            key, points, rest, found, method=method, config=config, point_mask=mask, cluster_config=cluster_config
-        )
-        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, run)
-    if method == "dpm":
-        return synthesize_from_cluster(key, X, budget, bounds, cluster_config, point_mask)
     points = _validate_points(X)
-    n, d = points.shape
-    lower, upper = (jnp.asarray(b) for b in validate_bounds(bounds, d))
-    mask = _validate_mask(point_mask, n)
-    plan = plan_synthesis(budget, config, method, d, n)
-    arrays = _synthesize_arrays(key, points, mask, lower, upper, plan=plan)
-    return SynthResult(
-        **arrays, depth=jnp.int32(-1), ledgers=((-1, plan.ledger),), method=method, bounds=(lower, upper)
+    mask = _validate_mask(point_mask, points.shape[0])
+    prepare = functools.partial(
+        _prepare, key, points, mask, method=method, config=config, cluster_config=cluster_config
     )
+    if bounds_lib.is_private(bounds):
+        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
+    return prepare(budget)(bounds)
+
+
+def _prepare(key, points, mask, budget: Budget, *, method: str, config: SynthConfig, cluster_config):
+    """The synthesis on ``budget`` as a function of the bounds, planned (and refused) before it runs."""
+    if method == "dpm":
+        cluster_config = cluster_config or DPMConfig()
+        validate_budget_and_config(budget, cluster_config)
+        return lambda bounds: synthesize_from_cluster(key, points, budget, bounds, cluster_config, mask)
+    plan = plan_synthesis(budget, config, method, points.shape[1], points.shape[0])
+
+    def run(bounds) -> SynthResult:
+        lower, upper = (jnp.asarray(b) for b in validate_bounds(bounds, points.shape[1]))
+        arrays = _synthesize_arrays(key, points, mask, lower, upper, plan=plan)
+        ledgers = ((-1, plan.ledger),)
+        return SynthResult(**arrays, depth=jnp.int32(-1), ledgers=ledgers, method=method, bounds=(lower, upper))
+
+    return run
 
 
 @functools.partial(jax.jit, static_argnames=("plan",))
