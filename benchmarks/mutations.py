@@ -290,6 +290,51 @@ MUTATIONS = (
         ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
     ),
     Mutation(
+        "private bounds in synthesize: the share not subtracted (the synthesis on the whole budget)",
+        "dpm_jax/synth/api.py",
+        (
+            (
+                "(key, points, mask, budget, bounds, prepare)",
+                "(key, points, mask, budget, bounds, lambda _: prepare(budget))",
+            ),
+        ),
+        ("tests/test_synth.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),
+    ),
+    Mutation(
+        "private bounds in synthesize: the bounds drawn from another key (not the bounds' own stream)",
+        "dpm_jax/synth/api.py",
+        (
+            (
+                "run_with_private_bounds(key, points,",
+                "run_with_private_bounds(keys.derive_key(key, keys.SYNTH_LEAF), points,",
+            ),
+        ),
+        ("tests/test_synth.py::test_released_bounds_are_private_bounds_of_the_same_key_and_share",),
+    ),
+    Mutation(
+        "private bounds in synthesize: the dpm method charges the accountant again (decorated cluster)",
+        "dpm_jax/synth/from_dpm.py",
+        (("cluster.__wrapped__(key, X,", "cluster(key, X,"),),
+        ("tests/test_synth.py::test_an_accountant_is_charged_once_for_the_whole_call",),
+    ),
+    Mutation(
+        "private bounds in kmeans: the share not subtracted (the greedy planned on the whole budget)",
+        "dpm_jax/greedy/api.py",
+        (("mask, plan_of(rest))", "mask, plan_of(budget))"),),
+        ("tests/test_greedy.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),
+    ),
+    Mutation(
+        "private bounds in kmeans: the bounds drawn from another key (the greedy's selection stream)",
+        "dpm_jax/greedy/api.py",
+        (
+            (
+                "run_with_private_bounds(key, points,",
+                "run_with_private_bounds(keys.derive_key(key, keys.GREEDY_SELECT), points,",
+            ),
+        ),
+        ("tests/test_greedy.py::test_released_bounds_are_private_bounds_of_the_same_key_and_share",),
+    ),
+    Mutation(
         "leaf sums accumulated in float32 (the engine before exact sums)",
         "dpm_jax/averaging.py",
         (

@@ -167,6 +167,11 @@ class ClusterResult:
         """The ledger of the run at ``depth`` (every one adds up to the budget, never more)."""
         return self._ledger_of(self.releases_at(depth))
 
+    def with_bounds_release(self, plan) -> ClusterResult:
+        """This result with the private bounds' release ``plan`` (:class:`dpm_jax.bounds.BoundsPlan`)
+        first in its ledgers (:func:`dpm_jax.bounds.with_bounds_entry`)."""
+        return dataclasses.replace(self, bounds_release=plan)
+
 
 jax.tree_util.register_dataclass(
     ClusterResult,
@@ -430,16 +435,18 @@ def cluster(
     with ``jax_enable_x64`` on (:mod:`dpm_jax.entry`). Inside ``with accountant:`` the call
     charges ``budget`` to the :class:`dpm_jax.Accountant` before it reads ``X``.
     """
-    if bounds_lib.is_private(bounds):
-        validate_key(key)
-        points = _validate_points(X)
-        # The undecorated run: the accountant has charged the whole budget already (dpm_jax.entry).
-        run = lambda rest, found: cluster.__wrapped__(key, points, rest, found, config=config, point_mask=point_mask)
-        return bounds_lib.run_with_private_bounds(
-            key, points, _validate_mask(point_mask, points.shape[0]), budget, bounds, run
-        )
     validate_key(key)
     validate_budget_and_config(budget, config)
+    if bounds_lib.is_private(bounds):
+        points = _validate_points(X)
+
+        def prepare(rest: Budget):  # plans (and refuses) the run before the bounds are estimated
+            plan_run(rest, config, points.shape[1])
+            # The undecorated run: the accountant has charged the whole budget already (dpm_jax.entry).
+            return functools.partial(cluster.__wrapped__, key, points, rest, config=config, point_mask=point_mask)
+
+        mask = _validate_mask(point_mask, points.shape[0])
+        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
     points = _validate_points(X)
     n, d = points.shape
     lower, upper = validate_bounds(bounds, d)

@@ -37,7 +37,6 @@ bounds are NaN.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Callable, NamedTuple
@@ -311,26 +310,40 @@ def check_found(lower, upper, plan: BoundsPlan) -> None:
 
 
 def with_bounds_entry(result, plan: BoundsPlan, budget: Budget):
-    """``result`` (a ClusterResult) with the bounds release's line first in each of its ledgers.
+    """``result`` with the bounds release's line first in each of its ledgers.
 
-    Raises an AssertionError if a ledger would then state more than ``budget`` (math.fsum).
+    ``result`` is the result of any algorithm run on the rest of the budget: it states its own
+    way of prepending the line (``with_bounds_release(plan)``: :class:`dpm_jax.ClusterResult`,
+    :class:`dpm_jax.SynthResult`, :class:`dpm_jax.KMeansResult`) and its ``ledgers``
+    (((depth, ledger), ...)). Raises an AssertionError if a ledger would then state more than
+    ``budget`` (math.fsum).
     """
-    result = dataclasses.replace(result, bounds_release=plan)
+    result = result.with_bounds_release(plan)
     for _, ledger in result.ledgers:
         if ledger.total_epsilon > budget.epsilon or ledger.total_delta > budget.delta:
             raise AssertionError(f"the ledger {ledger!r} exceeds the budget {budget}")
     return result
 
 
-def run_with_private_bounds(key: jax.Array, points: jax.Array, mask: jax.Array, budget: Budget, bounds, run: Callable):
-    """``run(rest, (lower, upper))`` on private bounds estimated with their share of ``budget``.
+def run_with_private_bounds(
+    key: jax.Array, points: jax.Array, mask: jax.Array, budget: Budget, bounds, prepare: Callable[[Budget], Callable]
+):
+    """``prepare(rest)((lower, upper))``: the algorithm on private bounds estimated with their share of ``budget``.
 
-    The entry point of ``bounds="private"`` for :func:`dpm_jax.cluster` (and the other
-    algorithms), called with the validated (n, d) float32 ``points`` and their (n,) ``mask``:
-    estimate the bounds with ``split_for_bounds``'s plan (stream "bounds" of ``key``), run
-    the algorithm with the rest of the budget and put the bounds line first in its ledger.
+    The entry point of ``bounds="private"`` for every algorithm (:func:`dpm_jax.cluster`,
+    :func:`dpm_jax.synthesize`, :func:`dpm_jax.kmeans`), called with the validated (n, d)
+    float32 ``points`` and their (n,) ``mask``. ``prepare(rest)`` validates and plans the run
+    on the rest of the budget, raising before any statistic of the data is computed, and
+    returns the run as a function of the bounds (it must not charge the accountant: the
+    caller's entry point has charged the whole budget once, :mod:`dpm_jax.entry`). Then the
+    bounds are estimated with ``split_for_bounds``'s plan (stream "bounds" of ``key``;
+    sensitivity and cost: :func:`plan_bounds`), the run sees them, and the bounds line comes
+    first in its ledger. Basic composition: the bounds line plus the run's ledger add up to at
+    most ``budget`` (``split_for_bounds``); the run reads the data only through its own
+    releases and the released bounds, which are DP.
     """
     plan, rest = split_for_bounds(budget, as_request(bounds), points.shape[1])
+    run = prepare(rest)
     lower, upper = estimate_bounds(key, points, mask, plan)
     check_found(lower, upper, plan)
-    return with_bounds_entry(run(rest, (lower, upper)), plan, budget)
+    return with_bounds_entry(run((lower, upper)), plan, budget)

@@ -480,3 +480,25 @@ def test_cluster_stream_reads_a_parquet_path_with_the_clis_reader(tmp_path, caps
     np.testing.assert_array_equal(np.asarray(streamed.centers), np.asarray(in_memory.centers))
     err = capsys.readouterr().err
     assert "dpm_jax: pass validation" in err and "\033[" not in err and "\r" not in err  # not a terminal
+
+
+@pytest.mark.parametrize("command", [["kmeans", "--k", "3"], ["synthesize", "--rows", "5", "--out", "rows.csv"]])
+@pytest.mark.parametrize(
+    "bounds, message",
+    [
+        (["--bounds", "0", "1", "--bounds-share", "0.2"], "--bounds-share applies only to --bounds private"),
+        (["--bounds", "private", "--bounds-share", "1.5"], "PrivateBounds.share must be in (0, 1)"),
+        (["--bounds", "privat", "1"], "--bounds LO HI must be numbers"),
+        (["--bounds", "1"], "--bounds takes LO HI or the word private"),
+        ([], "--bounds LO HI is required"),
+    ],
+)
+def test_kmeans_and_synthesize_refuse_bad_bounds_before_reading_the_data(tmp_path, capsys, command, bounds, message):
+    """The shared options (dpm_jax.cli.run_options): a bad --bounds / --bounds-share is named
+    before the (here missing) input is opened."""
+    name, *options = command
+    missing = str(tmp_path / "missing.npy")
+    argv = [name, missing, "--epsilon", "1", "--delta", "1e-6", *options, *bounds]
+    assert main([a if a != "rows.csv" else str(tmp_path / a) for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "missing.npy" not in err

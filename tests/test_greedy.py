@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 import dpm_jax
+from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact, keys
+from dpm_jax.accountant import Charge
 from dpm_jax.averaging import centers_from_sums, blockwise_leaf_sums
+from dpm_jax.bounds import PrivateBounds
 from dpm_jax.eval.datasets import synthetic_blobs
 from dpm_jax.greedy import api, histogram, lift, nets, select
 from dpm_jax.mechanisms import cdp_delta, count_noise, discrete_gaussian_table
@@ -340,3 +343,104 @@ def test_greedy_selection_audit_stays_below_the_claim():
         jax.random.key(4), audit_lib.greedy_selection_mechanism(claim), a, b, events, 50_000, delta=1e-9
     )
     assert 0.1 < result.epsilon_lower_bound <= claim
+
+
+# ------------------------------------------------------------ private bounds (issue 24)
+@pytest.mark.slow  # compiles a whole kmeans program
+@pytest.mark.parametrize("request_", ["private", PrivateBounds(share=0.3)])
+def test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget(blobs2d, request_):
+    """The bounds' own line first, then the greedy's four on the rest: the sum is the budget,
+    never above (a greedy planned on the whole budget exceeds it by the share)."""
+    result = dpm_jax.kmeans(jax.random.key(0), blobs2d.points, 5, BUDGET, bounds=request_)
+    request = bounds_lib.as_request(request_)
+    share = dpm_jax.Budget(BUDGET.epsilon * request.share, BUDGET.delta * request.share)
+    ledger = result.ledger
+    assert ledger[0] == bounds_lib.plan_bounds(share, 2, request).entry() and ledger[0].key_path == (keys.BOUNDS,)
+    assert [e.name for e in ledger[1:]] == ["greedy_select", "greedy_count", "greedy_centre_sums", "greedy_cost_curve"]
+    assert ledger.total_epsilon <= BUDGET.epsilon and ledger.total_delta <= BUDGET.delta
+    assert ledger.total_epsilon == pytest.approx(BUDGET.epsilon, rel=1e-11)
+    assert ledger.total_delta == pytest.approx(BUDGET.delta, rel=1e-9)
+    lower, upper = map(np.asarray, result.bounds)
+    assert np.mean(np.all((blobs2d.points >= lower) & (blobs2d.points <= upper), axis=1)) >= 0.99
+    assert np.all(np.isfinite(np.asarray(result.centers)))
+
+
+def _positive_blobs() -> np.ndarray:
+    """Small positive blobs (within (4, 13)): their box is (0, 16) in the bounds' buckets."""
+    return 8.0 + synthetic_blobs(n=3000, d=2, num_blobs=3, std=0.5, seed=1).points / 20.0
+
+
+@pytest.mark.slow  # compiles a whole kmeans program
+def test_released_bounds_are_private_bounds_of_the_same_key_and_share():
+    """kmeans's bounds are dpm_jax.private_bounds of the same key at the bounds' share (their own key
+    stream), for keys that release different bounds: T points at 1000 in dimension 0 (T: the bounds'
+    threshold) pass their bucket or not depending on the noise."""
+    request = PrivateBounds(share=0.2)
+    share = dpm_jax.Budget(0.2, 0.2e-6)
+    far = np.full((bounds_lib.plan_bounds(share, 2, request).threshold, 2), 3.0, np.float32)
+    far[:, 0] = 1000.0
+    X = np.concatenate([np.asarray(_positive_blobs(), np.float32), far])
+    uppers = set()
+    for seed in range(4):
+        key = jax.random.key(seed)
+        result = dpm_jax.kmeans(key, X, 3, BUDGET, bounds=request)
+        for got, want in zip(result.bounds, dpm_jax.private_bounds(key, X, share, request)):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        uppers.add(float(result.bounds[1][0]))
+    assert len(uppers) == 2, uppers  # the comparison tells key streams apart
+
+
+@pytest.mark.slow  # compiles a whole kmeans program
+@pytest.mark.parametrize("bounds", ["private", "public"])
+def test_an_accountant_is_charged_once_for_the_whole_call(blobs2d, bounds):
+    accountant = dpm_jax.Accountant(dpm_jax.Budget(5.0, 1e-5))
+    bounds = blobs2d.bounds if bounds == "public" else bounds
+    with accountant:
+        dpm_jax.kmeans(jax.random.key(0), blobs2d.points, 3, BUDGET, bounds=bounds)
+    assert accountant.charges == [Charge("kmeans", 1.0, 1e-6)]
+
+
+@pytest.mark.slow  # compiles a whole kmeans program
+def test_private_bounds_under_jit_and_vmap_over_keys_match_single_runs(blobs2d):
+    X = jnp.asarray(blobs2d.points)
+    run = jax.jit(lambda k, points: dpm_jax.kmeans(k, points, 3, BUDGET, bounds="private"))
+    keys_ = jax.random.split(jax.random.key(3), 2)
+    batch = jax.vmap(run, in_axes=(0, None))(keys_, X)
+    for i in range(2):
+        single = dpm_jax.kmeans(keys_[i], X, 3, BUDGET, bounds="private")
+        np.testing.assert_allclose(np.asarray(batch.centers[i]), np.asarray(single.centers), atol=1e-4)
+        np.testing.assert_array_equal(np.asarray(batch.bounds[0][i]), np.asarray(single.bounds[0]))
+    assert batch.ledger == single.ledger and batch.ledger[0].name == "bounds"
+
+
+@pytest.mark.parametrize(
+    "budget, bounds, message",
+    [
+        (None, "private", "spends a share of the budget"),
+        (BUDGET, PrivateBounds(share=0.0), "share must be"),
+        (BUDGET, PrivateBounds(noise="cauchy"), "noise must be"),
+    ],
+)
+def test_bad_private_bounds_are_refused_before_any_work(blobs2d, budget, bounds, message):
+    with pytest.raises(ValueError, match=message):
+        dpm_jax.kmeans(jax.random.key(0), blobs2d.points, 3, budget, bounds=bounds)
+
+
+@pytest.mark.slow  # compiles a whole kmeans program
+def test_estimator_and_cli_take_private_bounds(tmp_path, blobs2d, capsys):
+    import json
+
+    from dpm_jax.cli.main import main
+    from dpm_jax.greedy.sklearn import DPKMeans
+
+    model = DPKMeans(3, epsilon=1.0, delta=1e-6, bounds="private", seed=0).fit(blobs2d.points)
+    assert model.ledger_[0].name == "bounds" and model.ledger_.total_epsilon <= 1.0
+    assert np.all(model.bounds_[0] <= -64) and np.all(model.bounds_[1] >= 64)  # the blobs span about (-94, 103)
+    data, out = tmp_path / "x.npy", tmp_path / "release.json"
+    np.save(data, blobs2d.points)
+    argv = ["kmeans", str(data), "--k", "3", "--epsilon", "1", "--delta", "1e-6", "--seed", "3", "--out", str(out)]
+    assert main([*argv, "--bounds", "private", "--bounds-share", "0.2"]) == 0, capsys.readouterr().err
+    release = json.loads(out.read_text())
+    assert release["ledger"][0]["name"] == "bounds" and release["ledger"][0]["epsilon"] == pytest.approx(0.2)
+    assert math.fsum(e["epsilon"] for e in release["ledger"]) <= 1.0
+    assert len(release["bounds"]["lower"]) == 2 and release["bounds"]["lower"][0] < release["bounds"]["upper"][0]

@@ -1,5 +1,6 @@
 """dpm_jax.synthesize: the KD-tree paper's grid and KD-tree, DPM as a generator, their privacy wiring."""
 
+import json
 import math
 
 import jax
@@ -9,7 +10,10 @@ import pytest
 from scipy import stats
 
 import dpm_jax
+from dpm_jax import bounds as bounds_lib
 from dpm_jax import keys
+from dpm_jax.accountant import Charge
+from dpm_jax.bounds import PrivateBounds
 from dpm_jax.budget import Budget
 from dpm_jax.mechanisms import count_noise
 from dpm_jax.synth.api import synthesize
@@ -204,7 +208,8 @@ def test_dpm_leaf_boxes_hold_their_points():
     [
         (dict(method="nope"), "method must be one of"),
         (dict(bounds=None), "bounds"),
-        (dict(bounds="private"), "not supported yet"),
+        (dict(bounds="private"), "no bucket reached the noisy-count threshold"),  # 30 points
+        (dict(bounds="private", config=SynthConfig(levels=30)), "exceed"),  # planned before the bounds
         (dict(config=SynthConfig(levels=30)), "exceed"),
     ],
 )
@@ -288,3 +293,96 @@ def test_sample_picks_boxes_in_proportion_to_their_weights():
     share = np.bincount(box, minlength=4) / box.size
     assert share[1] == 0 and share[3] == 0
     assert abs(share[0] - 0.25) < 0.015 and abs(share[2] - 0.75) < 0.015
+
+
+# ------------------------------------------------------------------ private bounds (issue 24)
+def _near_threshold(request: PrivateBounds, budget: Budget, seed: int = 0) -> np.ndarray:
+    """Blobs near (3, 3) and (12, 11), plus T points at 1000 in dimension 0 (T: the bounds'
+    threshold at their share): whether their bucket passes depends on the noise, so the released
+    upper bound of dimension 0 differs between keys (2**4 or 2**10) and names the key stream."""
+    share = Budget(budget.epsilon * request.share, budget.delta * request.share)
+    far = np.full((bounds_lib.plan_bounds(share, 2, request).threshold, 2), 3.0, np.float32)
+    far[:, 0] = 1000.0
+    return np.concatenate([_blobs(1500, seed)[:3000], far])
+
+
+@pytest.mark.parametrize(
+    "method, request_", [("kdtree", "private"), ("grid", PrivateBounds(share=0.3)), ("dpm", "private")]
+)
+def test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget(method, request_):
+    """The bounds' own line (their share, their key stream) first, then the synthesis's on the rest:
+    the sum is the budget, never above (a synthesis on the whole budget exceeds it by the share)."""
+    budget = Budget(0.8, 1e-6)
+    result = synthesize(jax.random.key(1), _blobs(1500), budget, bounds=request_, method=method)
+    request = bounds_lib.as_request(request_)
+    share = Budget(budget.epsilon * request.share, budget.delta * request.share)
+    for _, ledger in result.ledgers:
+        assert ledger[0] == bounds_lib.plan_bounds(share, 2, request).entry()
+        assert ledger[0].key_path == (keys.BOUNDS,) and all(e.name != "bounds" for e in ledger[1:])
+        assert ledger.total_epsilon <= budget.epsilon and ledger.total_delta <= budget.delta
+        assert ledger.total_epsilon == pytest.approx(budget.epsilon, rel=1e-11)
+        if method != "grid":  # the grid's pure-DP releases spend only their samplers' delta
+            assert ledger.total_delta == pytest.approx(budget.delta, rel=1e-9)
+    lower, upper = map(np.asarray, result.bounds)
+    assert np.all(lower <= 3.0) and np.all(upper >= 13.0)  # the blobs' box (coarse: powers of 2)
+    live = np.asarray(result.valid)
+    assert np.all(np.asarray(result.lower)[live] >= lower) and np.all(np.asarray(result.upper)[live] <= upper)
+
+
+def test_released_bounds_are_private_bounds_of_the_same_key_and_share():
+    """synthesize's bounds are dpm_jax.private_bounds of the same key at the bounds' share (their own
+    key stream, "bounds"), for keys that release different bounds."""
+    budget, request = Budget(1.0, 1e-6), PrivateBounds(share=0.2)
+    X = _near_threshold(request, budget)
+    uppers = set()
+    for seed in range(4):
+        key = jax.random.key(seed)
+        result = synthesize(key, X, budget, bounds=request, method="grid")
+        expected = dpm_jax.private_bounds(key, X, Budget(0.2, 0.2e-6), request)
+        for got, want in zip(result.bounds, expected):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        uppers.add(float(result.bounds[1][0]))
+    assert len(uppers) == 2, uppers  # the comparison tells key streams apart
+
+
+@pytest.mark.parametrize("method, bounds", [("kdtree", "private"), ("dpm", "private"), ("grid", BOUNDS)])
+def test_an_accountant_is_charged_once_for_the_whole_call(method, bounds):
+    """One charge of the whole budget, named synthesize (the bounds and the synthesis, or DPM's
+    run inside the "dpm" method, are not charged again)."""
+    accountant, budget = dpm_jax.Accountant(Budget(5.0, 1e-5)), Budget(1.0, 1e-6)
+    with accountant:
+        synthesize(jax.random.key(0), _blobs(1500), budget, bounds=bounds, method=method)
+    assert accountant.charges == [Charge("synthesize", 1.0, 1e-6)]
+
+
+def test_private_bounds_under_jit_and_vmap_over_keys_match_single_runs():
+    X = _blobs(1500)
+    budget = Budget(1.0, 1e-6)
+    run = jax.jit(lambda k, points: synthesize(k, points, budget, bounds="private", method="kdtree"))
+    keys_ = jax.random.split(jax.random.key(5), 2)
+    batched = jax.vmap(run, in_axes=(0, None))(keys_, X)
+    for i in range(2):
+        single = synthesize(keys_[i], X, budget, bounds="private", method="kdtree")
+        np.testing.assert_array_equal(np.asarray(batched.weights[i]), np.asarray(single.weights))
+        np.testing.assert_array_equal(np.asarray(batched.bounds[1][i]), np.asarray(single.bounds[1]))
+    assert batched.ledger == single.ledger and batched.ledger[0].name == "bounds"
+
+
+def test_bad_private_bounds_are_refused_before_any_work():
+    with pytest.raises(ValueError, match="share"):
+        synthesize(jax.random.key(0), _blobs(), Budget(1.0, 1e-6), bounds=PrivateBounds(share=1.0))
+    with pytest.raises(ValueError, match="method must be"):
+        synthesize(jax.random.key(0), _blobs(), Budget(1.0, 1e-6), bounds="private", method="tree")
+
+
+def test_cli_synthesize_with_private_bounds(tmp_path, capsys):
+    from dpm_jax.cli.main import main
+
+    data, out, ledger = tmp_path / "x.npy", tmp_path / "rows.npy", tmp_path / "ledger.json"
+    np.save(data, _blobs(1500))
+    argv = ["synthesize", str(data), "--epsilon", "1", "--delta", "1e-6", "--rows", "50", "--out", str(out)]
+    assert main([*argv, "--bounds", "private", "--bounds-share", "0.2", "--seed", "1", "--ledger", str(ledger)]) == 0
+    entries = json.loads(ledger.read_text())
+    assert entries[0]["name"] == "bounds" and entries[0]["epsilon"] == pytest.approx(0.2)
+    assert math.fsum(e["epsilon"] for e in entries) <= 1.0
+    assert "DP bounds" in capsys.readouterr().err and np.load(out).shape == (50, 2)

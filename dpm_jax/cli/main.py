@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(handler=_run_bench)
     kmeans_command.add_parser(commands, _seed).set_defaults(
-        handler=lambda args: kmeans_command.run_kmeans(args, _check_writable, _status, CommandError)
+        handler=lambda args: kmeans_command.run_kmeans(args, _check_writable, _status)
     )
     return parser
 

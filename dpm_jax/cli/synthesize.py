@@ -1,6 +1,7 @@
 """``dpm-jax synthesize``: M synthetic rows of a table under (epsilon, delta)-DP, as CSV or .npy.
 
     dpm-jax synthesize data.csv --epsilon 1 --delta 1e-6 --bounds -100 100 --rows 10000 --out synth.csv
+    dpm-jax synthesize data.csv --epsilon 1 --delta 1e-6 --bounds private --rows 10000 --out synth.csv
 
 The rows are drawn from the weighted cells of :func:`dpm_jax.synthesize` (a cell by its
 noisy count, a uniform point inside it): post-processing of the DP release, so they cost
@@ -12,13 +13,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 
 import jax
 import numpy as np
 
-from dpm_jax.budget import Budget
+from dpm_jax.bounds import PrivateBounds
+from dpm_jax.cli.bounds_option import released_bounds
 from dpm_jax.cli.readers import read_points
+from dpm_jax.cli.run_options import add_run_command, budget_and_bounds
 from dpm_jax.files import write_atomically
 from dpm_jax.keys import key_from_seed
 from dpm_jax.synth.api import synthesize
@@ -44,28 +46,26 @@ def _write_rows(path: str, columns, rows: np.ndarray) -> None:
 
 def run(args: argparse.Namespace, check_writable, status, error) -> int:
     """The command: validate everything, synthesize, sample, write."""
-    if args.bounds is None:
-        raise error("--bounds LO HI is required: the public range of the data (never read it from the data)")
-    lower, upper = args.bounds
-    if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
-        raise error(f"--bounds needs finite LO < HI, got {lower} {upper}")
+    budget, bounds = budget_and_bounds(args)
     if args.rows < 1:
         raise error(f"--rows must be >= 1, got {args.rows}")
     if not args.out.lower().endswith(_FORMATS):
         raise error(f"--out must end in .csv or .npy, got {args.out}")
     check_writable(args.out)
     check_writable(args.ledger)
-    budget = Budget(epsilon=args.epsilon, delta=args.delta)
     points = read_points(args.input)
     key = key_from_seed(args.seed)
     status(f"read {points.values.shape[0]} x {points.values.shape[1]} from {args.input}; method {args.method}")
-    result = synthesize(key, points.values, budget, (lower, upper), method=args.method)
+    result = synthesize(key, points.values, budget, bounds, method=args.method)
     rows = np.asarray(result.sample(jax.random.fold_in(key, 1 << 20), args.rows), np.float64)
     _write_rows(args.out, points.columns, rows)
     ledger = result.ledger
     if args.ledger is not None:
         text = json.dumps(ledger.to_dicts(), indent=2) + "\n"
         write_atomically(args.ledger, lambda f: f.write(text))
+    if isinstance(bounds, PrivateBounds):
+        lower, upper = released_bounds(bounds, result)
+        status(f"DP bounds (in the ledger's first line): lower {lower}, upper {upper}")
     status(
         f"wrote {args.rows} synthetic rows to {args.out}; {int(np.asarray(result.valid).sum())} cells; "
         f"ledger total epsilon={ledger.total_epsilon:.6g}, delta={ledger.total_delta:.3g}"
@@ -75,19 +75,16 @@ def run(args: argparse.Namespace, check_writable, status, error) -> int:
 
 def add_parser(commands, seed_type) -> argparse.ArgumentParser:
     """Register ``synthesize`` on the sub-command set ``commands``."""
-    parser = commands.add_parser(
+    parser = add_run_command(
+        commands,
         "synthesize",
+        seed_type,
         help="write M DP synthetic rows of a .npy, .csv or .parquet table (CSV or .npy)",
         description="Release a DP weighted synthetic set of INPUT (dpm_jax.synthesize) and write --rows rows "
         "drawn from it to --out (.csv or .npy by its suffix).",
     )
-    parser.add_argument("input", metavar="INPUT", help="an (n, d) table: .npy, .csv (header optional), .parquet")
-    parser.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon > 0")
-    parser.add_argument("--delta", type=float, required=True, help="total delta in (0, 1)")
-    parser.add_argument("--bounds", type=float, nargs=2, metavar=("LO", "HI"), default=None, help="public range")
     parser.add_argument("--rows", type=int, required=True, help="number of synthetic rows M")
     parser.add_argument("--out", metavar="FILE", required=True, help="output file, .csv or .npy")
     parser.add_argument("--method", choices=METHODS, default="kdtree", help="grid, kdtree (default) or dpm")
-    parser.add_argument("--seed", type=seed_type, default=None, help="integer seed (keep it secret)")
     parser.add_argument("--ledger", metavar="FILE", default=None, help="also write the ledger as JSON")
     return parser

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax import bounds as bounds_lib
 from dpm_jax import keys
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (
@@ -42,6 +43,7 @@ from dpm_jax.api import (
 )
 from dpm_jax.averaging import LeafSumsRelease, leaf_sums_release
 from dpm_jax.budget import Budget
+from dpm_jax.entry import entry_point
 from dpm_jax import exact
 from dpm_jax.greedy.lift import cost_unit, exact_costs, lift_exact, lift_private, nearest, private_costs
 from dpm_jax.greedy.nets import (
@@ -85,8 +87,12 @@ class KMeansResult:
       elbow_k: int32, the number of clusters read from the cost curve (:func:`elbow`).
       greedy_centers: (k, m) the greedy's centres in working coordinates, in selection order.
       start_level: (k,) the level of each centre's start ball.
+    Public or DP:
+      bounds: (lower, upper), (d,) float32 each: the bounds of the working coordinates; the
+        caller's public ones, or under ``bounds="private"`` the DP estimate (:mod:`dpm_jax.bounds`).
     Static:
-      ledger: the privacy ledger (empty for ``budget=None``, whose outputs are NOT DP).
+      ledger: the privacy ledger (empty for ``budget=None``, whose outputs are NOT DP); under
+        private bounds their release's line comes first.
     """
 
     centers: jax.Array
@@ -95,12 +101,23 @@ class KMeansResult:
     elbow_k: jax.Array
     greedy_centers: jax.Array
     start_level: jax.Array
+    bounds: tuple[jax.Array, jax.Array]
     ledger: Ledger = dataclasses.field(metadata=dict(static=True))
+
+    @property
+    def ledgers(self) -> tuple[tuple[int, Ledger]]:
+        """((-1, ledger),): the one ledger, in the layout of the other results' (the greedy has no depth)."""
+        return ((-1, self.ledger),)
+
+    def with_bounds_release(self, plan) -> KMeansResult:
+        """This result with the private bounds' release ``plan`` (:class:`dpm_jax.bounds.BoundsPlan`)
+        first in its ledger (:func:`dpm_jax.bounds.with_bounds_entry`)."""
+        return dataclasses.replace(self, ledger=Ledger([plan.entry(), *self.ledger]))
 
 
 jax.tree_util.register_dataclass(
     KMeansResult,
-    data_fields=["centers", "sizes", "cost_curve", "elbow_k", "greedy_centers", "start_level"],
+    data_fields=["centers", "sizes", "cost_curve", "elbow_k", "greedy_centers", "start_level", "bounds"],
     meta_fields=["ledger"],
 )
 
@@ -189,6 +206,7 @@ def _gaussian(rows: str, epsilon: float, delta: float, plan: LeafSumsRelease) ->
     )
 
 
+@entry_point("kmeans")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 def kmeans(
     key: jax.Array,
     X,
@@ -211,7 +229,10 @@ def kmeans(
       k: number of centres (>= 1).
       budget: the (epsilon, delta) Budget; ``None`` runs the NOT private greedy
         (arg max choices, exact lift and costs) for comparison.
-      bounds: public (lo, hi), scalars or (d,) arrays (required; a hook for private bounds).
+      bounds: public (lo, hi), scalars or (d,) arrays (required); or "private" /
+        :class:`dpm_jax.PrivateBounds`: estimated under DP with a share of ``budget`` first
+        (:func:`dpm_jax.bounds.run_with_private_bounds`: its line comes first in the ledger, the
+        greedy runs on the rest; needs a budget).
       z: 2 for k-means, 1 for k-median.
       levels: L, the last level of the nets (public).
       grid_dim: the largest working dimension m; data of higher d is projected.
@@ -222,6 +243,7 @@ def kmeans(
         Section 4; its cost does not grow with k).
 
     Works under ``jax.jit`` (``k``, ``budget`` and the keywords static) and ``jax.vmap`` over keys.
+    Inside ``with accountant:`` the call charges ``budget`` once before it reads ``X``.
     """
     validate_key(key)
     points = _validate_points(X)
@@ -231,9 +253,22 @@ def kmeans(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "histogram":
         check_balls(plan_nets(min(d, grid_dim), int(levels), int(z)))
-    lower, upper = validate_bounds(bounds, d)
     mask = _validate_mask(point_mask, n)
-    plan = plan_greedy(budget, int(k), d, int(z), int(levels), int(grid_dim), int(projection_seed), method)
+    plan_of = functools.partial(
+        plan_greedy, k=int(k), d=d, z=int(z), levels=int(levels), grid_dim=int(grid_dim),
+        projection_seed=int(projection_seed), method=method,
+    )  # fmt: skip
+    if bounds_lib.is_private(bounds):
+        if budget is None:
+            raise ValueError('bounds="private" spends a share of the budget: give a Budget, or public bounds')
+        prepare = lambda rest: functools.partial(_run_within, key, points, mask, plan_of(rest))  # noqa: E731
+        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
+    return _run_within(key, points, mask, plan_of(budget), bounds)
+
+
+def _run_within(key, points, mask, plan: GreedyPlan, bounds) -> KMeansResult:
+    """The run of ``plan`` within ``bounds`` (public, or the released private estimate), validated."""
+    lower, upper = validate_bounds(bounds, plan.d)
     return _run(key, points, mask, jnp.asarray(lower), jnp.asarray(upper), plan)
 
 
@@ -284,6 +319,7 @@ def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
         elbow(costs, cost_noise_std(plan)),
         greedy.centres,
         greedy.start_level,
+        (lower, upper),
         ledger_of(plan.releases),
     )
 

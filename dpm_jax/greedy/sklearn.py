@@ -2,10 +2,10 @@
 
     from dpm_jax.greedy.sklearn import DPKMeans
     model = DPKMeans(n_clusters=8, epsilon=1.0, delta=1e-6, bounds=(-100.0, 100.0)).fit(X)
-    model.cluster_centers_, model.sizes_, model.cost_curve_, model.elbow_k_, model.ledger_
+    model.cluster_centers_, model.sizes_, model.cost_curve_, model.elbow_k_, model.ledger_, model.bounds_
 
-Differentially private: ``cluster_centers_``, ``sizes_``, ``cost_curve_``, ``elbow_k_``
-(one run's release, accounted in ``ledger_``) and anything computed from them alone,
+Differentially private: ``cluster_centers_``, ``sizes_``, ``cost_curve_``, ``elbow_k_``,
+``bounds_`` (one run's release, accounted in ``ledger_``) and anything computed from them alone,
 e.g. ``predict`` on other data. NOT differentially private: ``labels_`` (and
 ``fit_predict``), the centre of every training point. Needs scikit-learn.
 """
@@ -21,6 +21,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without scikit-learn
     raise ImportError("dpm_jax.greedy.sklearn needs scikit-learn >= 1.6: pip install scikit-learn") from error
 
+from dpm_jax.bounds import is_private
 from dpm_jax.budget import Budget
 from dpm_jax.greedy.api import DEFAULT_LEVELS, MAX_GRID_DIM, kmeans
 from dpm_jax.keys import key_from_seed
@@ -32,8 +33,10 @@ class DPKMeans(ClusterMixin, BaseEstimator):
     """DP k-means (z = 2) or k-median (z = 1) with ``n_clusters`` centres (the unified greedy).
 
     Parameters: n_clusters; epsilon, delta (the budget of one ``fit``); bounds (public
-    ``(lo, hi)``, required); seed (None: fresh randomness per fit; an integer makes fits
-    reproducible, keep it secret); z, levels, grid_dim, method (public, see :func:`dpm_jax.kmeans`).
+    ``(lo, hi)``, required; or ``"private"`` / :class:`dpm_jax.PrivateBounds`: estimated under DP
+    with a share of the budget, ``bounds_`` then holds the estimate); seed (None: fresh randomness per
+    fit; an integer makes fits reproducible, keep it secret); z, levels, grid_dim, method (public,
+    see :func:`dpm_jax.kmeans`).
     """
 
     def __init__(
@@ -62,7 +65,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
     def fit(self, X, y=None):
         """One DP run on X (y is ignored)."""
         X = validate_data(self, X, dtype=np.float32)
-        bounds = None if self.bounds is None else tuple(self.bounds)
+        bounds = self.bounds if self.bounds is None or is_private(self.bounds) else tuple(self.bounds)
         result = kmeans(
             key_from_seed(self.seed),
             X,
@@ -79,6 +82,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
         self.cost_curve_ = np.asarray(result.cost_curve)
         self.elbow_k_ = int(result.elbow_k)
         self.ledger_ = result.ledger
+        self.bounds_ = tuple(np.asarray(b) for b in result.bounds)
         self.labels_ = pairwise_distances_argmin(X, self.cluster_centers_)
         return self
 

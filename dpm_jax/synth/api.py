@@ -24,9 +24,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact, keys
 from dpm_jax.api import _validate_mask, _validate_points, validate_bounds, validate_key
-from dpm_jax.budget import Budget
+from dpm_jax.budget import Budget, validate_budget_and_config
+from dpm_jax.config import DPMConfig
+from dpm_jax.entry import entry_point
 from dpm_jax.synth.from_dpm import synthesize_from_cluster
 from dpm_jax.synth.result import SynthResult, sample_boxes
 from dpm_jax.synth.cells import cell_boxes, cell_codes
@@ -36,6 +39,7 @@ from dpm_jax.synth.plan import METHODS, SynthConfig, SynthPlan, depth_choice, pl
 __all__ = ["SynthResult", "synthesize", "sample_boxes", "released_cells"]
 
 
+@entry_point("synthesize")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 def synthesize(
     key: jax.Array,
     X: Any,
@@ -50,28 +54,46 @@ def synthesize(
     """A DP weighted synthetic data set of ``X`` (n, d) under ``budget``, within public ``bounds``.
 
     Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree" or "dpm" (then
-    ``cluster_config`` is its DPMConfig). Works under jax.jit (budget, method, config static)
-    and jax.vmap over keys. The ledger adds up to the budget (epsilon exactly; delta at most).
-    ``bounds="private"`` is reserved for the private bounds estimate (issue 24).
+    ``cluster_config`` is its DPMConfig). ``bounds``: public (lo, hi), or "private" /
+    :class:`dpm_jax.PrivateBounds`: estimated under DP with a share of ``budget`` first (the
+    KD-tree paper reads the root cube from the data's min and max, which is not private;
+    :func:`dpm_jax.bounds.run_with_private_bounds`: its line comes first in the ledger, the
+    synthesis runs on the rest). Works under jax.jit (budget, method, config static) and
+    jax.vmap over keys. The ledger adds up to the budget (epsilon exactly; delta at most).
+    Inside ``with accountant:`` the call charges ``budget`` once before it reads ``X``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if not isinstance(budget, Budget):
         raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
-    if isinstance(bounds, str):
-        raise ValueError(f"bounds={bounds!r} is not supported yet: give public (lo, hi)")
-    if method == "dpm":
-        return synthesize_from_cluster(key, X, budget, bounds, cluster_config, point_mask)
-    validate_key(key)
     if not isinstance(config, SynthConfig):
         raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
+    validate_key(key)
     points = _validate_points(X)
-    n, d = points.shape
-    lower, upper = validate_bounds(bounds, d)
-    mask = _validate_mask(point_mask, n)
-    plan = plan_synthesis(budget, config, method, d, n)
-    arrays = _synthesize_arrays(key, points, mask, jnp.asarray(lower), jnp.asarray(upper), plan=plan)
-    return SynthResult(**arrays, depth=jnp.int32(-1), ledgers=((-1, plan.ledger),), method=method)
+    mask = _validate_mask(point_mask, points.shape[0])
+    prepare = functools.partial(
+        _prepare, key, points, mask, method=method, config=config, cluster_config=cluster_config
+    )
+    if bounds_lib.is_private(bounds):
+        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
+    return prepare(budget)(bounds)
+
+
+def _prepare(key, points, mask, budget: Budget, *, method: str, config: SynthConfig, cluster_config):
+    """The synthesis on ``budget`` as a function of the bounds, planned (and refused) before it runs."""
+    if method == "dpm":
+        cluster_config = cluster_config or DPMConfig()
+        validate_budget_and_config(budget, cluster_config)
+        return lambda bounds: synthesize_from_cluster(key, points, budget, bounds, cluster_config, mask)
+    plan = plan_synthesis(budget, config, method, points.shape[1], points.shape[0])
+
+    def run(bounds) -> SynthResult:
+        lower, upper = (jnp.asarray(b) for b in validate_bounds(bounds, points.shape[1]))
+        arrays = _synthesize_arrays(key, points, mask, lower, upper, plan=plan)
+        ledgers = ((-1, plan.ledger),)
+        return SynthResult(**arrays, depth=jnp.int32(-1), ledgers=ledgers, method=method, bounds=(lower, upper))
+
+    return run
 
 
 @functools.partial(jax.jit, static_argnames=("plan",))

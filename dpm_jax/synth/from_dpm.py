@@ -44,12 +44,14 @@ def leaf_boxes(result: ClusterResult, lower: jax.Array, upper: jax.Array):
     return lo, hi
 
 
-def synthesize_from_cluster(key: jax.Array, X: Any, budget: Budget, bounds, config: DPMConfig | None, point_mask):
-    """The "dpm" method of :func:`dpm_jax.synthesize`: cluster, then the leaves as cells."""
-    result = cluster(key, X, budget, bounds, config=config or DPMConfig(), point_mask=point_mask)
-    d = result.centers.shape[1]
-    lower = jnp.broadcast_to(jnp.asarray(bounds[0], jnp.float32), (d,))
-    upper = jnp.broadcast_to(jnp.asarray(bounds[1], jnp.float32), (d,))
+def synthesize_from_cluster(key: jax.Array, X: Any, budget: Budget, bounds, config: DPMConfig, point_mask):
+    """The "dpm" method of :func:`dpm_jax.synthesize`: cluster, then the leaves as cells.
+
+    Calls the undecorated :func:`dpm_jax.cluster`: :func:`dpm_jax.synthesize` has charged the
+    accountant already (:mod:`dpm_jax.entry`).
+    """
+    result = cluster.__wrapped__(key, X, budget, bounds, config=config, point_mask=point_mask)
+    lower, upper = result.bounds
     lo, hi = leaf_boxes(result, lower, upper)
     valid = result.valid & (result.counts > 0)
     return SynthResult(
@@ -61,4 +63,5 @@ def synthesize_from_cluster(key: jax.Array, X: Any, budget: Budget, bounds, conf
         depth=result.depth,
         ledgers=result.ledgers,
         method="dpm",
+        bounds=result.bounds,
     )

@@ -29,7 +29,11 @@ class SynthResult:
     valid: (m,) bool.
     depth: the depth of the run's ledger: DPM's tree depth for "dpm" (data dependent under
       tau_r="auto"), -1 otherwise.
-    ledgers: ((depth, ledger), ...) static; :attr:`ledger` is the run's.
+    ledgers: ((depth, ledger), ...) static; :attr:`ledger` is the run's; under private bounds
+      their release's line comes first in each (:func:`dpm_jax.bounds.with_bounds_entry`).
+    method: the method (static).
+    bounds: (lower, upper), (d,) float32 each: the box the cells partition; the caller's public
+      bounds, or under ``bounds="private"`` the DP estimate (:mod:`dpm_jax.bounds`).
     """
 
     centers: jax.Array
@@ -40,6 +44,7 @@ class SynthResult:
     depth: jax.Array
     ledgers: tuple[tuple[int, Ledger], ...] = dataclasses.field(metadata=dict(static=True))
     method: str = dataclasses.field(metadata=dict(static=True))
+    bounds: tuple[jax.Array, jax.Array] | None = None
 
     @property
     def ledger(self) -> Ledger:
@@ -51,6 +56,13 @@ class SynthResult:
             raise ValueError(f"these runs have different depths {depths.tolist()}: each has its own ledger")
         return dict(self.ledgers)[int(depths[0])]
 
+    def with_bounds_release(self, plan) -> SynthResult:
+        """This result with the private bounds' release ``plan`` (:class:`dpm_jax.bounds.BoundsPlan`)
+        first in each of its ledgers (:func:`dpm_jax.bounds.with_bounds_entry`)."""
+        entry = plan.entry()
+        ledgers = tuple((depth, Ledger([entry, *ledger])) for depth, ledger in self.ledgers)
+        return dataclasses.replace(self, ledgers=ledgers)
+
     def sample(self, key: jax.Array, m: int) -> jax.Array:
         """(m, d) synthetic rows: a box drawn by weight, a uniform point inside it (post-processing)."""
         return sample_boxes(key, self.weights, self.lower, self.upper, m)
@@ -58,7 +70,7 @@ class SynthResult:
 
 jax.tree_util.register_dataclass(
     SynthResult,
-    data_fields=["centers", "weights", "lower", "upper", "valid", "depth"],
+    data_fields=["centers", "weights", "lower", "upper", "valid", "depth", "bounds"],
     meta_fields=["ledgers", "method"],
 )
 
