@@ -314,7 +314,7 @@ def test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget(me
     the sum is the budget, never above (a synthesis on the whole budget exceeds it by the share)."""
     budget = Budget(0.8, 1e-6)
     result = synthesize(jax.random.key(1), _blobs(1500), budget, bounds=request_, method=method)
-    request = bounds_lib.as_request(request_)
+    request = bounds_lib.as_request(request_, bounds_lib.SYNTHESIS_DEFAULT)
     share = Budget(budget.epsilon * request.share, budget.delta * request.share)
     for _, ledger in result.ledgers:
         assert ledger[0] == bounds_lib.plan_bounds(share, 2, request).entry()
@@ -366,6 +366,33 @@ def test_private_bounds_under_jit_and_vmap_over_keys_match_single_runs():
         np.testing.assert_array_equal(np.asarray(batched.weights[i]), np.asarray(single.weights))
         np.testing.assert_array_equal(np.asarray(batched.bounds[1][i]), np.asarray(single.bounds[1]))
     assert batched.ledger == single.ledger and batched.ledger[0].name == "bounds"
+
+
+def test_the_word_private_asks_the_synthesis_for_the_covering_box(tmp_path):
+    """bounds="private" means dpm_jax.bounds.COVERING for the synthesis (its share, its wider box):
+    the same release as asking for COVERING, and a bounds line of COVERING's share; the CLI's
+    --bounds private (with or without --bounds-share) asks for the same request."""
+    from dpm_jax.bounds import COVERING, SYNTHESIS_DEFAULT
+    from dpm_jax.cli.main import main
+
+    assert SYNTHESIS_DEFAULT == COVERING
+    X, budget = _near_threshold(COVERING, Budget(1.0, 1e-6)), Budget(1.0, 1e-6)
+    word = synthesize(jax.random.key(3), X, budget, bounds="private", method="grid")
+    asked = synthesize(jax.random.key(3), X, budget, bounds=COVERING, method="grid")
+    for x, y in zip(jax.tree.leaves(word), jax.tree.leaves(asked)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert word.ledger[0].name == "bounds"
+    assert word.ledger[0].epsilon == pytest.approx(COVERING.share * budget.epsilon)
+    np.save(tmp_path / "x.npy", X)
+    for share in ([], ["--bounds-share", "0.3"]):
+        ledger = tmp_path / "ledger.json"
+        argv = ["synthesize", str(tmp_path / "x.npy"), "--epsilon", "1", "--delta", "1e-6", "--rows", "5"]
+        argv += ["--out", str(tmp_path / "s.npy"), "--bounds", "private", *share, "--ledger", str(ledger)]
+        assert main(argv) == 0
+        first = json.loads(ledger.read_text())[0]
+        assert first["name"] == "bounds" and first["epsilon"] == pytest.approx(
+            float(share[1]) if share else COVERING.share
+        )
 
 
 def test_bad_private_bounds_are_refused_before_any_work():

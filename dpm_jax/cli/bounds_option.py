@@ -14,16 +14,17 @@ class BoundsOptionError(ValueError):
     """A bad --bounds / --bounds-share; the message names the option."""
 
 
-def parse_bounds(values: Sequence[str] | None, share: float | None):
-    """(lo, hi) floats, or a :class:`dpm_jax.PrivateBounds` for ``--bounds private``."""
+def parse_bounds(values: Sequence[str] | None, share: float | None, default: PrivateBounds = PrivateBounds()):
+    """(lo, hi) floats, or a :class:`dpm_jax.PrivateBounds` for ``--bounds private`` (the command's
+    ``default`` request, at ``share`` when given)."""
     if values is None:
         raise BoundsOptionError(
             "--bounds LO HI is required: the public range of the data, fixed without looking at it "
             "(reading it from the data would void the privacy guarantee); or --bounds private to "
-            "estimate it under DP with a share of the budget (--bounds-share, default 0.1)"
+            "estimate it under DP with a share of the budget (--bounds-share)"
         )
     if list(values) == [PRIVATE]:
-        request = PrivateBounds() if share is None else PrivateBounds(share=share)
+        request = default if share is None else default._replace(share=share)
         request.check()
         return request
     if share is not None:

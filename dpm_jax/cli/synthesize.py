@@ -20,6 +20,7 @@ import numpy as np
 from dpm_jax.bounds import PrivateBounds
 from dpm_jax.cli.bounds_option import released_bounds
 from dpm_jax.cli.readers import read_points
+from dpm_jax.bounds import SYNTHESIS_DEFAULT
 from dpm_jax.cli.run_options import add_run_command, budget_and_bounds
 from dpm_jax.files import write_atomically
 from dpm_jax.keys import key_from_seed
@@ -82,6 +83,7 @@ def add_parser(commands, seed_type) -> argparse.ArgumentParser:
         help="write M DP synthetic rows of a .npy, .csv or .parquet table (CSV or .npy)",
         description="Release a DP weighted synthetic set of INPUT (dpm_jax.synthesize) and write --rows rows "
         "drawn from it to --out (.csv or .npy by its suffix).",
+        private_default=SYNTHESIS_DEFAULT,
     )
     parser.add_argument("--rows", type=int, required=True, help="number of synthetic rows M")
     parser.add_argument("--out", metavar="FILE", required=True, help="output file, .csv or .npy")

@@ -54,7 +54,8 @@ def synthesize(
     """A DP weighted synthetic data set of ``X`` (n, d) under ``budget``, within public ``bounds``.
 
     Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree" or "dpm" (then
-    ``cluster_config`` is its DPMConfig). ``bounds``: public (lo, hi), or "private" /
+    ``cluster_config`` is its DPMConfig). ``bounds``: public (lo, hi), or "private" (here
+    :data:`dpm_jax.bounds.COVERING`, a wider box than clustering's) /
     :class:`dpm_jax.PrivateBounds`: estimated under DP with a share of ``budget`` first (the
     KD-tree paper reads the root cube from the data's min and max, which is not private;
     :func:`dpm_jax.bounds.run_with_private_bounds`: its line comes first in the ledger, the
@@ -75,7 +76,9 @@ def synthesize(
         _prepare, key, points, mask, method=method, config=config, cluster_config=cluster_config
     )
     if bounds_lib.is_private(bounds):
-        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
+        return bounds_lib.run_with_private_bounds(
+            key, points, mask, budget, bounds, prepare, default=bounds_lib.SYNTHESIS_DEFAULT
+        )
     return prepare(budget)(bounds)
 
 
