@@ -13,6 +13,7 @@ from dpm_jax._arrays import (
     fold_row_blocks,
     looped_under_vmap,
     map_row_blocks,
+    materialized,
     reciprocal,
     row_blocks,
     strided_row_blocks,
@@ -83,3 +84,11 @@ def test_strided_row_blocks_are_the_default_off_and_restored():
     with strided_row_blocks():
         assert row_blocks(10**6, 2**16).groups == 64  # up to 64 devices keep their rows
     assert row_blocks(10**6, 2**16).groups == 0
+
+
+def test_materialized_under_vmap_is_the_values():
+    x = jnp.arange(24.0).reshape(2, 3, 4)
+    once = jax.jit(jax.vmap(jax.vmap(lambda a: materialized(a * 2)), in_axes=(1,)))(x)
+    np.testing.assert_array_equal(np.asarray(once), np.moveaxis(np.asarray(x) * 2, 1, 0))
+    closed = jax.jit(lambda a: jax.vmap(lambda b: materialized(b) + a.sum())(a))(x)
+    np.testing.assert_array_equal(np.asarray(closed), np.asarray(x) + float(np.asarray(x).sum()))
