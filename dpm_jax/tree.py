@@ -306,9 +306,7 @@ def route_points(
 ) -> jax.Array:
     """Lines 26-27: (n,) bool, the point goes right, i.e. x[dim*] >= s*: its half-bin is at least
     the first one above s* (2 j* + 1 on the paper's grid, i* + 1 on the cell grid)."""
-    # take_along_axis: a gather XLA's partitioner keeps on the rows' devices (indexing with
-    # arange(n) made it gather every row's bins onto every device).
-    point_bins = jnp.take_along_axis(half_bins, split_dim[point_node][:, None], axis=1)[:, 0].astype(jnp.int32)
+    point_bins = half_bins[jnp.arange(half_bins.shape[0]), split_dim[point_node]].astype(jnp.int32)
     return point_bins >= first_right[point_node]
 
 
@@ -411,7 +409,9 @@ def route_on_split_dimensions(
     """Lines 26-27 (:func:`route_points`) on the half-bins of each point's split dimension alone
     (:func:`split_dimension_half_bins`): a tenth of a level's binning at d = 10."""
     bins = split_dimension_half_bins(inputs, grid, point_node, split_dim)
-    return route_points(bins, point_node, jnp.zeros_like(split_dim), first_right)
+    # route_points with dimension 0, as a column: no gather over the rows (which made XLA's
+    # partitioner gather every row's bins onto every device, and one device store an (n,) copy).
+    return bins[:, 0].astype(jnp.int32) >= first_right[point_node]
 
 
 def split_dimension_half_bins(
