@@ -20,6 +20,15 @@ split over devices; the partitioner gathers the sort's operand (the (d', n) int3
 quantised coordinates, d' <= 16 dimensions) onto the devices, sorts whole
 dimensions and reduces the gap counts from there. The sorted values, and so the
 gap counts, are those of one device.
+
+The loops over blocks of rows (binning a level's points in their cells, the leaf sums)
+would slice the rows at a dynamic offset, which the partitioner can only serve by
+gathering the whole array onto every device. When :func:`dpm_jax.cluster` gets rows split
+over devices (:func:`rows_over_devices`) its program reads *strided* blocks instead
+(:func:`dpm_jax._arrays.row_blocks`: the rows viewed as (groups, blocks, run), a block
+indexed along the axis that is never split), so every device reads only its own rows;
+one device keeps contiguous blocks (faster there). Which rows a block holds changes no
+count or sum, so the release is the same.
 """
 
 from __future__ import annotations
