@@ -20,7 +20,8 @@ reset (``/proc/self/clear_refs``) after the data is in memory where stated.
   the paper's), alternating in the same run: median wall time and peak resident memory
   (each run a fresh process, the first call with a warm compilation cache) over --repeats runs.
 * ``devices``: 4 forced CPU devices (XLA_FLAGS) vs 1, rows sharded: identical release?
-  median warm time of each.
+  median warm time of each (calls interleaved), the engine program's per-device temporary
+  memory (``memory_analysis()``) and its all-gathers; with ``--reference`` for both checkouts.
 """
 
 from __future__ import annotations
@@ -119,24 +120,43 @@ STREAM = _PEAK + textwrap.dedent("""
 DEVICES = textwrap.dedent("""
     import os
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-    import json, time
+    import json, re, time, warnings
     import jax, numpy as np, dpm_jax
     from jax.sharding import NamedSharding, PartitionSpec as P
+    from dpm_jax import api
     from dpm_jax.eval.datasets import synthetic_blobs
+    warnings.simplefilter("ignore")
     data = synthetic_blobs(n={n}, d=10, seed=42)
     budget = dpm_jax.Budget(1.0, 1e-6)
     placed = {{"1 device": jax.device_put(data.points, jax.devices()[0]),
               "4 devices": jax.device_put(data.points, NamedSharding(jax.make_mesh((4,), ("rows",)), P("rows")))}}
-    out, released = {{}}, {{}}
+    run = lambda X, key: jax.block_until_ready(dpm_jax.cluster(jax.random.key(key), X, budget, bounds=data.bounds))
+    out, released, times = {{}}, {{}}, {{name: [] for name in placed}}
     for name, X in placed.items():
-        run = lambda key: jax.block_until_ready(dpm_jax.cluster(jax.random.key(key), X, budget, bounds=data.bounds))
-        r = run(0)
-        released[name] = [np.asarray(a).tobytes() for a in (r.centers, r.counts, r.valid, *r.tree)]
-        times = []
-        for key in range(1, {repeats} + 1):
-            start = time.perf_counter(); run(key); times.append(time.perf_counter() - start)
-        out[name] = float(np.median(times))
+        calls = []  # the engine's program as called for this placement: its per-device memory
+        engine = api._cluster_arrays
+        api._cluster_arrays = lambda *a, **k: calls.append((a, k)) or engine(*a, **k)
+        try:
+            r = run(X, 0)
+        finally:
+            api._cluster_arrays = engine
+        released[name] = [np.asarray(a).tobytes() for a in jax.tree_util.tree_leaves(r)]
+        compiled = engine.lower(*calls[0][0], **calls[0][1]).compile()
+        memory, text = compiled.memory_analysis(), compiled.as_text()
+        out[name] = dict(
+            per_device_temp_bytes=int(memory.temp_size_in_bytes),
+            per_device_argument_bytes=int(memory.argument_size_in_bytes),
+            all_gathers=len(re.findall(r"\\ball-gather\\(", text)),
+            all_reduces=len(re.findall(r"\\ball-reduce\\(", text)),
+        )
+    for i in range({repeats}):  # interleaved: both placements see the same machine load
+        for name in (list(placed) if i % 2 == 0 else list(placed)[::-1]):
+            start = time.perf_counter(); run(placed[name], i + 1); times[name].append(time.perf_counter() - start)
+    for name in placed:
+        out[name].update(median_s=float(np.median(times[name])), all_s=times[name])
     out["identical"] = released["1 device"] == released["4 devices"]
+    out["paired_ratio_4_over_1"] = float(np.median(np.divide(times["4 devices"], times["1 device"])))
+    out["module"] = dpm_jax.__file__
     print(json.dumps(out))
 """)
 
@@ -269,9 +289,20 @@ def _stream_row_key(row: dict) -> tuple[int, str]:
     return row["n"], row.get("split_grid", "paper")  # rows recorded before the cell grid streamed: paper
 
 
-def devices(n: int, repeats: int) -> dict:
-    result = json.loads(_python(DEVICES.format(n=n, repeats=repeats), {"DPM_JAX_NO_COMPILATION_CACHE": "1"}))
-    result.update(n=n, d=10, one_over_four=result["1 device"] / result["4 devices"])
+def devices(n: int, repeats: int, reference: str | None) -> dict:
+    """4 forced CPU devices against one, rows sharded, in one process per checkout (with
+    ``--reference`` the reference checkout first, then this one): identical release, medians of
+    interleaved warm calls, and the engine program's per-device temporary memory (XLA's
+    memory_analysis) and cross-device gathers."""
+    checkouts = {"this": None} if reference is None else {"reference": reference, "this": None}
+    result = dict(n=n, d=10)
+    for name, path in checkouts.items():
+        env = {"DPM_JAX_NO_COMPILATION_CACHE": "1", **({"PYTHONPATH": path} if path else {})}
+        run = json.loads(_python(DEVICES.format(n=n, repeats=repeats), env))
+        run["four_over_one"] = run["4 devices"]["median_s"] / run["1 device"]["median_s"]
+        run["temp_four_over_one"] = run["4 devices"]["per_device_temp_bytes"] / run["1 device"]["per_device_temp_bytes"]
+        result[name] = run
+        print(f"devices {name}: {run}", file=sys.stderr)
     return result
 
 
@@ -309,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-grids", default="cell,paper", help="split grids streamed at every size")
     parser.add_argument("--devices-n", type=int, default=1_000_000)
     parser.add_argument("--data-dir", default=tempfile.gettempdir())
-    parser.add_argument("--reference", default=None, help="a checkout to compare in_memory with (PYTHONPATH)")
+    parser.add_argument("--reference", default=None, help="a checkout to compare in_memory and devices with")
     parser.add_argument("--out", default="benchmarks/results/scale.json")
     args = parser.parse_args(argv)
     sections = [name.strip() for name in args.sections.split(",") if name.strip()]
@@ -337,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
             report[name] = sorted(kept + fresh, key=_stream_row_key)
         elif name == "devices":
-            report[name] = devices(args.devices_n, args.repeats)
+            report[name] = devices(args.devices_n, args.repeats, args.reference)
         else:
             parser.error(f"unknown section {name!r}")
         write_json(args.out, report)

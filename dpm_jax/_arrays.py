@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["looped_under_vmap", "bin_dtype", "materialized", "to_unit_range", "unit_coordinates", "reciprocal"]
+__all__ = [
+    "RowBlocks",
+    "strided_row_blocks",
+    "row_blocks",
+    "fold_row_blocks",
+    "map_row_blocks",
+    "looped_under_vmap",
+    "bin_dtype",
+    "materialized",
+    "to_unit_range",
+    "unit_coordinates",
+    "reciprocal",
+]
 
 
 def looped_under_vmap(function: Callable, *static_args) -> Callable:
@@ -53,9 +67,25 @@ def materialized(x: jax.Array) -> jax.Array:
     ``jax.lax.optimization_barrier`` does not: XLA's CPU backend removes it before
     fusion.
     """
+    return _materialized(x)
+
+
+@jax.custom_batching.custom_vmap
+def _materialized(x: jax.Array) -> jax.Array:
     flat = x.reshape(-1)
     out = jnp.zeros_like(flat).at[jnp.arange(flat.size)].set(flat, unique_indices=True, indices_are_sorted=True)
     return out.reshape(x.shape)
+
+
+@_materialized.def_vmap
+def _materialized_batched(axis_size, in_batched, x):
+    # The whole batch in one buffer, copied in its own layout. Batched by jax.vmap's rule, the
+    # scatter took the batch as its minor axis: XLA computed x transposed (every read strided),
+    # several times slower for the long fused chains that are materialized.
+    (batched,) = in_batched
+    if not batched:
+        return _materialized(x), False
+    return _materialized(x), True
 
 
 def to_unit_range(points: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
@@ -88,3 +118,131 @@ def reciprocal(x: jax.Array) -> jax.Array:
     float32 on the device, as the engine's traced values are.
     """
     return materialized(1.0 / jnp.asarray(x, jnp.float32))
+
+
+class RowBlocks(NamedTuple):
+    """How a loop visits the n rows of per-row arrays in blocks (:func:`row_blocks`)."""
+
+    num_blocks: int
+    size: int  # rows per block
+    groups: int  # strided: the rows as (groups, num_blocks, size / groups); 0: contiguous blocks
+
+
+_MAX_GROUPS = 64  # row groups of a strided layout: rows sharded over up to 64 devices stay put
+_DEVICE_ROWS = 4  # strided blocks hold this many times max_rows rows (the devices share them)
+_MIN_RUN = 256  # rows a block reads in one contiguous run (fewer: more cache lines than rows)
+
+
+_STRIDED = contextvars.ContextVar("dpm_jax_strided_row_blocks", default=False)
+
+
+@contextlib.contextmanager
+def strided_row_blocks(strided: bool = True):
+    """Within it, programs traced lay their row blocks out strided (:func:`row_blocks`).
+
+    For rows sharded over devices; the caller makes the choice part of its jit's cache key
+    (a static argument), so a program traced one way is never reused for the other. The
+    release is the same either way (the blocks only change which rows a loop step reads).
+    """
+    token = _STRIDED.set(bool(strided))
+    try:
+        yield
+    finally:
+        _STRIDED.reset(token)
+
+
+def row_blocks(n: int, max_rows: int) -> RowBlocks:
+    """Blocks of at most ``max_rows`` rows that cover ``n`` rows, for a loop over row blocks.
+
+    By default contiguous blocks of equal size, ceil(n / max_rows) of them, the last ending
+    at row n and overlapping the one before it (fewer than num_blocks rows).
+
+    Within :func:`strided_row_blocks`, strided when n factors as groups x num_blocks x run:
+    the rows are viewed as (groups, num_blocks, run) and block i is the groups' runs i,
+    ``groups`` runs of ``run`` consecutive rows, so a loop indexes an axis that is never
+    split over devices. Rows sharded over devices (:mod:`dpm_jax.sharding`) stay on their
+    devices when their number divides ``groups`` (a power of two up to 64): each device
+    reads its own rows of every block, where a dynamic slice along the rows makes XLA's
+    partitioner gather the whole array onto every device. The most groups (runs of at least
+    _MIN_RUN rows) and between ceil(n / (4 max_rows)) and twice that many blocks (max_rows
+    rows per device on four devices); contiguous
+    blocks when n does not factor so. On one device strided blocks are slower (the reads of a
+    block are scattered over the array and its addresses take divisions), hence not the default.
+    """
+    strided = _STRIDED.get()
+    # Strided blocks are split over the devices: blocks _DEVICE_ROWS times larger hold about
+    # max_rows rows per device, and the partial reductions of a block are summed over the
+    # devices once per block.
+    least = max(1, -(-n // (max_rows * (_DEVICE_ROWS if strided else 1))))
+    groups = _MAX_GROUPS if strided else 0
+    while groups >= 1:
+        if n % groups == 0:
+            per_group = n // groups
+            for count in range(least, 2 * least + 1):
+                if per_group % count == 0 and (per_group // count >= _MIN_RUN or count == 1):
+                    return RowBlocks(count, n // count, groups)
+        groups //= 2
+    return RowBlocks(least, -(-n // least), 0)
+
+
+def _block_views(blocks: RowBlocks, per_row):
+    if blocks.groups:  # (groups, num_blocks, run, ...): a reshape, no data moves
+        run = blocks.size // blocks.groups
+        return [a.reshape((blocks.groups, blocks.num_blocks, run) + a.shape[1:]) for a in per_row]
+    return list(per_row)
+
+
+def _block(blocks: RowBlocks, n: int, view: jax.Array, index) -> jax.Array:
+    if blocks.groups:
+        part = jax.lax.dynamic_index_in_dim(view, index, axis=1, keepdims=False)
+        return part.reshape((blocks.size,) + view.shape[3:])
+    return jax.lax.dynamic_slice_in_dim(view, jnp.minimum(index * blocks.size, n - blocks.size), blocks.size)
+
+
+def _fresh(blocks: RowBlocks, n: int, index) -> jax.Array:
+    """(size,) bool: the block's rows that no earlier block held (all of them when strided)."""
+    if blocks.groups:
+        return jnp.ones(blocks.size, bool)
+    start = jnp.minimum(index * blocks.size, n - blocks.size)
+    return start + jnp.arange(blocks.size) >= index * blocks.size
+
+
+def fold_row_blocks(step: Callable, initial, max_rows: int, *per_row: jax.Array):
+    """``step(carry, fresh, *blocks)`` over the row blocks of the per-row arrays (:func:`row_blocks`).
+
+    ``fresh`` (size,) marks the block's rows that no earlier block held: a reduction that
+    counts only those counts every row once, whatever the blocks. Per-row results depend on
+    their row alone, so they are the same whatever the blocks.
+    """
+    n = per_row[0].shape[0]
+    blocks = row_blocks(n, max_rows)
+    views = _block_views(blocks, per_row)
+
+    def one_block(index, carry):
+        return step(carry, _fresh(blocks, n, index), *(_block(blocks, n, v, index) for v in views))
+
+    return jax.lax.fori_loop(0, blocks.num_blocks, one_block, initial)
+
+
+def map_row_blocks(function: Callable, out_shape: tuple, dtype, max_rows: int, *per_row: jax.Array) -> jax.Array:
+    """(n, *out_shape) ``function(*blocks)`` (each (size, *out_shape), per row) over the row blocks."""
+    n = per_row[0].shape[0]
+    out_shape = tuple(out_shape)
+    blocks = row_blocks(n, max_rows)
+    views = _block_views(blocks, per_row)
+
+    if blocks.groups:
+        run = blocks.size // blocks.groups
+
+        def write(index, out):
+            value = function(*(_block(blocks, n, v, index) for v in views))
+            return jax.lax.dynamic_update_index_in_dim(out, value.reshape((blocks.groups, run) + out_shape), index, 1)
+
+        out = jnp.zeros((blocks.groups, blocks.num_blocks, run) + out_shape, dtype)
+        return jax.lax.fori_loop(0, blocks.num_blocks, write, out).reshape((n,) + out_shape)
+
+    def write_slice(index, out):  # an overlap rewrites the same per-row values
+        value = function(*(_block(blocks, n, v, index) for v in views))
+        return jax.lax.dynamic_update_slice_in_dim(out, value, jnp.minimum(index * blocks.size, n - blocks.size), 0)
+
+    return jax.lax.fori_loop(0, blocks.num_blocks, write_slice, jnp.zeros((n,) + out_shape, dtype))

@@ -32,8 +32,8 @@ import numpy as np
 
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact
-from dpm_jax._arrays import to_unit_range
-from dpm_jax.sharding import automatic_axes
+from dpm_jax._arrays import strided_row_blocks, to_unit_range
+from dpm_jax.sharding import automatic_axes, rows_over_devices
 from dpm_jax.averaging import leaf_centers
 from dpm_jax.budget import Budget, validate_budget_and_config
 from dpm_jax.config import DPMConfig
@@ -466,6 +466,7 @@ def cluster(
         gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
         run_plan=run_plan,
         config=config,
+        rows_sharded=rows_over_devices(points),
     )
     result = ClusterResult(**arrays, releases=run_plan.releases, bounds=(lower, upper))
     warn_if_starved(result, budget, config, d)
@@ -520,7 +521,7 @@ def split_bits(key: jax.Array, run_plan: RunPlan, config: DPMConfig) -> jax.Arra
     return jax.random.bits(derive_key(key, run_plan.split_stream), shape, dtype=jnp.uint32)
 
 
-@functools.partial(jax.jit, static_argnames=("run_plan", "config"))
+@functools.partial(jax.jit, static_argnames=("run_plan", "config", "rows_sharded"))
 def _cluster_arrays(
     key,
     points,
@@ -532,7 +533,15 @@ def _cluster_arrays(
     *,
     run_plan: RunPlan,
     config: DPMConfig,
+    rows_sharded: bool = False,
 ):
+    # Rows sharded over devices: the loops over row blocks read strided blocks, which stay on
+    # the rows' devices (dpm_jax._arrays.row_blocks); the same release either way.
+    with strided_row_blocks(rows_sharded):
+        return _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresholds, run_plan, config)
+
+
+def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresholds, run_plan, config):
     # When X is closed over by a caller's jit/vmap it becomes a compile-time constant,
     # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.

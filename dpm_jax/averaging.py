@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact, keys
-from dpm_jax._arrays import looped_under_vmap, to_unit_range
+from dpm_jax._arrays import fold_row_blocks, looped_under_vmap, to_unit_range
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.releases import key_path
 from dpm_jax.mechanisms import (
@@ -220,24 +220,17 @@ def blockwise_leaf_sums(
     """:func:`leaf_sums` of the release's codes of ``points`` (data units), _BLOCK_ROWS rows at a time.
 
     The codes of only one block exist at once (those of all n points would be a
-    copy of the data); exact sums of the blocks' exact sums equal the sum at once.
+    copy of the data); exact sums of the blocks' exact sums equal the sum at once, whatever
+    the blocks (:func:`dpm_jax._arrays.fold_row_blocks`: strided, so rows sharded over devices
+    stay on their devices).
     """
-    n = points.shape[0]
 
-    def block_sums(start, size):
-        rows = lambda a: jax.lax.dynamic_slice_in_dim(a, start, size)
-        codes = release.codes(to_unit_range(rows(points), lower, upper))
-        return leaf_sums(codes, rows(point_mask), rows(point_slot), num_slots)
+    def add_block(total, fresh, points, mask, slot):
+        codes = release.codes(to_unit_range(points, lower, upper))
+        return exact.add(total, leaf_sums(codes, mask & fresh, slot, num_slots))
 
-    full_blocks, remainder = divmod(n, _BLOCK_ROWS)
     total = exact.from_int32(jnp.zeros((num_slots, points.shape[1]), jnp.int32))
-    if full_blocks:
-        total = jax.lax.fori_loop(
-            0, full_blocks, lambda i, t: exact.add(t, block_sums(i * _BLOCK_ROWS, _BLOCK_ROWS)), total
-        )
-    if remainder:
-        total = exact.add(total, block_sums(full_blocks * _BLOCK_ROWS, remainder))
-    return total
+    return fold_row_blocks(add_block, total, _BLOCK_ROWS, points, point_mask, point_slot)
 
 
 def centers_from_sums(

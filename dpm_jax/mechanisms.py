@@ -447,7 +447,10 @@ def em_weights(table, scores: Int, valid: jax.Array, exponent_scale: jax.Array, 
     if best is None:
         best = exact.maximum(masked, axis=-1)
     gap = exact.narrow(exact.subtract(best, masked), 2)  # >= 0 on valid candidates
-    j = _exponents(gap, exponent_scale)
+    # Materialized: each table lookup below is a gather, and XLA fused the whole chain from the
+    # scores into each of them (twice the work; under jax.vmap each copy also read the scores
+    # transposed), and once more into the reduction of the digits.
+    j = materialized(_exponents(gap, exponent_scale))
     coarse_table, fine_table = table
     k = jnp.bitwise_and(j, 2**EM_FRACTION_BITS - 1)
     a = coarse_table[jnp.right_shift(k, _COARSE_BITS)]  # <= 2**30

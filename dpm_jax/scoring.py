@@ -114,9 +114,14 @@ def boundary_statistics(half_bin_counts: jax.Array, window: int = 1) -> tuple[ja
     """
     inclusive = exact.exact_cumsum(half_bin_counts)  # S[j] = half-bins 0 .. j
     size = half_bin_counts.shape[-1]
-    upper = inclusive[..., jnp.minimum(jnp.arange(size) + window, size - 1)]  # S[i + window - 1]
-    below = jnp.arange(size) - window  # S[i - window - 1], 0 where the window starts at the cell's end
-    lower = jnp.where(below >= 0, inclusive[..., jnp.maximum(below, 0)], 0)
+    window = min(window, size)
+    # Shifted copies (slices, not gathers: under jax.vmap a gather along the last axis put the
+    # candidates first and every consumer read them transposed).
+    edge = lambda a: jnp.broadcast_to(a, inclusive.shape[:-1] + (window,))
+    # S[min(i + window, size - 1)]: S[i + window - 1] at index i - 1, the total past the end.
+    upper = jnp.concatenate([inclusive[..., window:], edge(inclusive[..., -1:])], axis=-1)
+    # S[i - window - 1] at index i - 1, 0 where the window starts at the cell's lower end.
+    lower = jnp.concatenate([edge(jnp.zeros((), inclusive.dtype)), inclusive[..., : size - window]], axis=-1)
     return upper - lower, inclusive
 
 

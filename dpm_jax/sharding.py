@@ -20,6 +20,15 @@ split over devices; the partitioner gathers the sort's operand (the (d', n) int3
 quantised coordinates, d' <= 16 dimensions) onto the devices, sorts whole
 dimensions and reduces the gap counts from there. The sorted values, and so the
 gap counts, are those of one device.
+
+The loops over blocks of rows (binning a level's points in their cells, the leaf sums)
+would slice the rows at a dynamic offset, which the partitioner can only serve by
+gathering the whole array onto every device. When :func:`dpm_jax.cluster` gets rows split
+over devices (:func:`rows_over_devices`) its program reads *strided* blocks instead
+(:func:`dpm_jax._arrays.row_blocks`: the rows viewed as (groups, blocks, run), a block
+indexed along the axis that is never split), so every device reads only its own rows;
+one device keeps contiguous blocks (faster there). Which rows a block holds changes no
+count or sum, so the release is the same.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-__all__ = ["automatic_axes", "GlobalRows", "rows_of_all_processes"]
+__all__ = ["automatic_axes", "rows_over_devices", "GlobalRows", "rows_of_all_processes"]
 
 ROWS_AXIS = "rows"
 
@@ -47,6 +56,22 @@ def automatic_axes(x: jax.Array) -> jax.Array:
         return x
     mesh = sharding.mesh.update(axis_types=(AxisType.Auto,) * len(sharding.mesh.axis_names))
     return jax.device_put(x, NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind))
+
+
+def rows_over_devices(x: Any) -> bool:
+    """Whether ``x`` is a concrete array whose rows are split over several devices.
+
+    The engine then loops over strided row blocks, each device reading its own rows
+    (:func:`dpm_jax._arrays.row_blocks`); under a caller's ``jax.jit`` the placement is not
+    known at trace time (False: contiguous blocks, correct but the partitioner may gather).
+    """
+    sharding = getattr(x, "sharding", None) if isinstance(x, jax.Array) else None
+    if sharding is None or len(sharding.device_set) < 2 or x.ndim == 0:
+        return False
+    try:
+        return sharding.shard_shape(x.shape)[0] < x.shape[0]
+    except Exception:  # a sharding that cannot say: assume split
+        return True
 
 
 class GlobalRows(NamedTuple):

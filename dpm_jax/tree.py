@@ -54,7 +54,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact
-from dpm_jax._arrays import bin_dtype, materialized, reciprocal, to_unit_range, unit_coordinates
+from dpm_jax._arrays import (
+    bin_dtype,
+    fold_row_blocks,
+    map_row_blocks,
+    materialized,
+    reciprocal,
+    to_unit_range,
+    unit_coordinates,
+)
 from dpm_jax.histogram import (
     CellGrid,
     cell_grid,
@@ -78,7 +86,12 @@ from dpm_jax.scoring import (
 
 _SIBLING_MIN_DIMS = 32
 _SELECT_CHUNK = 8  # nodes scored per loop step (a power of two)
-_BIN_BLOCK_ROWS = 2**16  # rows binned per loop step (:func:`_by_row_blocks`)
+# Rows binned per loop step (dpm_jax._arrays.fold_row_blocks). Why blocks: binning a coordinate
+# gathers its node's cell (lower end, scale, half-bins used) per point, and XLA's CPU backend
+# materialises each gather as an (n, d) buffer, as it would the (n, d) unit coordinates read by
+# every level of the scan: 4 bytes per coordinate each, several times the data. In blocks they
+# stay block-sized. The bins of a row depend on that row alone, so they are the same whatever the blocks.
+_BIN_BLOCK_ROWS = 2**16
 
 __all__ = [
     "SplitTree",
@@ -396,7 +409,9 @@ def route_on_split_dimensions(
     """Lines 26-27 (:func:`route_points`) on the half-bins of each point's split dimension alone
     (:func:`split_dimension_half_bins`): a tenth of a level's binning at d = 10."""
     bins = split_dimension_half_bins(inputs, grid, point_node, split_dim)
-    return route_points(bins, point_node, jnp.zeros_like(split_dim), first_right)
+    # route_points with dimension 0, as a column: no gather over the rows (which made XLA's
+    # partitioner gather every row's bins onto every device, and one device store an (n,) copy).
+    return bins[:, 0].astype(jnp.int32) >= first_right[point_node]
 
 
 def split_dimension_half_bins(
@@ -406,28 +421,6 @@ def split_dimension_half_bins(
     counted it in, binned alone (the same arithmetic per coordinate, so the same bin); all that
     routing reads (:func:`route_points` with dimension 0)."""
     return inputs.split_grid.split_dimension_half_bins(inputs, grid, point_node, split_dim)
-
-
-def _over_row_blocks(step, initial, *per_row: jax.Array):
-    """``step(carry, start, fresh, *blocks)`` over blocks of _BIN_BLOCK_ROWS rows of the per-row arrays.
-
-    Why: binning a coordinate gathers its node's cell (lower end, scale, half-bins used) per
-    point, and XLA's CPU backend materialises each gather as an (n, d) buffer, as it would
-    the (n, d) unit coordinates read by every level of the scan: 4 bytes per coordinate
-    each, several times the data. In blocks they stay block-sized. The bins of a row depend
-    on that row alone, so they are the same whatever the blocks. The last block ends at row
-    n and may overlap the one before it: ``fresh`` (block,) marks its rows no earlier block held.
-    """
-    n = per_row[0].shape[0]
-    num_blocks = -(-n // _BIN_BLOCK_ROWS)
-    block = -(-n // num_blocks)  # equal blocks of at most _BIN_BLOCK_ROWS: the overlap is below num_blocks rows
-
-    def one_block(index, carry):
-        start = jnp.minimum(index * block, n - block)
-        fresh = start + jnp.arange(block) >= index * block
-        return step(carry, start, fresh, *(jax.lax.dynamic_slice_in_dim(a, start, block) for a in per_row))
-
-    return jax.lax.fori_loop(0, num_blocks, one_block, initial)
 
 
 class DrawnSplit(NamedTuple):
@@ -723,31 +716,30 @@ class CellSplitGrid(NamedTuple):
 
     def level_counts(self, inputs, grid, point_node, point_active):
         """Every point's half-bin in its node's cell, binned and counted block by block
-        (:func:`_over_row_blocks`): the (n, d) bins are never stored; exact, whatever the blocks."""
+        (:func:`dpm_jax._arrays.fold_row_blocks`): the (n, d) bins are never stored; exact, whatever the blocks."""
         width, max_splits = inputs.width, inputs.max_splits
 
-        def add_block(counts, start, fresh, points, node, active):
+        def add_block(counts, fresh, points, node, active):
             bins = cell_half_bin_indices(to_unit_range(points, inputs.lower, inputs.upper), node, grid, max_splits)
             return counts + level_histogram(bins, node, active & fresh, width, max_splits)
 
         initial = jnp.zeros((width, inputs.points.shape[1], 2 * max_splits), jnp.int32)
-        return _over_row_blocks(add_block, initial, inputs.points, point_node, point_active)
+        return fold_row_blocks(add_block, initial, _BIN_BLOCK_ROWS, inputs.points, point_node, point_active)
 
     def split_dimension_half_bins(self, inputs, grid, point_node, split_dim):
         pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
         split_grid = CellGrid(pick(grid.lower), pick(grid.half_width), pick(grid.used))
         scale = reciprocal(inputs.upper - inputs.lower)  # to_unit_range's, once
 
-        def bin_block(out, start, fresh, points, node):
+        def bin_block(points, node):
             point_dim = split_dim[node]
             per_point = lambda a: a[point_dim][:, None]  # (block, 1): the point's split dimension's
-            coordinate = points[jnp.arange(node.shape[0]), point_dim][:, None]
+            coordinate = jnp.take_along_axis(points, point_dim[:, None], axis=1)  # stays on the rows' devices
             column = unit_coordinates(coordinate, per_point(inputs.lower), per_point(inputs.upper), per_point(scale))
-            bins = cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
-            return jax.lax.dynamic_update_slice_in_dim(out, bins, start, axis=0)  # an overlap rewrites the same bins
+            return cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
 
-        initial = jnp.zeros((point_node.shape[0], 1), bin_dtype(2 * inputs.max_splits))
-        return _over_row_blocks(bin_block, initial, inputs.points, point_node)
+        dtype = bin_dtype(2 * inputs.max_splits)
+        return map_row_blocks(bin_block, (1,), dtype, _BIN_BLOCK_ROWS, inputs.points, point_node)
 
     def drawn_split(self, inputs, grid, cell_lower, cell_upper, split_dim, split_index):
         first_right = split_index + 1  # candidate j sits at boundary j + 1

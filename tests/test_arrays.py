@@ -4,7 +4,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax._arrays import bin_dtype, looped_under_vmap, reciprocal
+import pytest
+
+import dpm_jax._arrays
+
+from dpm_jax._arrays import (
+    bin_dtype,
+    fold_row_blocks,
+    looped_under_vmap,
+    map_row_blocks,
+    materialized,
+    reciprocal,
+    row_blocks,
+    strided_row_blocks,
+)
 
 
 def test_bin_dtype_is_the_smallest_that_holds_every_bin():
@@ -38,3 +51,44 @@ def test_reciprocal_of_a_python_number_is_the_float32_one():
         expected = np.float32(1.0) / np.float32(value)
         assert np.asarray(reciprocal(value)).tobytes() == np.asarray(expected, np.float32).tobytes()
     np.testing.assert_array_equal(reciprocal(jnp.asarray([2.0, 4.0])), [0.5, 0.25])
+
+
+@pytest.mark.parametrize("n", [1, 7, 600, 1000, 4099, 2**16])
+@pytest.mark.parametrize("strided", [False, True])
+def test_row_blocks_visit_every_row_once(n, strided, monkeypatch):
+    # Small blocks (max_rows 64, runs of 4 rows), so that several blocks, strided or overlapping, are visited.
+    monkeypatch.setattr(dpm_jax._arrays, "_MIN_RUN", 4)
+    rng = np.random.default_rng(n)
+    values = jnp.asarray(rng.integers(0, 1000, (n, 3)), jnp.int32)
+    labels = jnp.asarray(rng.integers(0, 5, n), jnp.int32)
+
+    def add(total, fresh, rows, label):
+        return total.at[jnp.where(fresh, label, 5)].add(rows, mode="drop")
+
+    with strided_row_blocks(strided):
+        blocks = row_blocks(n, 64)
+        total = jax.jit(lambda v, b: fold_row_blocks(add, jnp.zeros((5, 3), jnp.int32), 64, v, b))(values, labels)
+        mapped = jax.jit(lambda v, b: map_row_blocks(lambda x, y: x * 2 + y[:, None], (3,), jnp.int32, 64, v, b))(
+            values, labels
+        )
+    assert blocks.size * blocks.num_blocks >= n and (blocks.groups == 0 or blocks.size * blocks.num_blocks == n)
+    assert blocks.groups == (0 if not strided else {1: 1, 7: 1, 600: 8, 1000: 8, 4099: 0, 2**16: 64}[n])
+    expected = np.zeros((5, 3), np.int64)
+    np.add.at(expected, np.asarray(labels), np.asarray(values))
+    np.testing.assert_array_equal(np.asarray(total), expected)
+    np.testing.assert_array_equal(np.asarray(mapped), 2 * np.asarray(values) + np.asarray(labels)[:, None])
+
+
+def test_strided_row_blocks_are_the_default_off_and_restored():
+    assert row_blocks(10**6, 2**16).groups == 0
+    with strided_row_blocks():
+        assert row_blocks(10**6, 2**16).groups == 64  # up to 64 devices keep their rows
+    assert row_blocks(10**6, 2**16).groups == 0
+
+
+def test_materialized_under_vmap_is_the_values():
+    x = jnp.arange(24.0).reshape(2, 3, 4)
+    once = jax.jit(jax.vmap(jax.vmap(lambda a: materialized(a * 2)), in_axes=(1,)))(x)
+    np.testing.assert_array_equal(np.asarray(once), np.moveaxis(np.asarray(x) * 2, 1, 0))
+    closed = jax.jit(lambda a: jax.vmap(lambda b: materialized(b) + a.sum())(a))(x)
+    np.testing.assert_array_equal(np.asarray(closed), np.asarray(x) + float(np.asarray(x).sum()))

@@ -65,6 +65,48 @@ def test_sharded_rows_give_the_release_of_one_device():
     assert "IDENTICAL" in done.stdout
 
 
+BLOCKS_SCRIPT = textwrap.dedent("""
+    import os, re
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import jax, numpy as np, dpm_jax
+    import dpm_jax._arrays, dpm_jax.averaging, dpm_jax.tree
+    from dpm_jax import api
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from dpm_jax.eval.datasets import synthetic_blobs
+
+    # Blocks of 64 rows (runs of 4): one device loops over 10 contiguous, overlapping blocks,
+    # four devices over 3 strided blocks of 8 runs (dpm_jax._arrays.row_blocks).
+    dpm_jax.tree._BIN_BLOCK_ROWS = dpm_jax.averaging._BLOCK_ROWS = 64
+    dpm_jax._arrays._MIN_RUN = 4
+    data = synthetic_blobs(n=600, d=4, num_blobs=6, std=1.0, seed=3)
+    config = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10)
+    calls = []
+    engine = api._cluster_arrays
+    api._cluster_arrays = lambda *a, **k: calls.append((a, k)) or engine(*a, **k)
+
+    def released(X):
+        r = dpm_jax.cluster(jax.random.key(7), X, dpm_jax.Budget(1.0, 1e-6), bounds=data.bounds, config=config)
+        return [np.asarray(a).tobytes() for a in jax.tree_util.tree_leaves(r)]
+
+    reference = released(np.asarray(data.points, np.float32))
+    X = jax.device_put(np.asarray(data.points, np.float32), NamedSharding(jax.make_mesh((4,), ("rows",)), P("rows")))
+    assert released(X) == reference
+    assert [k["rows_sharded"] for _, k in calls] == [False, True]
+    text = engine.lower(*calls[1][0], **calls[1][1]).compile().as_text()
+    assert not re.search(r"\\ball-gather\\(", text), "the sharded rows were gathered onto every device"
+    print("IDENTICAL")
+""")
+
+
+@pytest.mark.slow
+def test_strided_row_blocks_keep_sharded_rows_in_place_and_the_release():
+    # Long because: two compiles (one device, rows over 4 devices) in a fresh process.
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-c", BLOCKS_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "IDENTICAL" in done.stdout
+
+
 def test_automatic_axes_keeps_placement_and_values():
     x = jax.numpy.arange(8.0).reshape(4, 2)
     assert automatic_axes(x) is x  # not sharded over a mesh: unchanged
