@@ -11,9 +11,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
-    "RowBlocks",
     "strided_row_blocks",
-    "row_blocks",
     "fold_row_blocks",
     "map_row_blocks",
     "looped_under_vmap",
