@@ -59,8 +59,13 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.slow
 def test_sharded_rows_give_the_release_of_one_device():
     # Long because: three compiles (one device, rows over 4 devices, a 2 x 2 mesh) in a fresh process.
+    _prints_identical(SCRIPT)
+
+
+def _prints_identical(script: str) -> None:
+    """Run ``script`` in a fresh process (it sets its own XLA_FLAGS); it must print IDENTICAL."""
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "IDENTICAL" in done.stdout
 
@@ -101,10 +106,7 @@ BLOCKS_SCRIPT = textwrap.dedent("""
 @pytest.mark.slow
 def test_strided_row_blocks_keep_sharded_rows_in_place_and_the_release():
     # Long because: two compiles (one device, rows over 4 devices) in a fresh process.
-    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
-    done = subprocess.run([sys.executable, "-c", BLOCKS_SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "IDENTICAL" in done.stdout
+    _prints_identical(BLOCKS_SCRIPT)
 
 
 def test_automatic_axes_keeps_placement_and_values():
