@@ -94,11 +94,11 @@ def test_shares_and_per_level_weights(config):
         assert offset == count_offset(e, d) and offset > 0
 
 
-def test_level_weights_sum_to_one():
+def test_level_weights_double_every_two_levels():
     for levels in (1, 2, 8, 17):
         weights = level_weights(levels)
-        assert math.isclose(sum(weights), 1.0)
-        assert len(weights) == levels
+        assert len(weights) == levels and weights[0] == 1.0
+        assert all(math.isclose(w**2, 2.0**i) for i, w in enumerate(weights))
 
 
 def test_heap_count_epsilons_follow_the_levels():
