@@ -89,7 +89,7 @@ class ClusterResult:
       counts: (2**P,) noisy cluster sizes (the DP weights); 0 where not valid.
       valid: (2**P,) bool, marks the real clusters.
       k: number of clusters found (int32 scalar).
-      depth: the tree's depth tau_r (int32 scalar; chosen from a noisy count under
+      depth: the run's depth (int32 scalar; chosen from a noisy count under
         ``tau_r="auto"``, :mod:`dpm_jax.depth`).
       tree: the split tree (:class:`dpm_jax.tree.SplitTree`).
       split_interval_size: (d,) beta in data units (Algorithm 2; the cell grid: two of the root
@@ -531,7 +531,7 @@ def _cluster_arrays(
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
 
-    depth, noise, root_noisy_count = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
+    depth, noise, root_exact = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
     schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     # Line 8: Algorithm 2's release (the cell grid has none: it reports its root's interval size).
     if run_plan.interval is None:
@@ -542,7 +542,7 @@ def _cluster_arrays(
             em_table,
             to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
             mask,
-            exact.to_float32(root_noisy_count),
+            exact.to_float32(root_exact),
             run_plan.interval,
             config,
         )
@@ -555,7 +555,7 @@ def _cluster_arrays(
         mask,
         lower,
         upper,
-        root_noisy_count,
+        root_exact,
         beta,
         schedule,
         config,
