@@ -51,7 +51,9 @@ def test_cluster_charges_and_is_refused_before_reading_the_data(small_blobs, key
     assert len(acc.charges) == 2
 
 
+@pytest.mark.slow
 def test_cluster_stream_and_fit_charge_too(small_blobs, key):
+    # Long because: compiles cluster_stream and the estimator's fit (40 s, 2 cores at load 7).
     sklearn = pytest.importorskip("sklearn")  # noqa: F841
     from dpm_jax.sklearn import DPMClustering
 

@@ -143,7 +143,9 @@ def test_audit_catches_halved_count_noise():
         assert count_audit().epsilon_lower_bound > CLAIMED.epsilon
 
 
+@pytest.mark.slow
 def test_audit_catches_count_budget_reused_across_levels():
+    # Long because: the auditor's many runs of a whole clustering (47 s, 2 cores at load 12).
     """Every count level spends the whole count budget instead of its share."""
     original = budget_lib.allocate
 
@@ -198,14 +200,18 @@ def split_step_audit(grid: str) -> audit_lib.AuditResult:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grid", SPLIT_STEP_GRIDS)
 def test_split_step_audit_stays_below_the_claim(grid):
+    # Long because: the auditor's many runs of the split step, per grid (20 s, 2 cores at load 12).
     result = split_step_audit(grid)
     assert 0.7 < result.epsilon_lower_bound <= CLAIMED.epsilon
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grid", SPLIT_STEP_GRIDS)
 def test_audit_catches_halved_split_sensitivity(grid):
+    # Long because: the auditor's many runs of the split step, per grid (21-22 s, 2 cores at load 12).
     """Delta_f halved, i.e. the exponent per score unit doubled (which is also what
     dropping the factor 2 of Definition 4, the paper's erratum, does)."""
     original = mechanisms.em_exponent_scale
@@ -214,8 +220,10 @@ def test_audit_catches_halved_split_sensitivity(grid):
         assert split_step_audit(grid).epsilon_lower_bound > CLAIMED.epsilon
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factor", [1.0, 2.0])
 def test_worst_case_scores_audit_of_the_exponential_mechanism(factor):
+    # Long because: the auditor's many runs, per epsilon (11-13 s, 2 cores at load 12).
     """Integer scores that move by exactly +-Delta between neighbours, the worst case the
     mechanism's claim covers: the exact sampler stays below eps, the one without the
     factor 2 (exponent doubled) exceeds it."""

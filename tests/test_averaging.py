@@ -171,7 +171,9 @@ def test_leaf_sums_release_pays_for_its_delta(epsilon, delta):
         assert plan.noise_std_unit_range == pytest.approx(plan.sigma * 2.0**plan.coarse_shift / 2**20)
 
 
+@pytest.mark.slow
 def test_centres_equal_leaf_means_when_the_noise_is_tiny():
+    # Long because: compiles a whole clustering (10 s, 2 cores at load 12).
     """epsilon 20: the sum's std is ~0.15 range, i.e. ~6e-5 of the range per centre of 2500 points."""
     rng = np.random.default_rng(3)
     lower, upper = np.float32([0.0, -3.0]), np.float32([255.0, 50.0])
@@ -250,7 +252,9 @@ def test_noise_scale_over_many_keys():
     assert np.all(np.abs(centres) < 1.0)
 
 
+@pytest.mark.slow
 def test_centres_never_leave_the_bounds_in_float32():
+    # Long because: compiles the centres at extreme bounds (5 s, 2 cores at load 12).
     """lower + 1 * (upper - lower) rounds one float32 step past ``upper`` for these bounds
     (found by benchmarks/fuzz_campaign.py); the released centre must still be inside."""
     lower, upper = jnp.asarray([-1.09320804], jnp.float32), jnp.asarray([0.09320804], jnp.float32)

@@ -27,7 +27,9 @@ def _nearest_distances(found, true):
 
 
 # ---------------------------------------------------------------------- k-means
+@pytest.mark.slow
 def test_kmeans_recovers_separated_blobs(blobs):
+    # Long because: compiles k-means with restarts (5 s, 2 cores at load 12).
     result = baselines.kmeans(jax.random.key(0), blobs.points, 8, num_runs=4)
     assert np.all(_nearest_distances(result.centers, blobs.centers) < 0.3)
     assert float(metrics.clustering_accuracy(result.labels, jnp.asarray(blobs.labels), 8, 8)) == 1.0
@@ -35,7 +37,9 @@ def test_kmeans_recovers_separated_blobs(blobs):
     assert float(result.inertia) == pytest.approx(1600 * 5, rel=0.1)
 
 
+@pytest.mark.slow
 def test_kmeans_keeps_the_run_with_lowest_inertia(blobs):
+    # Long because: compiles k-means runs under vmap (4 s, 2 cores at load 12).
     runs = baselines.kmeans_runs(jax.random.key(1), blobs.points, 8, 4)
     assert runs.centers.shape == (4, 8, 5) and runs.labels.shape == (4, 1600)
     best = baselines.kmeans(jax.random.key(1), blobs.points, 8, num_runs=4)
@@ -50,7 +54,9 @@ def test_kmeans_plusplus_draws_distinct_data_points(blobs):
     assert len(set(blobs.labels[[int(r[0]) for r in rows]])) == 8
 
 
+@pytest.mark.slow
 def test_lloyd_matches_sklearn_from_the_same_seeds():
+    # Long because: Lloyd here and in scikit-learn (7 s, 2 cores at load 12).
     from sklearn.cluster import KMeans
 
     data = synthetic_blobs(600, 3, num_blobs=6, std=15.0, box=BOX, seed=8)  # overlapping: many iterations
@@ -95,7 +101,9 @@ def test_dp_lloyd_rejects_missing_bounds_and_size(blobs):
 
 
 # ------------------------------------------------------------- DP-Lloyd output
+@pytest.mark.slow
 def test_dp_lloyd_clips_points_to_the_bounds(blobs):
+    # Long because: compiles DP-Lloyd again for its data (5 s, 2 cores at load 12).
     points = np.array(blobs.points)
     points[0] = 1e6  # far outside the box
     clipped = np.clip(points, *BOX)
@@ -141,7 +149,9 @@ def test_dp_lloyd_noise_grows_with_the_bounds(blobs):
     assert error(wide) > error(narrow)
 
 
+@pytest.mark.slow
 def test_dp_lloyd_runs_under_jit_and_vmap(blobs):
+    # Long because: compiles DP-Lloyd under jit and vmap (7 s, 2 cores at load 12).
     keys = jax.random.split(jax.random.key(9), 3)
     run = jax.jit(
         jax.vmap(
@@ -183,7 +193,9 @@ def test_separated_uniform_centers_spread_inside_the_box():
 
 
 # ------------------------------------------------------------------ references
+@pytest.mark.slow
 def test_kmeans_references_rank_by_silhouette_and_find_k():
+    # Long because: k-means for many k and the silhouettes (11 s, 2 cores at load 12).
     data = synthetic_blobs(600, 2, num_blobs=3, std=1.0, box=BOX, seed=12)
     refs = baselines.kmeans_references(
         jax.random.key(13), data.points, (2, 3), runs_per_k=2, num_references=3, silhouette_sample_size=300

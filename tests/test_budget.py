@@ -49,7 +49,9 @@ def test_ledger_adds_up_exactly_to_the_budget(config, budget):
         assert 0 <= entry.sampler_epsilon < entry.epsilon and 0 <= entry.sampler_delta <= entry.delta
 
 
+@pytest.mark.slow
 def test_float_rounding_never_makes_the_ledger_spend_more_than_the_budget():
+    # Long because: 300 allocations and their ledgers (18 s, 2 cores at load 10).
     """Over many budgets (where the parts' rounding goes up as often as down) the ledger's lines,
     summed exactly, never exceed the budget and fall short of it by at most a few ulps: the
     averaging takes what is left, rounded down (budget.allocate)."""

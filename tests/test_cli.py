@@ -141,7 +141,9 @@ def test_parquet(tmp_path):
         read_points(str(path))
 
 
+@pytest.mark.slow
 def test_stream_reads_parquet_row_groups_and_npy_and_gives_the_in_memory_release(tmp_path, capsys):
+    # Long because: compiles cluster_stream's passes and the in-memory run (23 s, 2 cores at load 10).
     pyarrow = pytest.importorskip("pyarrow")
     import pyarrow.parquet as parquet
 
@@ -313,7 +315,9 @@ def test_config_options_are_dpm_config_fields():
     assert config_from_args(build_parser().parse_args(["demo", "--split-window", "1"])).split_window == 1
 
 
+@pytest.mark.slow
 def test_cluster_with_an_automatic_depth_lists_the_depth_count_first(tmp_path, capsys):
+    # Long because: compiles the automatic-depth clustering (12 s, 2 cores at load 10).
     source = write_csv(tmp_path / "data.csv", DATA.points, header=["a", "b", "c"])
     out = tmp_path / "release.json"
     args = [a if a != str(TAU_R) else "auto" for a in ARGS]
@@ -363,7 +367,9 @@ def test_plan_prints_the_report_from_public_numbers(capsys):
     assert status == 1 and stdout == "" and len(stderr) == 1 and "n must be a positive" in stderr[0]
 
 
+@pytest.mark.slow
 def test_cluster_warns_in_one_line_when_the_budget_is_starved(tmp_path, capsys):
+    # Long because: a starved budget compiles the clustering again (9 s, 2 cores at load 10).
     source = write_csv(tmp_path / "data.csv", DATA.points)
     starved = ["--epsilon", "1", *ARGS[2:]]  # n~ * epsilon ~ 256: two clusters need ~870 here
     status, _, stderr = run(capsys, ["cluster", source, *starved, "--out", tmp_path / "release.json"])

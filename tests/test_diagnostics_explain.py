@@ -88,7 +88,9 @@ def test_works_on_the_release_alone(run):
     assert explain(release, CONFIG) == explain(result, CONFIG)
 
 
+@pytest.mark.slow
 def test_a_starved_budget_is_reported(run):
+    # Long because: a starved budget compiles the clustering again (23 s, 2 cores at load 7).
     data, _ = run
     starved = dpm_jax.cluster(
         jax.random.key(0), data.points[:500], dpm_jax.Budget(0.5, 1e-6), bounds=data.bounds, config=CONFIG
@@ -106,7 +108,9 @@ def test_wrong_config_and_batches_are_rejected(run):
         explain(batch, CONFIG)
 
 
+@pytest.mark.slow
 def test_an_automatic_depth_is_read_from_the_result(run):
+    # Long because: compiles an automatic-depth clustering of its own (30 s, 2 cores at load 7).
     """tau_r='auto': the depth comes from the tree, the run's budget is the ledger without the depth count."""
     data, _ = run
     auto = dpm_jax.cluster(
