@@ -40,8 +40,10 @@ BLOBS = synthetic_blobs(200, 3, num_blobs=3, box=(-8.0, 8.0), std=0.5, seed=3)
 CHECK_PARAMS = {**PARAMS, "bounds": (-3.0, 3.0)}
 
 
+@pytest.mark.slow
 @parametrize_with_checks([DPMClustering(**CHECK_PARAMS)])
 def test_sklearn_conventions(estimator, check):
+    # Long because: scikit-learn's checks fit many data shapes, each compiled (up to 13 s, 2 cores at load 9, each).
     """All of scikit-learn's estimator checks apply to a clusterer and pass; none is
     marked as an expected failure. (check_array_api_input skips itself unless
     SCIPY_ARRAY_API is set; DPMClustering takes NumPy-convertible input only.)"""
@@ -161,7 +163,9 @@ def test_seed_none_draws_fresh_noise():
     assert first.shape != second.shape or not np.allclose(first, second, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_automatic_depth_spends_its_count_first():
+    # Long because: compiles the automatic-depth fit (16 s, 2 cores at load 9).
     """tau_r='auto' through the estimator: the padding mask is concrete, so the depth's noisy
     count runs; it is the ledger's first line and the ledger still adds up to the budget."""
     X = synthetic_blobs(300, 2, num_blobs=3, seed=2).points
@@ -171,7 +175,9 @@ def test_automatic_depth_spends_its_count_first():
     assert len([e for e in model.ledger_ if e.name.startswith("split/")]) == model.depth_ >= 1
 
 
+@pytest.mark.slow
 def test_fit_warns_when_the_budget_cannot_separate_two_clusters():
+    # Long because: a starved budget compiles the fit again (15 s, 2 cores at load 9).
     data = synthetic_blobs(300, 2, num_blobs=2, seed=0)
     model = DPMClustering(epsilon=1.0, delta=1e-6, bounds=data.bounds, tau_r=3, seed=0)
     with pytest.warns(dpm_jax.diagnostics.InsufficientBudgetWarning, match="cannot separate even two"):
@@ -203,7 +209,9 @@ def test_transform_and_score_measure_distances_to_the_dp_centres():
     assert model.score(BLOBS.points) > -np.sum(np.min(np.linalg.norm(BLOBS.points[:, None] - moved, axis=-1), 1) ** 2)
 
 
+@pytest.mark.slow
 def test_grid_search_and_pipeline_need_no_extra_arguments():
+    # Long because: the grid search's fits compile their shapes (14 s, 2 cores at load 9).
     from sklearn.model_selection import GridSearchCV
 
     search = GridSearchCV(DPMClustering(**PARAMS), {"epsilon": [10.0, 20.0]}, cv=2).fit(BLOBS.points)
