@@ -61,6 +61,7 @@ __all__ = [
     "validate_bounds",
     "within_float32",
     "released_arrays",
+    "cluster_result",
     "RunPlan",
     "plan_run",
     "root_count",
@@ -460,8 +461,14 @@ def cluster(
         run_plan=run_plan,
         config=config,
     )
+    return cluster_result(arrays, lower, upper, run_plan, budget, config)
+
+
+def cluster_result(arrays: dict, lower, upper, run_plan: RunPlan, budget: Budget, config: DPMConfig) -> ClusterResult:
+    """The step after the levels, for every kind of run (in memory, streamed): the result of the
+    released ``arrays`` with the run's releases and bounds, and the warnings of :func:`warn_if_starved`."""
     result = ClusterResult(**arrays, releases=run_plan.releases, bounds=(lower, upper))
-    warn_if_starved(result, budget, config, d)
+    warn_if_starved(result, budget, config, lower.shape[0])
     return result
 
 

@@ -55,11 +55,11 @@ from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (
     MAX_POINTS,
     ClusterResult,
+    cluster_result,
     em_table_on_device,
     gaussian_thresholds_on_device,
     validate_bounds,
     validate_key,
-    warn_if_starved,
     within_float32,
     plan_run,
     released_arrays,
@@ -323,7 +323,7 @@ def cluster_stream(
             report,
         )
     # Lines 10, 13-28, level by level.
-    public = (em_table, lower, upper, root_exact, beta, depth)
+    public = _Public(em_table, lower, upper, root_exact, beta, depth)
     randomness = padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (config.padded_depth - 1))
     schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     releases, routes = _levels(source, rows, report, public, randomness, schedule, config)
@@ -331,14 +331,8 @@ def cluster_stream(
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
     centers = _centers(key, source, rows, report, public, routes, leaves, run_plan, config)
     report(None)
-    result = ClusterResult(
-        **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
-        labels_nonprivate=None,
-        releases=run_plan.releases,
-        bounds=(lower, upper),
-    )
-    warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
-    return result
+    arrays = dict(released_arrays(tree, leaves, centers, beta, lower, upper, depth), labels_nonprivate=None)
+    return cluster_result(arrays, lower, upper, run_plan, budget, config)
 
 
 def _centers(key, source: _Chunks, rows: list[int], report, public, routes, leaves, run_plan, config: DPMConfig):
@@ -356,14 +350,13 @@ def _centers(key, source: _Chunks, rows: list[int], report, public, routes, leav
         config=config,
         leaf_sums=run_plan.leaf_sums,
     )
-    _, lower, upper, _, _, _ = public
     return _centers_from_sums(
         derive_key(key, run_plan.leaf_sums.stream),
         sums,
         leaves.noisy_count,
         leaves.valid,
-        lower,
-        upper,
+        public.lower,
+        public.upper,
         gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
         run_plan.leaf_sums,
     )
@@ -376,14 +369,13 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
     program per pass kind); every step is the in-memory tree's (:func:`dpm_jax.tree.split_level`).
     """
     width = 2 ** (config.padded_depth - 1)
-    _, _, _, root_exact, _, _ = public
     cells = _root_cells(public, config=config)
     routes = _Routes(
         *(jnp.zeros((config.padded_depth, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
         *(jnp.zeros((config.padded_depth,) + end.shape, end.dtype) for end in cells),
     )
     releases = []
-    node_exact, node_active = root_node_counts(root_exact, width), jnp.arange(width) == 0
+    node_exact, node_active = root_node_counts(public.root_exact, width), jnp.arange(width) == 0
     counts = _accumulate(
         source,
         rows,
@@ -470,6 +462,18 @@ def _with_private_bounds(key: jax.Array, data: Any, budget: Budget, bounds, opti
 
 
 _piece_histogram = jax.jit(bounds_lib.histogram, static_argnums=2)
+
+
+class _Public(NamedTuple):
+    """The run's public values every pass reads (a pytree, an argument of the passes' programs): the
+    exponential mechanism's table, the bounds, the root's noisy count n~ (exact), beta and the depth."""
+
+    em_table: tuple
+    lower: jax.Array
+    upper: jax.Array
+    root_exact: exact.Int
+    beta: jax.Array
+    depth: jax.Array
 
 
 class _Routes(NamedTuple):
@@ -600,7 +604,7 @@ def _add(total, part):
     )
 
 
-def _inputs(public, config: DPMConfig, piece=None):
+def _inputs(public: _Public, config: DPMConfig, piece=None):
     """The tree's public inputs (no points), or those of a piece, binned as in :func:`dpm_jax.tree.build_tree`."""
     em_table, lower, upper, root_exact, beta, depth = public
     if piece is None:
@@ -662,8 +666,7 @@ def _children_of_chunk(
 def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig, leaf_sums):
     # At the padded depth a point's local index is its leaf's slot (dpm_jax.tree).
     slot, _ = _route(_inputs(public, config, piece), valid, routes, levels)
-    _, lower, upper, _, _, _ = public
-    return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters, leaf_sums)
+    return blockwise_leaf_sums(piece, public.lower, public.upper, valid, slot, config.max_clusters, leaf_sums)
 
 
 @functools.partial(jax.jit, static_argnames="dims")
