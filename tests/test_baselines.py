@@ -125,7 +125,9 @@ def _lloyd_steps(points, start, iterations):
     return centers
 
 
+@pytest.mark.slow
 def test_dp_lloyd_with_negligible_noise_is_lloyd_from_the_separated_start(blobs):
+    # Long because: compiles DP-Lloyd and Lloyd (6 s in the fast loop, 2 cores at load 9).
     key = jax.random.key(6)
     lower, upper = jnp.full(5, BOX[0]), jnp.full(5, BOX[1])
     result = baselines.dp_lloyd(key, blobs.points, 8, 1e9, BOX, num_iterations=2)
@@ -140,8 +142,10 @@ def test_dp_lloyd_with_negligible_noise_is_lloyd_from_the_separated_start(blobs)
     )
 
 
+@pytest.mark.slow
 def test_dp_lloyd_noise_grows_with_the_bounds(blobs):
     # Same data, same key: a box 100 times wider means 100 times the Laplace scale of the sums.
+    # Long because: compiles DP-Lloyd at two bounds (2 s in the fast loop, 2 cores at load 8).
     narrow = baselines.dp_lloyd(jax.random.key(7), blobs.points, 8, 1.0, BOX, num_iterations=2)
     wide = baselines.dp_lloyd(jax.random.key(7), blobs.points, 8, 1.0, (-1e4, 1e4), num_iterations=2)
     assert wide.budget.sum_noise_scale == pytest.approx(100 * narrow.budget.sum_noise_scale)
@@ -165,10 +169,12 @@ def test_dp_lloyd_runs_under_jit_and_vmap(blobs):
     assert batched.shape == (3, 8, 5) and not np.allclose(batched[0], batched[2])
 
 
+@pytest.mark.slow
 def test_dp_lloyd_counts_are_true_counts_plus_the_exact_noise_of_their_key_path(blobs):
     # Iteration 0 assigns to the data-independent start, so its true counts are known: the
     # released counts minus them must be exactly the discrete Laplace draw of iteration 0's
     # count key with the budget's count epsilon (a halved or re-keyed noise fails this).
+    # Long because: compiles DP-Lloyd (4 s in the fast loop, 2 cores at load 8).
     key = jax.random.key(12)
     lower, upper = jnp.full(5, BOX[0]), jnp.full(5, BOX[1])
     result = baselines.dp_lloyd(key, blobs.points, 8, 1.0, BOX, num_iterations=3)

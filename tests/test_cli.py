@@ -56,7 +56,9 @@ def run(capsys, argv):
     return status, captured.out, captured.err.splitlines()
 
 
+@pytest.mark.slow
 def test_cluster_writes_a_consistent_release(tmp_path, capsys):
+    # Long because: compiles the CLI's clustering (10 s in the fast loop, 2 cores at load 9).
     source = write_csv(tmp_path / "data.csv", DATA.points, header=["a", "b", "c"])
     out, centers_csv = tmp_path / "release.json", tmp_path / "centers.csv"
     status, stdout, stderr = run(capsys, ["cluster", source, *ARGS, "--out", out, "--centers-csv", centers_csv])
@@ -99,7 +101,9 @@ def test_cluster_writes_a_consistent_release(tmp_path, capsys):
     np.testing.assert_allclose(release["centers"], np.asarray(result.centers)[np.asarray(result.valid)], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_formats_agree(tmp_path, capsys):
+    # Long because: compiles a clustering per input format (6 s in the fast loop, 2 cores at load 8).
     np.save(tmp_path / "data.npy", DATA.points)
     sources = [
         tmp_path / "data.npy",
@@ -448,7 +452,9 @@ def test_a_missing_csv_value_is_named_by_line_and_column(tmp_path, capsys):
     assert "could not convert" not in stderr[-1]
 
 
+@pytest.mark.slow
 def test_the_budget_warning_points_cli_users_at_dpm_jax_plan(tmp_path, capsys):
+    # Long because: a starved budget compiles the clustering (8 s in the fast loop, 2 cores at load 9).
     source = write_csv(tmp_path / "data.csv", DATA.points)
     status, _, stderr = run(capsys, ["cluster", source, "--epsilon", "1", *ARGS[2:], "--out", tmp_path / "r.json"])
     warning = next(line for line in stderr if "cannot separate" in line)
@@ -473,7 +479,9 @@ def test_the_accountant_file_is_charged_and_refuses_before_reading(tmp_path, cap
     assert status == 1 and "never overwritten" in stderr[-1]
 
 
+@pytest.mark.slow
 def test_cluster_stream_reads_a_parquet_path_with_the_clis_reader(tmp_path, capsys):
+    # Long because: compiles cluster_stream's passes (14 s in the fast loop, 2 cores at load 9).
     pyarrow = pytest.importorskip("pyarrow")
     import pyarrow.parquet as parquet
 

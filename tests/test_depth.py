@@ -25,7 +25,9 @@ def _released_depth_count(key, n: int, budget) -> int:
     return int(exact.to_float32(noisy_size(key, jnp.int32(n), plan)))
 
 
+@pytest.mark.slow
 def test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs(small_blobs, key):
+    # Long because: compiles the automatic-depth clustering (12 s in the fast loop, 2 cores at load 9).
     """The depth is depth_rule of the count drawn on the 'depth' stream; the tree's root count is
     row depth - 1 of the count stream's per-depth draw, and no level from the depth on splits."""
     X = small_blobs.points
@@ -54,7 +56,9 @@ def test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs(small_
     )
 
 
+@pytest.mark.slow
 def test_every_depth_has_a_ledger_that_adds_up_to_the_budget(small_blobs, key):
+    # Long because: compiles the automatic-depth clustering (shared with the test above).
     result = dpm_jax.cluster(key, small_blobs.points, BUDGET, bounds=small_blobs.bounds, config=AUTO)
     depths = [depth for depth, _ in result.ledgers]
     assert depths == list(range(1, AUTO.max_depth + 1))

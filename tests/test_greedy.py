@@ -60,7 +60,9 @@ def test_children_of_an_available_ball_are_available(dim):
         assert np.all(np.linalg.norm(children - centre, axis=1) > nets.C_FORBID * r_child)
 
 
+@pytest.mark.slow
 def test_start_values_are_the_exact_sums_of_the_point_codes():
+    # Long because: compiles the start values (4 s in the fast loop, 2 cores at load 9).
     rng = np.random.default_rng(0)
     points = jnp.asarray(rng.random((300, 2)), jnp.float32)
     mask = jnp.asarray(rng.random(300) < 0.9)
@@ -90,7 +92,9 @@ def test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity():
 
 
 # -------------------------------------------------------------- histogram
+@pytest.mark.slow
 def test_one_point_moves_the_histogram_by_at_most_its_stated_sensitivity():
+    # Long because: histograms of many neighbouring data sets (4 s in the fast loop, 2 cores at load 9).
     """Adding any point changes at most T (L + 1) ball values, each by <= 2**VALUE_BITS: within the L2 stated."""
     rng = np.random.default_rng(2)
     points = rng.random((300, 2)).astype(np.float32)
@@ -107,7 +111,9 @@ def test_one_point_moves_the_histogram_by_at_most_its_stated_sensitivity():
     assert release.sigma >= release.l2_sensitivity  # sigma = multiplier x sensitivity, multiplier > 1 here
 
 
+@pytest.mark.slow
 def test_histogram_noise_is_the_keyed_discrete_gaussian_at_the_release_sigma():
+    # Long because: compiles the histogram release (7 s in the fast loop, 2 cores at load 8).
     """The released vector minus the exact values is the stream's draw, and its spread is sigma.
 
     Fixed key; 87,381 draws estimate the standard deviation within about 0.5 %, so the 3 %

@@ -119,8 +119,10 @@ def score_cases():
     return neighbour_score_cases(seed=0, trials=150)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t,q,alpha", SCORE_PARAMS)
 def test_split_scores_change_by_at_most_their_exact_sensitivity(score_cases, t, q, alpha):
+    # Long because: scores of many neighbouring data sets (10 s in the fast loop, 2 cores at load 8, fixture included).
     """|G(S) - G(S')| <= a1 + a3 for every candidate and every public N, exactly.
 
     G is the integer score the tree's exponential mechanism uses; N is the node's

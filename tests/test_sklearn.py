@@ -54,7 +54,9 @@ def fitted_model(**overrides) -> DPMClustering:
     return DPMClustering(**{**PARAMS, **overrides}).fit(BLOBS.points)
 
 
+@pytest.mark.slow
 def test_fit_reproduces_the_functional_api():
+    # Long because: the first fit compiles the clustering (20 s in the fast loop, 2 cores at load 9).
     """seed s gives jax.random.key(s); padding the rows to 256 must not change the release."""
     model = fitted_model()
     result = dpm_jax.cluster(
@@ -75,7 +77,9 @@ def test_fit_reproduces_the_functional_api():
     assert model.ledger_.total_delta == pytest.approx(PARAMS["delta"], rel=1e-12)
 
 
+@pytest.mark.slow
 def test_labels_are_the_nearest_dp_centre():
+    # Long because: fits (shares the compile of the fits above).
     model = fitted_model()
     distances = ((BLOBS.points[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(model.labels_, distances.argmin(1))
@@ -139,7 +143,9 @@ def test_padded_size():
     assert all(n <= padded_size(n) < max(2 * n, MIN_PADDED_ROWS + 1) for n in range(1, 3000, 37))
 
 
+@pytest.mark.slow
 def test_pipeline_clone_and_pickle():
+    # Long because: fits (shares the compile of the fits above).
     """A data-independent preprocessing step keeps the public bounds meaningful."""
     pipeline = make_pipeline(FunctionTransformer(np.negative), DPMClustering(**PARAMS))
     labels = pipeline.fit_predict(BLOBS.points)
@@ -155,7 +161,9 @@ def test_pipeline_clone_and_pickle():
     assert not hasattr(copy[-1], "cluster_centers_")
 
 
+@pytest.mark.slow
 def test_seed_none_draws_fresh_noise():
+    # Long because: fits (shares the compile of the fits above).
     model = DPMClustering(**{**PARAMS, "seed": None})
     assert model.__sklearn_tags__().non_deterministic
     first = model.fit(BLOBS.points).cluster_centers_.copy()
@@ -184,7 +192,9 @@ def test_fit_warns_when_the_budget_cannot_separate_two_clusters():
         model.fit(data.points)
 
 
+@pytest.mark.slow
 def test_random_state_as_scikit_learn_accepts_it():
+    # Long because: fits (shares the compile of the fits above).
     """An int is the seed; a RandomState draws the seed (same state, same fit); None is fresh noise."""
     base = {k: v for k, v in PARAMS.items() if k != "seed"}
     by_int = DPMClustering(**base, random_state=0).fit(BLOBS.points)
@@ -200,7 +210,9 @@ def test_random_state_as_scikit_learn_accepts_it():
     )
 
 
+@pytest.mark.slow
 def test_transform_and_score_measure_distances_to_the_dp_centres():
+    # Long because: fits (shares the compile of the fits above).
     model = fitted_model()
     distances = np.linalg.norm(BLOBS.points[:, None, :] - model.cluster_centers_[None], axis=-1)
     np.testing.assert_allclose(model.transform(BLOBS.points), distances, rtol=1e-5, atol=1e-5)
@@ -220,7 +232,9 @@ def test_grid_search_and_pipeline_need_no_extra_arguments():
     assert pipeline.transform(BLOBS.points).shape == (len(BLOBS.points), pipeline[-1].n_clusters_)
 
 
+@pytest.mark.slow
 def test_a_fitted_standard_scaler_before_the_estimator_warns():
+    # Long because: fits (shares the compile of the fits above).
     from sklearn.preprocessing import StandardScaler
 
     with pytest.warns(PreprocessingWarning, match="NOT differentially private"):

@@ -202,16 +202,10 @@ CELL_CONFIG = dpm_jax.DPMConfig(tau_r=4)
 LATTICE_CONFIG = dpm_jax.DPMConfig(tau_r=4, lattice_step=0.5)
 
 
-# the loop keeps the first case; the others compile their own passes (33 s, 2 cores at load 9)
-@pytest.mark.parametrize(
-    "config, seed",
-    [
-        (CELL_CONFIG, 2),
-        pytest.param(CELL_CONFIG, 7, marks=pytest.mark.slow),
-        pytest.param(LATTICE_CONFIG, 6, marks=pytest.mark.slow),
-    ],
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("config, seed", [(CELL_CONFIG, 2), (CELL_CONFIG, 7), (LATTICE_CONFIG, 6)])
 def test_the_default_cell_grid_gives_the_in_memory_release(small_blobs, budget, config, seed):
+    # Long because: compiles the passes and the in-memory run, per case (20-34 s, 2 cores at load 9).
     """Every level bins each piece relative to its node's cell and routes it on the cells of the levels above."""
     points = small_blobs.points
     assert config.split_grid == dpm_jax.DPMConfig().split_grid == "cell"

@@ -105,7 +105,9 @@ def test_implicit_empty_cells_have_the_law_of_explicit_enumeration():
     assert stats.chisquare(f_obs, f_exp).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_nonempty_cell_counts_are_rederived_from_the_leaf_stream():
+    # Long because: compiles a grid synthesis (6 s in the fast loop, 2 cores at load 8).
     """The released count of a non-empty cell is its exact count plus the discrete Laplace noise
     of epsilon_leaf drawn from derive_key(key, "synth_leaf") folded with 0 (slot = code order)."""
     X = _blobs(400)
@@ -253,7 +255,9 @@ def test_cli_synthesize_writes_rows_in_the_format_of_the_suffix(tmp_path):
     assert main(["synthesize", str(data), "--epsilon", "1", "--delta", "1e-6", "--rows", "5", "--out", "a.csv"]) == 1
 
 
+@pytest.mark.slow
 def test_released_cells_are_in_code_order():
+    # Long because: compiles a KD-tree synthesis (5 s in the fast loop, 2 cores at load 9).
     """Cells come out sorted by code, padding last: the order of the draws (non-empty cells
     first, then the implicit empty ones) would show which released cells held data."""
     X = np.full((300, 2), 15.5, np.float32)  # the last cell: drawn first, released last
