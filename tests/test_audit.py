@@ -94,7 +94,9 @@ def test_epsilon_lower_bound_properties():
     assert bound < more_runs < math.log(8.0)
 
 
+@pytest.mark.slow
 def test_audit_counts_events_exactly():
+    # Long because: the auditor's runs (2 s in the fast loop, 2 cores at load 7).
     """A Bernoulli 'mechanism' with public p: counts equal a direct simulation, also
     when num_runs is not a multiple of the batch size."""
     mechanism = lambda key, p: jax.random.uniform(key) < p
@@ -319,11 +321,15 @@ def count_addition_audit() -> audit_lib.AuditResult:
     )
 
 
+@pytest.mark.slow
 def test_count_addition_audit_stays_below_the_claim():
+    # Long because: the auditor's runs (1.5 s in the fast loop, 2 cores at load 7).
     assert count_addition_audit().epsilon_lower_bound <= 1.0
 
 
+@pytest.mark.slow
 def test_audit_catches_float32_count_addition():
+    # Long because: the auditor's runs (2 s in the fast loop, 2 cores at load 7).
     original = mechanisms.add_count_noise
 
     def float32_addition(true_counts, noise):

@@ -91,7 +91,9 @@ def test_leaf_sums_are_bit_identical_under_row_permutation():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_float32_binade_attack_moves_the_exact_sum_by_the_added_code_only():
+    # Long because: compiles the sums at extreme values (2 s in the fast loop, 2 cores at load 7).
     """d = 1, bounds (-1, 1): 16383 points at +1, then 40000 pairs (+1.2, -0.9) 2**-10.
 
     D' adds one point at 1.0 first. A sequential float32 sum crosses the binade at
@@ -114,8 +116,10 @@ def test_float32_binade_attack_moves_the_exact_sum_by_the_added_code_only():
     assert abs(difference) <= 2**19
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [1, 3, 10])
 def test_released_floor_moves_by_at_most_the_sensitivity(d):
+    # Long because: compiles the release per dimension (2-3 s in the fast loop, 2 cores at load 7, each).
     """floor(T / 2**s) (release minus the same key's noise) is exact and L2-moves <= plan.sensitivity."""
     rng = np.random.default_rng(2 + d)
     plan = leaf_sums_release(1.0, 1e-6, d)
@@ -206,7 +210,9 @@ def test_centres_equal_leaf_means_when_the_noise_is_tiny():
     assert np.all(np.isnan(centers[4:]))  # padded slots
 
 
+@pytest.mark.slow
 def test_noise_scale_over_many_keys():
+    # Long because: many keys of the leaf-sum noise (3 s in the fast loop, 2 cores at load 7).
     """2000 keys x 8 slots x 3 dims of pure noise: std = plan.sigma 2**s (codes), to 3%.
 
     The sample std of 48000 draws has relative sd ~0.33%: 3% is ~9 sd (error rate < 1e-18);
@@ -277,7 +283,9 @@ def test_centres_never_leave_the_bounds_in_float32():
     assert float(centres[0, 0]) <= float(upper[0]) and float(centres[0, 0]) >= float(lower[0])
 
 
+@pytest.mark.slow
 def test_blockwise_leaf_sums_equal_the_sums_of_all_codes_at_once():
+    # Long because: compiles the blockwise sums over many rows (3 s in the fast loop, 2 cores at load 7).
     """Two full blocks of 2**16 rows and a partial one, points outside the bounds included:
     the blockwise sums (codes of one block at a time) are the same integers."""
     rng = np.random.default_rng(11)

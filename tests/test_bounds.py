@@ -47,7 +47,9 @@ def test_every_float32_lies_in_its_bucket_and_buckets_are_ordered(mantissa_bits)
     assert edges[one[0]] == 1.0 and edges[one[1]] == 2.0
 
 
+@pytest.mark.slow
 def test_one_record_moves_one_count_per_dimension():
+    # Long because: histograms of neighbouring data sets (2 s in the fast loop, 2 cores at load 7).
     """The stated sensitivity: adding a record (here an extreme one) changes exactly one
     count by one in each of the d histograms, whatever the other points; the grid is
     fixed before the data (a grid scaled to the data would move many counts)."""
@@ -112,8 +114,10 @@ def _numpy_bounds(X, key, plan):
     return np.float32(lower), np.float32(upper)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_released_bounds_are_the_keyed_noisy_histogram_post_processed(noise):
+    # Long because: compiles the bounds release per noise (1.5-2 s in the fast loop, 2 cores at load 7, each).
     """Bounds = a public function of (exact counts + noise of the "bounds" stream) and the
     public threshold; a threshold read from the data (e.g. a fraction of the true n) fails.
     Data: in dimension 0, T + 30 points at 1000 (they pass T but not n / 100) and about

@@ -260,7 +260,9 @@ def test_missing_output_folder_fails_before_clustering(tmp_path, capsys):
     assert status == 1 and len(stderr) == 1 and "does not exist" in stderr[0]
 
 
+@pytest.mark.slow
 def test_demo_prints_k_accuracy_and_ledger(capsys):
+    # Long because: compiles the demo's clustering (6 s in the fast loop, 2 cores at load 7).
     status, stdout, stderr = run(
         capsys,
         [
@@ -391,7 +393,9 @@ def write_pandas_style_csv(path, values, label):
     return str(path)
 
 
+@pytest.mark.slow
 def test_index_and_label_columns_are_refused_or_dropped_by_name_or_position(tmp_path, capsys):
+    # Long because: compiles a clustering for its columns (9 s in the fast loop, 2 cores at load 5).
     plain = json.loads(run(capsys, ["cluster", write_csv(tmp_path / "p.csv", DATA.points, ["a", "b", "c"]), *ARGS])[1])
     source = write_pandas_style_csv(tmp_path / "pandas.csv", DATA.points, DATA.labels)
     status, stdout, stderr = run(capsys, ["cluster", source, *ARGS])
