@@ -96,18 +96,18 @@ def package_graph() -> dict[str, set[str]]:
 
 # The package's layers, lowest first; a module may import its own layer and those below.
 # base: exact arithmetic, samplers, the ledger, keys, release types, config and budget, and
-# leaf utilities (synth.implicit is the sampler behind a generic release type).
+# leaf utilities.
 # engine: one algorithm's mechanisms and level arithmetic. entry: the public entry points,
 # and the planning arithmetic at a public size whose warnings the entry points raise.
 # tools: reports, command line, estimator, evaluation, synthesis front ends.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("base", frozenset({
         "_arrays", "exact", "mechanisms", "ledger", "keys", "releases", "config", "budget",
-        "cache", "files", "tables", "sharding", "synth.implicit",
+        "cache", "files", "tables", "sharding",
     })),
     ("engine", frozenset({
         "histogram", "scoring", "interval", "tree", "averaging", "depth", "dpm_releases", "bounds",
-        "synth.cells", "synth.kdtree", "synth.plan", "synth.result",
+        "synth.cells", "synth.implicit", "synth.kdtree", "synth.plan", "synth.result", "synth.threshold",
         "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift",
     })),
     ("entry", frozenset({

@@ -393,7 +393,7 @@ MUTATIONS = (
     ),
     Mutation(
         "synth leaf counts: half the discrete Laplace noise (twice its epsilon)",
-        "dpm_jax/releases.py",
+        "dpm_jax/synth/threshold.py",
         (
             (
                 "count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, self.epsilon))",
@@ -416,7 +416,7 @@ MUTATIONS = (
     ),
     Mutation(
         "synth implicit empty cells: pass probability of threshold t + 1",
-        "dpm_jax/releases.py",
+        "dpm_jax/synth/threshold.py",
         (
             (
                 "implicit.geometric_table(self.epsilon, t, implicit.SKIP_BITS)",

@@ -61,6 +61,7 @@ __all__ = [
     "validate_bounds",
     "within_float32",
     "released_arrays",
+    "cluster_result",
     "RunPlan",
     "plan_run",
     "root_count",
@@ -89,7 +90,7 @@ class ClusterResult:
       counts: (2**P,) noisy cluster sizes (the DP weights); 0 where not valid.
       valid: (2**P,) bool, marks the real clusters.
       k: number of clusters found (int32 scalar).
-      depth: the tree's depth tau_r (int32 scalar; chosen from a noisy count under
+      depth: the run's depth (int32 scalar; chosen from a noisy count under
         ``tau_r="auto"``, :mod:`dpm_jax.depth`).
       tree: the split tree (:class:`dpm_jax.tree.SplitTree`).
       split_interval_size: (d,) beta in data units (Algorithm 2; the cell grid: two of the root
@@ -468,8 +469,14 @@ def cluster(
         config=config,
         rows_sharded=rows_over_devices(points),
     )
+    return cluster_result(arrays, lower, upper, run_plan, budget, config)
+
+
+def cluster_result(arrays: dict, lower, upper, run_plan: RunPlan, budget: Budget, config: DPMConfig) -> ClusterResult:
+    """The step after the levels, for every kind of run (in memory, streamed): the result of the
+    released ``arrays`` with the run's releases and bounds, and the warnings of :func:`warn_if_starved`."""
     result = ClusterResult(**arrays, releases=run_plan.releases, bounds=(lower, upper))
-    warn_if_starved(result, budget, config, d)
+    warn_if_starved(result, budget, config, lower.shape[0])
     return result
 
 
@@ -547,7 +554,7 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
 
-    depth, noise, root_noisy_count = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
+    depth, noise, root_exact = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
     schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     # Line 8: Algorithm 2's release (the cell grid has none: it reports its root's interval size).
     if run_plan.interval is None:
@@ -558,7 +565,7 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
             em_table,
             to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
             mask,
-            exact.to_float32(root_noisy_count),
+            exact.to_float32(root_exact),
             run_plan.interval,
             config,
         )
@@ -571,7 +578,7 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
         mask,
         lower,
         upper,
-        root_noisy_count,
+        root_exact,
         beta,
         schedule,
         config,

@@ -43,7 +43,7 @@ import numpy as np
 from dpm_jax import exact, keys
 from dpm_jax._arrays import fold_row_blocks, looped_under_vmap, to_unit_range
 from dpm_jax.ledger import LedgerEntry
-from dpm_jax.releases import key_path
+from dpm_jax.releases import ledger_line
 from dpm_jax.mechanisms import (
     DiscreteGaussianTable,
     discrete_gaussian_multiplier,
@@ -97,18 +97,8 @@ class LeafSumsRelease(NamedTuple):
 
     def entry(self) -> LedgerEntry:
         """The ledger line of :func:`release_leaf_sums` with this release's parameters."""
-        return LedgerEntry(
-            self.name,
-            "discrete_gaussian",
-            None,
-            self.epsilon,
-            self.delta,
-            self.sensitivity,
-            f"L2 of fixed-point sums / 2**{self.coarse_shift}",
-            self.sigma,
-            key_path(self.stream, None),
-            sampler_delta=self.sampler_delta,
-        )
+        rule = f"L2 of fixed-point sums / 2**{self.coarse_shift}"
+        return ledger_line(self, "discrete_gaussian", self.delta, self.sensitivity, rule, self.sigma)
 
 
 @functools.lru_cache(maxsize=64)

@@ -32,7 +32,7 @@ import math
 from typing import NamedTuple
 
 from dpm_jax.config import DPMConfig, is_real_number
-from dpm_jax.releases import at_most
+from dpm_jax.releases import at_most, proportional_parts
 from dpm_jax.mechanisms import (
     EM_EPSILON_MARGIN,
     EM_MAX_CANDIDATES,
@@ -71,17 +71,8 @@ class Budget:
 
 
 def level_weights(num_levels: int) -> tuple[float, ...]:
-    """Equation 2's solution: weights sqrt(2**i) / sum_j sqrt(2**j), i < num_levels."""
-    raw = [math.sqrt(2.0**i) for i in range(num_levels)]
-    total = math.fsum(raw)
-    return tuple(r / total for r in raw)
-
-
-def _split_exactly(total: float, weights) -> tuple[float, ...]:
-    """total * weights, with the last part absorbing rounding so the parts fsum to total."""
-    parts = [total * w for w in weights[:-1]]
-    parts.append(total - math.fsum(parts))
-    return tuple(parts)
+    """Equation 2's solution: level i < num_levels gets a share proportional to sqrt(2**i)."""
+    return tuple(math.sqrt(2.0**i) for i in range(num_levels))
 
 
 class Allocation(NamedTuple):
@@ -138,8 +129,8 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     delta_cnt = budget.delta * config.delta_shares[0]
     delta_avg = budget.delta - delta_cnt
 
-    count_epsilons = _split_exactly(eps_cnt, level_weights(config.tau_r + 1))
-    split_epsilons = _split_exactly(eps_exp, level_weights(config.tau_r))
+    count_epsilons = proportional_parts(eps_cnt, level_weights(config.tau_r + 1))
+    split_epsilons = proportional_parts(eps_exp, level_weights(config.tau_r))
     for name, epsilon in [("interval size", eps_int)] * interval + [
         (f"split level {i}", e) for i, e in enumerate(split_epsilons)
     ]:
@@ -166,7 +157,7 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
             "level count epsilons above about 20 cannot be sampled exactly) or raise delta"
         )
     offset_delta = delta_cnt - sampler_total
-    count_deltas = _split_exactly(offset_delta, [1.0 / (config.tau_r + 1)] * (config.tau_r + 1))
+    count_deltas = proportional_parts(offset_delta, [1.0] * (config.tau_r + 1))
     count_offsets = tuple(count_offset(e, d_) for d_, e in zip(count_deltas, count_epsilons))
     # The averaging takes what is left, rounded down until the ledger's lines (as
     # the releases of dpm_jax.dpm_releases state them) add up to no more

@@ -57,7 +57,7 @@ __all__ = [
     "plan_depth",
     "depth_rule",
     "exponent_scale",
-    "candidates_per_node",
+    "drawable_per_node",
     "near_random",
     "recommended_tau_r",
 ]
@@ -74,9 +74,11 @@ def exponent_scale(split_epsilon: float, node_size: float, offset: float, config
     return split_epsilon * max(node_size - offset, 1.0) / (2.0 * (config.t / config.q + config.alpha))
 
 
-def candidates_per_node(d: int, config: DPMConfig) -> int:
-    """M: d times the candidates per dimension: the paper's grid at its smallest interval size (an upper
-    bound), or the cell grid's inner half-bin boundaries (2 max_splits_per_dim - 1)."""
+def drawable_per_node(d: int, config: DPMConfig) -> int:
+    """M: the split candidates a node can draw, d times ``grid_shape.drawable_per_dim`` (the paper's grid
+    at its smallest interval size, an upper bound, or the cell grid's 2 max_splits_per_dim - 1 inner
+    half-bin boundaries). The split release's ``num_candidates`` is the static axis, d times
+    ``candidates_per_dim``."""
     return d * config.grid_shape.drawable_per_dim
 
 
@@ -103,7 +105,7 @@ def recommended_tau_r(n: float, d: int, budget: Budget, config: DPMConfig = DPMC
     in benchmarks/results/diagnostics.json). Public inputs only.
     """
     best = 0
-    candidates = candidates_per_node(d, config)
+    candidates = drawable_per_node(d, config)
     for tau_r in range(1, _MAX_RECOMMENDED_DEPTH + 1):
         try:
             scales = level_exponent_scales(n, d, budget, dataclasses.replace(config, tau_r=tau_r))

@@ -16,13 +16,14 @@ one record):
   that many counts by one each).
 * :class:`SelectionRelease` -- the exact exponential mechanism on integer scores of
   sensitivity ``sensitivity`` over at most ``num_candidates`` candidates per row.
-* :class:`ThresholdRelease` -- discrete Laplace counts of the cells of a partition, only
-  those reaching a threshold released, the empty cells drawn implicitly (Algorithm 5 of
-  "Differentially Private Synthetic Data Using KD-Trees", :mod:`dpm_jax.synth.implicit`).
 * :class:`GaussianRelease` -- discrete Gaussian noise on an integer vector of L2
   sensitivity ``l2_sensitivity``, calibrated through zCDP.
 * :class:`ComposedSelectionRelease` -- ``selections`` adaptive runs of the exact
   exponential mechanism, composed through zCDP (bounded range) into one ledger line.
+
+An algorithm's own release types (e.g. :class:`dpm_jax.synth.threshold.ThresholdRelease`,
+:class:`dpm_jax.averaging.LeafSumsRelease`) live with the algorithm and state their lines
+with :func:`ledger_line`.
 
 :func:`split_budget` divides a budget into parts that add up to no more than it in
 float64 (exact sum, ``math.fsum``): the ledger never states more than the user gave.
@@ -37,9 +38,7 @@ from typing import NamedTuple, Protocol, Sequence
 import jax
 import numpy as np
 
-from dpm_jax import exact, keys
 from dpm_jax.exact import Int
-from dpm_jax.synth import implicit
 from dpm_jax.ledger import Ledger, LedgerEntry
 from dpm_jax.mechanisms import (
     EM_EPSILON_MARGIN,
@@ -60,19 +59,25 @@ __all__ = [
     "SelectionRelease",
     "GaussianRelease",
     "ComposedSelectionRelease",
-    "key_path",
-    "ThresholdRelease",
+    "ledger_line",
     "ledger_of",
+    "proportional_parts",
     "split_budget",
     "at_most",
 ]
 
 
 class Release(Protocol):
-    """What every release provides: a name, a key stream, and its ledger line."""
+    """What every release provides: a name, an epsilon, a key stream, a sampler delta, and its ledger line.
+
+    A release that draws for some rows of its stream's draw, or at one level, also has
+    ``rows`` and ``level`` fields (:func:`ledger_line` reads them when present).
+    """
 
     name: str
+    epsilon: float
     stream: str
+    sampler_delta: float
 
     def entry(self) -> LedgerEntry: ...
 
@@ -82,6 +87,32 @@ def key_path(stream: str, rows: str | tuple[str, ...] | None) -> tuple[str, ...]
     if rows is None:
         return (stream,)
     return (stream, rows) if isinstance(rows, str) else (stream, *rows)
+
+
+def ledger_line(
+    release: Release,
+    mechanism: str,
+    delta: float,
+    sensitivity: float,
+    rule: str,
+    noise_scale: float | None,
+    sampler_epsilon: float = 0.0,
+) -> LedgerEntry:
+    """The ledger line of ``release``: its own name, level, epsilon, key path and sampler delta,
+    with the terms of its mechanism (what ``entry()`` returns)."""
+    return LedgerEntry(
+        release.name,
+        mechanism,
+        getattr(release, "level", None),
+        release.epsilon,
+        delta,
+        float(sensitivity),
+        rule,
+        noise_scale,
+        key_path(release.stream, getattr(release, "rows", None)),
+        sampler_epsilon=sampler_epsilon,
+        sampler_delta=release.sampler_delta,
+    )
 
 
 def ledger_of(releases: Sequence[Release]) -> Ledger:
@@ -118,16 +149,20 @@ def at_most(total: float, parts: Sequence[float], last: float) -> float:
     return lowered
 
 
-def split_budget(total: float, shares: Sequence[float]) -> tuple[float, ...]:
-    """``total`` split in proportion to ``shares`` (>= 0, not all 0); the parts' exact sum is <= total.
-
-    The last part takes the remainder, rounded down until the sum is within the total.
-    """
+def proportional_parts(total: float, shares: Sequence[float]) -> tuple[float, ...]:
+    """``total`` split in proportion to ``shares`` (>= 0, not all 0), the last part taking the
+    float remainder: the parts' *rounded* sum (``math.fsum``) is ``total``, their exact sum may
+    exceed it by a fraction of an ulp (:func:`split_budget` when it must not)."""
     if not shares or any(not (s >= 0 and math.isfinite(s)) for s in shares) or math.fsum(shares) <= 0:
         raise ValueError(f"shares must be finite, >= 0 and not all 0, got {tuple(shares)}")
     weight = math.fsum(shares)
     parts = [total * (s / weight) for s in shares[:-1]]
-    last = max(0.0, total - math.fsum(parts))
+    return (*parts, max(0.0, total - math.fsum(parts)))
+
+
+def split_budget(total: float, shares: Sequence[float]) -> tuple[float, ...]:
+    """:func:`proportional_parts`, the last part rounded down until the parts' exact sum is <= total."""
+    *parts, last = proportional_parts(total, shares)
     return (*parts, at_most(total, parts, last))
 
 
@@ -176,17 +211,9 @@ class CountRelease(NamedTuple):
         return count_noise(key, np.full(shape, self.noise_epsilon))
 
     def entry(self) -> LedgerEntry:
-        return LedgerEntry(
-            self.name,
-            "discrete_laplace",
-            self.level,
-            self.epsilon,
-            self.offset_delta + self.sampler_delta,
-            float(self.sensitivity),
-            f"L1: {self.rule}",
-            self.sensitivity / self.epsilon,
-            key_path(self.stream, self.rows),
-            sampler_delta=self.sampler_delta,
+        delta = self.offset_delta + self.sampler_delta
+        return ledger_line(
+            self, "discrete_laplace", delta, self.sensitivity, f"L1: {self.rule}", self.sensitivity / self.epsilon
         )
 
 
@@ -227,19 +254,9 @@ class SelectionRelease(NamedTuple):
         return exponential_mechanism(key, table, scores, valid, self.epsilon, self.sensitivity)
 
     def entry(self) -> LedgerEntry:
-        return LedgerEntry(
-            self.name,
-            "exponential",
-            self.level,
-            self.epsilon,
-            self.sampler_delta,
-            float(self.sensitivity),
-            f"{self.rule}; {self.num_candidates} candidates",
-            2.0 * self.sensitivity / self.epsilon,
-            key_path(self.stream, self.rows),
-            sampler_epsilon=EM_EPSILON_MARGIN,
-            sampler_delta=self.sampler_delta,
-        )
+        rule = f"{self.rule}; {self.num_candidates} candidates"
+        scale = 2.0 * self.sensitivity / self.epsilon
+        return ledger_line(self, "exponential", self.sampler_delta, self.sensitivity, rule, scale, EM_EPSILON_MARGIN)
 
 
 class GaussianRelease(NamedTuple):
@@ -285,18 +302,7 @@ class GaussianRelease(NamedTuple):
         return discrete_gaussian_noise(key, high, low, table.support_min, shape)
 
     def entry(self) -> LedgerEntry:
-        return LedgerEntry(
-            self.name,
-            "discrete_gaussian",
-            self.level,
-            self.epsilon,
-            self.delta,
-            self.l2_sensitivity,
-            self.rule,
-            self.sigma,
-            key_path(self.stream, self.rows),
-            sampler_delta=self.sampler_delta,
-        )
+        return ledger_line(self, "discrete_gaussian", self.delta, self.l2_sensitivity, self.rule, self.sigma)
 
 
 class ComposedSelectionRelease(NamedTuple):
@@ -370,121 +376,10 @@ class ComposedSelectionRelease(NamedTuple):
 
     def entry(self) -> LedgerEntry:
         runs = " + ".join(f"{s} at {e:.4g}" for s, e in zip(self.selections, self.epsilon_each))
-        return LedgerEntry(
-            self.name,
-            "exponential_zcdp",
-            None,
-            self.epsilon,
-            self.delta,
-            float(self.sensitivity),
-            f"{self.rule}; selections {runs}; <= {self.num_candidates} candidates",
-            2.0 * self.sensitivity / min(self.epsilon_each),
-            (self.stream,),
-            sampler_delta=self.sampler_delta,
-        )
+        rule = f"{self.rule}; selections {runs}; <= {self.num_candidates} candidates"
+        scale = 2.0 * self.sensitivity / min(self.epsilon_each)
+        return ledger_line(self, "exponential_zcdp", self.delta, self.sensitivity, rule, scale)
 
 
 def _composed_rho(selections: Sequence[int], epsilons: Sequence[float]) -> float:
     return math.fsum(s * (e + 2 * EM_EPSILON_MARGIN) ** 2 / 8.0 for s, e in zip(selections, epsilons))
-
-
-def stream_key(key: jax.Array, release: Release) -> jax.Array:
-    """The key a release draws from: its stream's key derived from the caller's key."""
-    return keys.derive_key(key, release.stream)
-
-
-class ThresholdRelease(NamedTuple):
-    """Thresholded discrete Laplace counts of all cells of a partition, empty cells implicit.
-
-    Ideal mechanism (Algorithm 1 of "Differentially Private Synthetic Data Using KD-Trees",
-    lines 9-12, with Algorithm 4 for the empty cells): every cell gets count + Z, Z discrete
-    Laplace with P(Z = k) ∝ e^(-epsilon |k|), and the cells with count + Z >= t are released
-    with their noisy counts. A record is in one cell (disjoint cells, add/remove-one): L1
-    sensitivity 1, (epsilon, 0)-DP; thresholding is post-processing. The non-empty cells
-    are drawn explicitly; the empty ones by :mod:`dpm_jax.synth.implicit` (Lemma 9),
-    whose distance from the explicit draw is charged with the non-empty cells' sampler
-    error as delta = tv (1 + e^epsilon).
-
-    ``thresholds`` and ``max_empty`` list public candidates (the run picks one, ``choice``,
-    from an earlier release); the ledger line holds for the worst of them. ``max_empty``
-    bounds the number of empty cells for any data set of at most the stated n.
-    """
-
-    name: str
-    epsilon: float
-    stream: str
-    thresholds: tuple[int, ...]
-    max_empty: tuple[int, ...]
-    rows: str | None = None
-    level: int | None = None
-    rule: str = "one count per cell of a partition"
-
-    @property
-    def capacity(self) -> int:
-        """Static number of implicit draws: enough for every candidate (truncation <= 2**-64)."""
-        return max(implicit.ghost_capacity(k, implicit.pass_probability(self.epsilon, t)) for t, k in self._pairs())
-
-    def _pairs(self):
-        return zip(self.thresholds, self.max_empty)
-
-    @property
-    def sampler_delta(self) -> float:
-        capacity = self.capacity
-        weight_cut = math.exp(-self.epsilon * 2.0**implicit.WEIGHT_BITS)  # G >= 2**30, clamped
-        ghost = max(
-            implicit.ghost_tv(k, implicit.pass_probability(self.epsilon, t), capacity) for t, k in self._pairs()
-        )
-        tv = count_sampler_tv(self.epsilon) + ghost + capacity * weight_cut
-        return tv * (1.0 + math.exp(self.epsilon))
-
-    def check(self) -> None:
-        """A ValueError for thresholds or an epsilon the exact samplers cannot serve."""
-        if not self.epsilon >= 1e-7:
-            raise ValueError(f"{self.name}: epsilon {self.epsilon:.3g} is below 1e-7, the conditioned counts' range")
-        if any(not 1 <= t < 2**30 for t in self.thresholds):
-            raise ValueError(f"{self.name}: thresholds must be in [1, 2**30), got {self.thresholds}")
-
-    def tables(self):
-        """Device tables: skip thresholds per candidate (c, 32) and the conditioned count's (31,)."""
-        skips = [implicit.geometric_table(self.epsilon, t, implicit.SKIP_BITS) for t in self.thresholds]
-        weight = implicit.geometric_table(self.epsilon, None, implicit.WEIGHT_BITS)
-        return (
-            np.stack([s.high for s in skips]),
-            np.stack([s.low for s in skips]),
-            weight.high,
-            weight.low,
-        )
-
-    def draw(self, key: jax.Array, counts: jax.Array, num_empty: jax.Array, choice: jax.Array):
-        """Noisy counts of the non-empty cells and the implicit empty ones.
-
-        Returns (kept, weights, positions, passed, ghost_weights): ``kept`` marks the
-        non-empty cells whose noisy count (``weights``, int32) reaches the threshold;
-        ``positions`` (capacity,) are the ranks of the passing empty cells among the
-        ``num_empty`` in the caller's public order, ``passed`` marks the real ones and
-        ``ghost_weights`` are their noisy counts t + G.
-        """
-        skip_high, skip_low, weight_high, weight_low = (jax.numpy.asarray(a) for a in self.tables())
-        threshold = jax.numpy.asarray(np.asarray(self.thresholds, np.int32))[choice]
-        noisy = add_count_noise(counts, count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, self.epsilon)))
-        kept = ~exact.less(noisy, exact.from_int32(jax.numpy.full(counts.shape, threshold)))
-        weights = exact.clip_to_int32(noisy, 0, 2**31 - 1)
-        capacity = self.capacity
-        positions = implicit.skip_positions(jax.random.fold_in(key, 1), skip_high[choice], skip_low[choice], capacity)
-        extra, _ = implicit.draw_geometric(jax.random.fold_in(key, 2), weight_high, weight_low, (capacity,))
-        passed = positions < num_empty.astype(jax.numpy.uint32)
-        return kept, weights, positions, passed, threshold + extra
-
-    def entry(self) -> LedgerEntry:
-        return LedgerEntry(
-            self.name,
-            "discrete_laplace_threshold",
-            self.level,
-            self.epsilon,
-            self.sampler_delta,
-            1.0,
-            f"L1: {self.rule}; thresholds {self.thresholds}",
-            1.0 / self.epsilon,
-            key_path(self.stream, self.rows),
-            sampler_delta=self.sampler_delta,
-        )

@@ -55,11 +55,11 @@ from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import (
     MAX_POINTS,
     ClusterResult,
+    cluster_result,
     em_table_on_device,
     gaussian_thresholds_on_device,
     validate_bounds,
     validate_key,
-    warn_if_starved,
     within_float32,
     plan_run,
     released_arrays,
@@ -306,8 +306,8 @@ def cluster_stream(
     em_table = em_table_on_device()
     # tau_r="auto": the depth of a noisy count of the rows the validation pass counted, the
     # exact integer cluster counts; the run's allocation is that depth's (dpm_jax.depth).
-    depth, noise, root_noisy_count = _root_count(key, jnp.int32(n), run_plan=run_plan, padded=config.padded_depth)
-    root_size = exact.to_float32(root_noisy_count)
+    depth, noise, root_exact = _root_count(key, jnp.int32(n), run_plan=run_plan, padded=config.padded_depth)
+    root_size = exact.to_float32(root_exact)
     # Line 8: Algorithm 2's release from sorted columns (the cell grid has none: it reports its root's interval size).
     if run_plan.interval is None:
         beta = _root_interval_size(lower, upper, config=config)
@@ -323,7 +323,7 @@ def cluster_stream(
             report,
         )
     # Lines 10, 13-28, level by level.
-    public = (em_table, lower, upper, root_noisy_count, beta, depth)
+    public = _Public(em_table, lower, upper, root_exact, beta, depth)
     randomness = padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (config.padded_depth - 1))
     schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     releases, routes = _levels(source, rows, report, public, randomness, schedule, config)
@@ -331,14 +331,8 @@ def cluster_stream(
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
     centers = _centers(key, source, rows, report, public, routes, leaves, run_plan, config)
     report(None)
-    result = ClusterResult(
-        **released_arrays(tree, leaves, centers, beta, lower, upper, depth),
-        labels_nonprivate=None,
-        releases=run_plan.releases,
-        bounds=(lower, upper),
-    )
-    warn_if_starved(result, budget, config, d)  # as cluster does, from the released n~
-    return result
+    arrays = dict(released_arrays(tree, leaves, centers, beta, lower, upper, depth), labels_nonprivate=None)
+    return cluster_result(arrays, lower, upper, run_plan, budget, config)
 
 
 def _centers(key, source: _Chunks, rows: list[int], report, public, routes, leaves, run_plan, config: DPMConfig):
@@ -356,14 +350,13 @@ def _centers(key, source: _Chunks, rows: list[int], report, public, routes, leav
         config=config,
         leaf_sums=run_plan.leaf_sums,
     )
-    _, lower, upper, _, _, _ = public
     return _centers_from_sums(
         derive_key(key, run_plan.leaf_sums.stream),
         sums,
         leaves.noisy_count,
         leaves.valid,
-        lower,
-        upper,
+        public.lower,
+        public.upper,
         gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
         run_plan.leaf_sums,
     )
@@ -376,14 +369,13 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
     program per pass kind); every step is the in-memory tree's (:func:`dpm_jax.tree.split_level`).
     """
     width = 2 ** (config.padded_depth - 1)
-    _, _, _, root_noisy_count, _, _ = public
     cells = _root_cells(public, config=config)
     routes = _Routes(
         *(jnp.zeros((config.padded_depth, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
         *(jnp.zeros((config.padded_depth,) + end.shape, end.dtype) for end in cells),
     )
     releases = []
-    node_count, node_active = root_node_counts(root_noisy_count, width), jnp.arange(width) == 0
+    node_exact, node_active = root_node_counts(public.root_exact, width), jnp.arange(width) == 0
     counts = _accumulate(
         source,
         rows,
@@ -402,7 +394,7 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
             public,
             jnp.int32(level),
             counts,
-            node_count,
+            node_exact,
             node_active,
             cells,
             level_bits,
@@ -433,7 +425,7 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
         release, child_exact = _release_level(
             public,
             jnp.int32(level),
-            node_count,
+            node_exact,
             node_active,
             split_dim,
             split.position,
@@ -442,7 +434,7 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
             config=config,
         )
         releases.append(release)
-        routes, node_count, node_active, counts = _next_level(
+        routes, node_exact, node_active, counts = _next_level(
             routes, jnp.int32(level), cells, split_dim, split, release, child_exact, next_counts, width=width
         )
         cells = (split.cell_lower, split.cell_upper)
@@ -472,13 +464,25 @@ def _with_private_bounds(key: jax.Array, data: Any, budget: Budget, bounds, opti
 _piece_histogram = jax.jit(bounds_lib.histogram, static_argnums=2)
 
 
+class _Public(NamedTuple):
+    """The run's public values every pass reads (a pytree, an argument of the passes' programs): the
+    exponential mechanism's table, the bounds, the root's noisy count n~ (exact), beta and the depth."""
+
+    em_table: tuple
+    lower: jax.Array
+    upper: jax.Array
+    root_exact: exact.Int
+    beta: jax.Array
+    depth: jax.Array
+
+
 class _Routes(NamedTuple):
-    """The released splits per level, (tau_r, width) each: what routes a point from the root."""
+    """The released splits per level, (P, width) each (P the padded depth): what routes a point from the root."""
 
     split_dim: jax.Array
     first_right: jax.Array  # x >= s* iff the point's half-bin on its level's grid is >= this
     is_split: jax.Array
-    cell_lower: jax.Array  # (tau_r, width, d) every level's cells (cell grid), else (tau_r, 0)
+    cell_lower: jax.Array  # (P, width, d) every level's cells (cell grid), else (P, 0)
     cell_upper: jax.Array
 
 
@@ -486,21 +490,21 @@ class _Routes(NamedTuple):
 # arithmetic (the released split positions, the centres) then rounds the same way.
 @functools.partial(jax.jit, static_argnames=("config", "split_sensitivity"))
 def _choose_splits(
-    public, level, counts, node_count, node_active, cells, level_bits, epsilon, offset, *, config, split_sensitivity
+    public, level, counts, node_exact, node_active, cells, level_bits, epsilon, offset, *, config, split_sensitivity
 ) -> tuple[jax.Array, DrawnSplit]:
     """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
     inputs = _inputs(public, config)._replace(split_sensitivity=split_sensitivity)
     grid, candidate_valid = level_grid(inputs, *cells)
     split_dim, split_index = choose_splits(
-        inputs, level, counts, node_count, node_active, candidate_valid, level_bits, epsilon, offset
+        inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset
     )
     return split_dim, drawn_split(inputs, grid, *cells, split_dim, split_index)
 
 
 @functools.partial(jax.jit, static_argnames="config")
-def _release_level(public, level, node_count, node_active, split_dim, position, child_true, level_noise, *, config):
+def _release_level(public, level, node_exact, node_active, split_dim, position, child_true, level_noise, *, config):
     return release_level(
-        _inputs(public, config), level, node_count, node_active, split_dim, position, child_true, level_noise
+        _inputs(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise
     )
 
 
@@ -600,12 +604,12 @@ def _add(total, part):
     )
 
 
-def _inputs(public, config: DPMConfig, piece=None):
+def _inputs(public: _Public, config: DPMConfig, piece=None):
     """The tree's public inputs (no points), or those of a piece, binned as in :func:`dpm_jax.tree.build_tree`."""
-    em_table, lower, upper, root_noisy_count, beta, depth = public
+    em_table, lower, upper, root_exact, beta, depth = public
     if piece is None:
-        return tree_inputs(None, None, em_table, lower, upper, root_noisy_count, beta, config, depth)
-    return point_inputs(piece, em_table, lower, upper, root_noisy_count, beta, config, depth)
+        return tree_inputs(None, None, em_table, lower, upper, root_exact, beta, config, depth)
+    return point_inputs(piece, em_table, lower, upper, root_exact, beta, config, depth)
 
 
 def _route(inputs, valid, routes: _Routes, num_levels):
@@ -660,10 +664,9 @@ def _children_of_chunk(
 
 @functools.partial(jax.jit, static_argnames=("width", "config", "leaf_sums"))
 def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig, leaf_sums):
-    # At depth tau_r a point's local index is its leaf's slot (dpm_jax.tree).
+    # At the padded depth a point's local index is its leaf's slot (dpm_jax.tree).
     slot, _ = _route(_inputs(public, config, piece), valid, routes, levels)
-    _, lower, upper, _, _, _ = public
-    return blockwise_leaf_sums(piece, lower, upper, valid, slot, config.max_clusters, leaf_sums)
+    return blockwise_leaf_sums(piece, public.lower, public.upper, valid, slot, config.max_clusters, leaf_sums)
 
 
 @functools.partial(jax.jit, static_argnames="dims")

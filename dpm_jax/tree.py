@@ -4,9 +4,9 @@ Level-synchronous: level l handles all of its 2**l nodes at once with static
 shapes, so the whole recursion is one jit-compiled program. Nodes use heap ids
 (root 1, children 2i and 2i+1); level l holds ids 2**l .. 2**(l+1) - 1 and a
 node's *local* index is its id minus 2**l. The levels run in one ``lax.scan``
-whose body handles 2**(tau_r - 1) node slots (the deepest split level's count;
-shallower levels leave the rest inactive): one compiled level instead of tau_r
-unrolled ones, which cuts the compile time by about the factor tau_r. Scoring and
+whose body handles 2**(P - 1) node slots (P the padded depth, the deepest split level's
+count; shallower levels leave the rest inactive): one compiled level instead of P
+unrolled ones, which cuts the compile time by about the factor P. Scoring and
 selection, the costliest per-node steps, run in a loop over chunks of 8 node slots
 whose trip count follows the level (one chunk at the root, all of them at the
 deepest), so they are compiled once and cost what the level's nodes need.
@@ -29,8 +29,8 @@ with the level's :class:`LevelRelease`, in the order of the paper's lines:
      exact integer arithmetic (:func:`dpm_jax.mechanisms.add_count_noise`, lines
      16-17); :func:`stopping_rule` (line 18): a node whose two children both reach
      tau_e is split, otherwise it becomes a leaf. Points of a leaf keep following
-     the left-most path so that, at depth tau_r, their local index is the leaf's
-     *slot*: slots are unique and static (2**tau_r of them).
+     the left-most path so that, at the padded depth P, their local index is the leaf's
+     *slot*: slots are unique and static (2**P of them).
 
 With ``DPMConfig.split_grid="cell"`` step 1 bins every point relative to its node's
 cell (the node's public box: the bounds cut by the released splits above it,
@@ -124,14 +124,15 @@ class SplitTree(NamedTuple):
     """The released split tree in heap layout (index 0 unused). DP output.
 
     Attributes:
-      noisy_count: (2**(tau_r+1),) noisy size n~ of every node of the tree
+      (P = ``config.padded_depth``, the levels the compiled tree has)
+      noisy_count: (2**(P+1),) noisy size n~ of every node of the tree
         (0 where ``reached`` is False).
-      reached: (2**(tau_r+1),) bool, the node is part of the tree.
+      reached: (2**(P+1),) bool, the node is part of the tree.
       is_split: bool, the node was split into its two children.
       split_dim: int32, dimension of the drawn split (-1 where none was drawn).
       split_position: float32, position of the drawn split in data units (NaN
         where none was drawn). A split is drawn for every reached node above
-        depth tau_r; it is applied only where ``is_split``.
+        the run's depth; it is applied only where ``is_split``.
     """
 
     noisy_count: jax.Array
@@ -142,11 +143,11 @@ class SplitTree(NamedTuple):
 
 
 class Leaves(NamedTuple):
-    """The leaves by slot (2**tau_r slots)."""
+    """The leaves by slot (2**P slots, P the padded depth)."""
 
-    noisy_count: jax.Array  # (2**tau_r,) float32, 0 for empty slots
-    valid: jax.Array  # (2**tau_r,) bool
-    node: jax.Array  # (2**tau_r,) int32 heap id of the leaf, 0 for empty slots
+    noisy_count: jax.Array  # (2**P,) float32, 0 for empty slots
+    valid: jax.Array  # (2**P,) bool
+    node: jax.Array  # (2**P,) int32 heap id of the leaf, 0 for empty slots
     point_slot: jax.Array  # (n,) int32 slot of every point (NOT differentially private)
 
 
@@ -154,7 +155,7 @@ def select_splits(
     bits: jax.Array,
     em_table,
     counts: jax.Array,
-    noisy_count: exact.Int,
+    node_exact: exact.Int,
     node_active: jax.Array,
     candidate_valid: jax.Array,
     epsilon,
@@ -178,7 +179,7 @@ def select_splits(
       bits: (nodes, EM_TRIES, EM_DIGITS) uint32 random words.
       em_table: the exponential mechanism's weight table on the device.
       counts: (nodes, d, 2B) int32 half-bin counts.
-      noisy_count: (nodes,) released n~ (exact integers).
+      node_exact: (nodes,) the nodes' released n~ (exact integers).
       node_active: (nodes,) bool; inactive nodes have no valid candidate.
       candidate_valid: (C,) or (nodes, d, C) bool, the candidates inside the bounds (or cell).
       epsilon, offset: the level's epsilon_exp and count offset lambda.
@@ -189,14 +190,14 @@ def select_splits(
       (dimension, candidate index), (nodes,) int32 each.
     """
     nodes, d = counts.shape[0], counts.shape[1]
-    size = exact.clip_to_int32(noisy_count, 1, 2**31 - 1)  # N: the released n~ as an integer
+    size = exact.clip_to_int32(node_exact, 1, 2**31 - 1)  # N: the released n~ as an integer
     scores = split_scores(counts, size[:, None], coefficients, statistics)
     num_candidates = scores.limbs[0].shape[-1]
     flat = exact.Int(tuple(limb.reshape(nodes, d * num_candidates) for limb in scores.limbs))
     valid = jnp.broadcast_to(node_active[:, None, None] & candidate_valid, (nodes, d, num_candidates)).reshape(
         nodes, d * num_candidates
     )
-    ratio = exponent_ratio(exact.to_float32(noisy_count), offset, size)
+    ratio = exponent_ratio(exact.to_float32(node_exact), offset, size)
     delta_f = coefficients.sensitivity if sensitivity is None else sensitivity
     scale = em_exponent_scale(epsilon, delta_f, ratio)
     index = select_with_bits(bits, em_table, flat, valid, scale)
@@ -206,13 +207,13 @@ def select_splits(
 class LevelState(NamedTuple):
     """What one level hands the next (the carry of the scan over levels).
 
-    Node arrays have one entry per *slot* (``width`` = 2**(tau_r - 1) of them; level l
+    Node arrays have one entry per *slot* (``width`` = 2**(P - 1) of them, P the padded depth; level l
     uses the first 2**l, local index = heap id - 2**l).
     """
 
     point_node: jax.Array  # (n,) int32 local index of every point's node on this level
     point_active: jax.Array  # (n,) bool: the point's node is on this level (not a leaf above)
-    noisy_count: exact.Int  # (width,) released n~ of every node (exact integers)
+    node_exact: exact.Int  # (width,) released n~ of every node (exact integers)
     node_active: jax.Array  # (width,) bool: the slot holds a node of this level
     counts: jax.Array  # (width, d, 2B) half-bin counts carried by sibling subtraction, else (0,)
     cell_lower: jax.Array  # (width, d) every node's cell in unit coordinates (cell grid), else (0,)
@@ -243,7 +244,7 @@ class _TreeInputs(NamedTuple):
     coefficients: ScoreCoefficients
     split_sensitivity: int  # the split releases' sensitivity (the exponent's Delta)
     min_child: jax.Array  # int32 ceil(tau_e): a noisy child count n~ >= tau_e iff n~ >= this
-    depth: jax.Array  # int32 the run's tau_r: levels 0..depth-1 draw splits (traced under tau_r="auto")
+    depth: jax.Array  # int32 the run's depth: levels 0..depth-1 draw splits (traced under tau_r="auto")
     lower: jax.Array  # (d,) public bounds, for the released split positions
     upper: jax.Array
     beta: jax.Array  # split interval size as a fraction of the range
@@ -258,7 +259,7 @@ def choose_splits(
     inputs: _TreeInputs,
     level: jax.Array,
     counts: jax.Array,
-    noisy_count: exact.Int,
+    node_exact: exact.Int,
     node_active: jax.Array,
     candidate_valid: jax.Array,
     level_bits: jax.Array,
@@ -286,7 +287,7 @@ def choose_splits(
             part(level_bits),
             inputs.em_table,
             part(counts),
-            exact.Int(tuple(part(limb) for limb in noisy_count.limbs)),
+            exact.Int(tuple(part(limb) for limb in node_exact.limbs)),
             part(node_active),
             valid,
             epsilon,
@@ -348,7 +349,7 @@ def split_level(
     counts = state.counts if inputs.use_siblings else level_counts(inputs, grid, state.point_node, state.point_active)
     # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
     split_dim, split_index = choose_splits(
-        inputs, level, counts, state.noisy_count, state.node_active, candidate_valid, level_bits, epsilon, offset
+        inputs, level, counts, state.node_exact, state.node_active, candidate_valid, level_bits, epsilon, offset
     )
     # 4. route the points (lines 26-27).
     split = drawn_split(inputs, grid, state.cell_lower, state.cell_upper, split_dim, split_index)
@@ -356,7 +357,7 @@ def split_level(
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
     release, child_exact = release_level(
-        inputs, level, state.noisy_count, state.node_active, split_dim, split.position, child_true, level_noise
+        inputs, level, state.node_exact, state.node_active, split_dim, split.position, child_true, level_noise
     )
     applied = release.is_split
     next_node, next_active = next_point_nodes(state.point_node, state.point_active, go_right, applied)
@@ -452,7 +453,7 @@ def paper_split_position(inputs: _TreeInputs, split_dim: jax.Array, split_index:
 def release_level(
     inputs: _TreeInputs,
     level: jax.Array,
-    noisy_count: exact.Int,
+    node_exact: exact.Int,
     node_active: jax.Array,
     split_dim: jax.Array,
     position: jax.Array,
@@ -468,7 +469,7 @@ def release_level(
     drawn = node_active & (level < inputs.depth)
     applied = stopping_rule(child_exact, drawn, inputs.min_child)
     release = LevelRelease(
-        noisy_count=jnp.where(node_active, exact.to_float32(noisy_count), 0.0),
+        noisy_count=jnp.where(node_active, exact.to_float32(node_exact), 0.0),
         reached=node_active,
         is_split=applied,
         split_dim=jnp.where(drawn, split_dim, -1),
@@ -486,7 +487,7 @@ def next_point_nodes(
     """Every point's local index and activity on the next level (lines 26-27).
 
     Points of a leaf stay inactive and follow the left-most path (2 i), so that at
-    depth tau_r their local index is their leaf's slot.
+    the padded depth their local index is their leaf's slot.
     """
     point_split = is_split[point_node]
     return 2 * point_node + (go_right & point_split).astype(jnp.int32), point_active & point_split
@@ -534,7 +535,7 @@ def _lattice_unit(lower: jax.Array, upper: jax.Array, config: DPMConfig) -> jax.
 class LevelSchedule(NamedTuple):
     """The run's depth and each padded level's release parameters: what the scan reads (traced under "auto")."""
 
-    depth: jax.Array  # int32 the run's tau_r
+    depth: jax.Array  # int32 the run's depth
     split_epsilons: jax.Array  # (padded_depth,) float32 epsilon_exp per level; from depth on a placeholder
     count_offsets: jax.Array  # (padded_depth,) float32 lambda of every level's node counts (Equation 1)
     split_sensitivity: int  # the integer score's sensitivity the split releases state
@@ -587,7 +588,7 @@ def build_tree(
     point_mask: jnp.ndarray,
     lower: jnp.ndarray,
     upper: jnp.ndarray,
-    root_noisy_count: exact.Int,
+    root_exact: exact.Int,
     beta,
     schedule: "LevelSchedule",
     config: DPMConfig,
@@ -595,25 +596,25 @@ def build_tree(
     """Run BuildClustering on all levels (Algorithm 1, lines 13-28).
 
     The randomness comes in pre-drawn, in heap layout (row/element i belongs to
-    tree node i, index 0 unused), so that each draw has a documented place:
+    tree node i, index 0 unused; P the padded depth), so that each draw has a documented place:
 
     Args:
-      split_bits: (2**tau_r, EM_TRIES, EM_DIGITS) uint32 random words driving the
+      split_bits: (2**P, EM_TRIES, EM_DIGITS) uint32 random words driving the
         exponential mechanism of each inner node (:func:`dpm_jax.mechanisms.select_with_bits`).
-      count_noise: (2**(tau_r+1),) exact integer noise of the count mechanism of every
+      count_noise: (2**(P+1),) exact integer noise of the count mechanism of every
         node, each drawn with its level's epsilon_cnt; node 1's is the root count's.
       em_table: the exponential mechanism's weight table on the device.
       points: (n, d) points in data units (scaled to [0, 1] by the public bounds where read).
       point_mask: (n,) bool, padding points are False.
       lower, upper: (d,) public bounds (to report split positions in data units).
-      root_noisy_count: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
+      root_exact: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
       beta: split interval size as a fraction of the range (released; unused by the cell grid).
       schedule: the run's depth and its per-level budgets and offsets (:func:`level_schedule`).
       config: hyper-parameters.
     """
     n = points.shape[0]
     padded = config.padded_depth
-    inputs = point_inputs(points, em_table, lower, upper, root_noisy_count, beta, config, schedule.depth)
+    inputs = point_inputs(points, em_table, lower, upper, root_exact, beta, config, schedule.depth)
     inputs = inputs._replace(split_sensitivity=schedule.split_sensitivity)
     width, max_splits = inputs.width, inputs.max_splits
     randomness = padded_randomness(split_bits, count_noise, width)
@@ -630,7 +631,7 @@ def build_tree(
     initial = LevelState(
         jnp.zeros(n, jnp.int32),
         point_mask,
-        root_node_counts(root_noisy_count, width),
+        root_node_counts(root_exact, width),
         jnp.arange(width) == 0,
         root_histogram,
         *root_cells(inputs),
@@ -761,7 +762,7 @@ def point_inputs(
     em_table,
     lower: jax.Array,
     upper: jax.Array,
-    root_noisy_count: exact.Int,
+    root_exact: exact.Int,
     beta,
     config: DPMConfig,
     depth: jax.Array,
@@ -769,7 +770,7 @@ def point_inputs(
     """:func:`tree_inputs` for these points (data units): every point's half-bins on the paper grid
     (once per run), the points themselves on the cell grid (binned per level)."""
     half_bins, kept = split_grid_of(config).point_inputs(points, lower, upper, beta)
-    return tree_inputs(half_bins, kept, em_table, lower, upper, root_noisy_count, beta, config, depth)
+    return tree_inputs(half_bins, kept, em_table, lower, upper, root_exact, beta, config, depth)
 
 
 def tree_inputs(
@@ -778,7 +779,7 @@ def tree_inputs(
     em_table,
     lower: jax.Array,
     upper: jax.Array,
-    root_noisy_count: exact.Int,
+    root_exact: exact.Int,
     beta,
     config: DPMConfig,
     depth: jax.Array,
@@ -791,7 +792,7 @@ def tree_inputs(
     padded, max_splits = config.padded_depth, config.max_splits_per_dim
     depth = jnp.asarray(depth, jnp.int32)
     grid = split_grid_of(config)
-    root_noisy_size = exact.to_float32(root_noisy_count)
+    root_noisy_size = exact.to_float32(root_exact)
     coefficients = score_coefficients(config.t, config.q, config.alpha)
     tau_e = jnp.ldexp(root_noisy_size, -depth) if config.tau_e is None else jnp.float32(config.tau_e)
     return _TreeInputs(
@@ -818,9 +819,9 @@ def tree_inputs(
     )
 
 
-def root_node_counts(root_noisy_count: exact.Int, width: int) -> exact.Int:
+def root_node_counts(root_exact: exact.Int, width: int) -> exact.Int:
     """(width,) released n~ of the root level's slots: the root's in slot 0."""
-    return exact.Int(tuple(jnp.zeros(width, jnp.int32).at[0].set(limb) for limb in root_noisy_count.limbs))
+    return exact.Int(tuple(jnp.zeros(width, jnp.int32).at[0].set(limb) for limb in root_exact.limbs))
 
 
 def padded_randomness(split_bits: jax.Array, count_noise: exact.Int, width: int):

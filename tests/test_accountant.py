@@ -37,7 +37,9 @@ def test_basic_composition_sums_epsilons_and_deltas_exactly():
     assert len(deltas.charges) == 1  # a refused release is not charged
 
 
+@pytest.mark.slow
 def test_cluster_charges_and_is_refused_before_reading_the_data(small_blobs, key):
+    # Long because: compiles the default clustering (11 s in the fast loop, 2 cores at load 9).
     acc = Accountant(Budget(2.5, 1e-5))
     with acc:
         first = dpm_jax.cluster(key, small_blobs.points, Budget(1.0, 1e-6), small_blobs.bounds)
@@ -51,7 +53,9 @@ def test_cluster_charges_and_is_refused_before_reading_the_data(small_blobs, key
     assert len(acc.charges) == 2
 
 
+@pytest.mark.slow
 def test_cluster_stream_and_fit_charge_too(small_blobs, key):
+    # Long because: compiles cluster_stream and the estimator's fit (40 s, 2 cores at load 7).
     sklearn = pytest.importorskip("sklearn")  # noqa: F841
     from dpm_jax.sklearn import DPMClustering
 

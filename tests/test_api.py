@@ -49,7 +49,9 @@ def test_same_key_is_bit_identical_and_keys_differ(small_blobs, budget):
     assert not np.array_equal(np.asarray(a.tree.noisy_count), np.asarray(c.tree.noisy_count))
 
 
+@pytest.mark.slow
 def test_legacy_uint32_keys_work(small_blobs, budget):
+    # Long because: a uint32 key compiles cluster again (19 s, 2 cores at load 9).
     res = _cluster(jax.random.PRNGKey(0), small_blobs.points, budget, small_blobs.bounds)
     assert int(res.k) >= 1
 
@@ -85,7 +87,9 @@ def test_jit_vmap_over_keys_and_over_data_sets(small_blobs, budget):
     np.testing.assert_allclose(np.asarray(res.counts), np.asarray(single.counts), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_point_mask_equals_dropping_the_points(small_blobs, budget, key):
+    # Long because: two more data shapes compiled (18 s, 2 cores at load 9).
     X = small_blobs.points
     padded = np.concatenate([X, np.full((57, X.shape[1]), 99.0, np.float32)])
     mask = np.arange(len(padded)) < len(X)
@@ -96,13 +100,16 @@ def test_point_mask_equals_dropping_the_points(small_blobs, budget, key):
     np.testing.assert_allclose(np.asarray(plain.centers), np.asarray(masked.centers), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_callers_array_is_not_modified(budget, key):
+    # Long because: its own data shape compiled (19 s, 2 cores at load 9).
     X = np.linspace(-300, 300, 200, dtype=np.float64).reshape(100, 2)  # outside the bounds: clipped
     before = X.copy()
     _cluster(key, X, budget, (-100.0, 100.0))
     np.testing.assert_array_equal(X, before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "X",
     [
@@ -114,6 +121,7 @@ def test_callers_array_is_not_modified(budget, key):
     ],
 )
 def test_tiny_and_degenerate_inputs_give_valid_results(X, budget, key):
+    # Long because: one compilation per data shape (19-21 s, 2 cores at load 9, each).
     res = _cluster(key, X, budget, (-10.0, 10.0))
     valid = np.asarray(res.valid)
     assert int(res.k) == valid.sum() >= 1
@@ -169,10 +177,12 @@ def test_bad_input_raises_before_any_work(override, error, message, budget):
         dpm_jax.cluster(args.pop("key"), args.pop("X"), args.pop("budget"), **args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("closed_over_by_jit", [False, True])
 def test_nan_in_a_jax_array_is_found_also_when_jit_closes_over_it(closed_over_by_jit, budget):
     # JAX arrays are checked on the device; a concrete array closed over by the caller's
     # jit is still concrete, so the check must run (not fail on a tracer, not be skipped).
+    # Long because: compiles cluster inside a caller's jit (20-22 s, 2 cores at load 9, each).
     X = jnp.zeros((6, 2), jnp.float32).at[4, 1].set(jnp.nan)
     run = lambda key: dpm_jax.cluster(key, X, budget, bounds=(-1.0, 1.0), config=SMALL_CONFIG)
     with pytest.raises(ValueError, match="row 4, column 1"):
@@ -230,7 +240,9 @@ def _node_members(points: np.ndarray, tree, num_nodes: int) -> dict:
     return members
 
 
+@pytest.mark.slow
 def test_every_released_count_is_its_true_count_plus_the_keyed_noise(budget, key):
+    # Long because: its own data shape compiled (19 s, 2 cores at load 9).
     """tree.noisy_count[i] = |S_i| + Z_i exactly, with Z_i element i of the 'count'
     stream (ledger key path) for every reached node: catches any change to what the
     tree counts (e.g. + 1 before the noise), to the per-level epsilons or the stream."""
@@ -336,7 +348,9 @@ def test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits(
     assert sum(released != replay for _, released, replay in unshifted) >= 3
 
 
+@pytest.mark.slow
 def test_leaf_noise_is_rederived_from_the_average_stream(budget, key):
+    # Long because: its own data shape compiled (14 s, 2 cores at load 9).
     """The released leaf sums minus the exact floor(T / 2**s) are the discrete Gaussian
     draws of derive_key(key, 'average'): catches a different stream or scale."""
     from dpm_jax import averaging, mechanisms
@@ -365,7 +379,9 @@ def test_leaf_noise_is_rederived_from_the_average_stream(budget, key):
     np.testing.assert_allclose(np.asarray(res.centers)[slot], np.clip(centre, -1, 1), rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_points_outside_the_bounds_are_clipped_before_every_statistic(budget, key):
+    # Long because: its own data shape compiled (25 s, 2 cores at load 9).
     """A far outlier and the same point clipped to the bounds give the identical release."""
     rng = np.random.default_rng(2)
     points = rng.normal(0, 10, (300, 2)).astype(np.float32)
@@ -378,7 +394,9 @@ def test_points_outside_the_bounds_are_clipped_before_every_statistic(budget, ke
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_a_starved_budget_warns_from_the_released_size(small_blobs, budget, key):
+    # Long because: a starved budget compiles cluster again (24 s, 2 cores at load 9).
     """n~ * epsilon ~ 600 is below the ~2,500 two clusters need here (dpm_jax.diagnostics.plan): a warning,
     computed from the released n~; an ample budget on the same data gives none."""
     with pytest.warns(InsufficientBudgetWarning, match="the released size n~"):

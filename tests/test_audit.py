@@ -94,7 +94,9 @@ def test_epsilon_lower_bound_properties():
     assert bound < more_runs < math.log(8.0)
 
 
+@pytest.mark.slow
 def test_audit_counts_events_exactly():
+    # Long because: the auditor's runs (2 s in the fast loop, 2 cores at load 7).
     """A Bernoulli 'mechanism' with public p: counts equal a direct simulation, also
     when num_runs is not a multiple of the batch size."""
     mechanism = lambda key, p: jax.random.uniform(key) < p
@@ -143,7 +145,9 @@ def test_audit_catches_halved_count_noise():
         assert count_audit().epsilon_lower_bound > CLAIMED.epsilon
 
 
+@pytest.mark.slow
 def test_audit_catches_count_budget_reused_across_levels():
+    # Long because: the auditor's many runs of a whole clustering (47 s, 2 cores at load 12).
     """Every count level spends the whole count budget instead of its share."""
     original = budget_lib.allocate
 
@@ -198,14 +202,18 @@ def split_step_audit(grid: str) -> audit_lib.AuditResult:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grid", SPLIT_STEP_GRIDS)
 def test_split_step_audit_stays_below_the_claim(grid):
+    # Long because: the auditor's many runs of the split step, per grid (20 s, 2 cores at load 12).
     result = split_step_audit(grid)
     assert 0.7 < result.epsilon_lower_bound <= CLAIMED.epsilon
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grid", SPLIT_STEP_GRIDS)
 def test_audit_catches_halved_split_sensitivity(grid):
+    # Long because: the auditor's many runs of the split step, per grid (21-22 s, 2 cores at load 12).
     """Delta_f halved, i.e. the exponent per score unit doubled (which is also what
     dropping the factor 2 of Definition 4, the paper's erratum, does)."""
     original = mechanisms.em_exponent_scale
@@ -214,8 +222,10 @@ def test_audit_catches_halved_split_sensitivity(grid):
         assert split_step_audit(grid).epsilon_lower_bound > CLAIMED.epsilon
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factor", [1.0, 2.0])
 def test_worst_case_scores_audit_of_the_exponential_mechanism(factor):
+    # Long because: the auditor's many runs, per epsilon (11-13 s, 2 cores at load 12).
     """Integer scores that move by exactly +-Delta between neighbours, the worst case the
     mechanism's claim covers: the exact sampler stays below eps, the one without the
     factor 2 (exponent doubled) exceeds it."""
@@ -311,11 +321,15 @@ def count_addition_audit() -> audit_lib.AuditResult:
     )
 
 
+@pytest.mark.slow
 def test_count_addition_audit_stays_below_the_claim():
+    # Long because: the auditor's runs (1.5 s in the fast loop, 2 cores at load 7).
     assert count_addition_audit().epsilon_lower_bound <= 1.0
 
 
+@pytest.mark.slow
 def test_audit_catches_float32_count_addition():
+    # Long because: the auditor's runs (2 s in the fast loop, 2 cores at load 7).
     original = mechanisms.add_count_noise
 
     def float32_addition(true_counts, noise):

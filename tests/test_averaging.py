@@ -91,7 +91,9 @@ def test_leaf_sums_are_bit_identical_under_row_permutation():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_float32_binade_attack_moves_the_exact_sum_by_the_added_code_only():
+    # Long because: compiles the sums at extreme values (2 s in the fast loop, 2 cores at load 7).
     """d = 1, bounds (-1, 1): 16383 points at +1, then 40000 pairs (+1.2, -0.9) 2**-10.
 
     D' adds one point at 1.0 first. A sequential float32 sum crosses the binade at
@@ -114,8 +116,10 @@ def test_float32_binade_attack_moves_the_exact_sum_by_the_added_code_only():
     assert abs(difference) <= 2**19
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [1, 3, 10])
 def test_released_floor_moves_by_at_most_the_sensitivity(d):
+    # Long because: compiles the release per dimension (2-3 s in the fast loop, 2 cores at load 7, each).
     """floor(T / 2**s) (release minus the same key's noise) is exact and L2-moves <= plan.sensitivity."""
     rng = np.random.default_rng(2 + d)
     plan = leaf_sums_release(1.0, 1e-6, d)
@@ -171,7 +175,9 @@ def test_leaf_sums_release_pays_for_its_delta(epsilon, delta):
         assert plan.noise_std_unit_range == pytest.approx(plan.sigma * 2.0**plan.coarse_shift / 2**20)
 
 
+@pytest.mark.slow
 def test_centres_equal_leaf_means_when_the_noise_is_tiny():
+    # Long because: compiles a whole clustering (10 s, 2 cores at load 12).
     """epsilon 20: the sum's std is ~0.15 range, i.e. ~6e-5 of the range per centre of 2500 points."""
     rng = np.random.default_rng(3)
     lower, upper = np.float32([0.0, -3.0]), np.float32([255.0, 50.0])
@@ -204,7 +210,9 @@ def test_centres_equal_leaf_means_when_the_noise_is_tiny():
     assert np.all(np.isnan(centers[4:]))  # padded slots
 
 
+@pytest.mark.slow
 def test_noise_scale_over_many_keys():
+    # Long because: many keys of the leaf-sum noise (3 s in the fast loop, 2 cores at load 7).
     """2000 keys x 8 slots x 3 dims of pure noise: std = plan.sigma 2**s (codes), to 3%.
 
     The sample std of 48000 draws has relative sd ~0.33%: 3% is ~9 sd (error rate < 1e-18);
@@ -250,7 +258,9 @@ def test_noise_scale_over_many_keys():
     assert np.all(np.abs(centres) < 1.0)
 
 
+@pytest.mark.slow
 def test_centres_never_leave_the_bounds_in_float32():
+    # Long because: compiles the centres at extreme bounds (5 s, 2 cores at load 12).
     """lower + 1 * (upper - lower) rounds one float32 step past ``upper`` for these bounds
     (found by benchmarks/fuzz_campaign.py); the released centre must still be inside."""
     lower, upper = jnp.asarray([-1.09320804], jnp.float32), jnp.asarray([0.09320804], jnp.float32)
@@ -273,7 +283,9 @@ def test_centres_never_leave_the_bounds_in_float32():
     assert float(centres[0, 0]) <= float(upper[0]) and float(centres[0, 0]) >= float(lower[0])
 
 
+@pytest.mark.slow
 def test_blockwise_leaf_sums_equal_the_sums_of_all_codes_at_once():
+    # Long because: compiles the blockwise sums over many rows (3 s in the fast loop, 2 cores at load 7).
     """Two full blocks of 2**16 rows and a partial one, points outside the bounds included:
     the blockwise sums (codes of one block at a time) are the same integers."""
     rng = np.random.default_rng(11)

@@ -27,7 +27,9 @@ def _nearest_distances(found, true):
 
 
 # ---------------------------------------------------------------------- k-means
+@pytest.mark.slow
 def test_kmeans_recovers_separated_blobs(blobs):
+    # Long because: compiles k-means with restarts (5 s, 2 cores at load 12).
     result = baselines.kmeans(jax.random.key(0), blobs.points, 8, num_runs=4)
     assert np.all(_nearest_distances(result.centers, blobs.centers) < 0.3)
     assert float(metrics.clustering_accuracy(result.labels, jnp.asarray(blobs.labels), 8, 8)) == 1.0
@@ -35,7 +37,9 @@ def test_kmeans_recovers_separated_blobs(blobs):
     assert float(result.inertia) == pytest.approx(1600 * 5, rel=0.1)
 
 
+@pytest.mark.slow
 def test_kmeans_keeps_the_run_with_lowest_inertia(blobs):
+    # Long because: compiles k-means runs under vmap (4 s, 2 cores at load 12).
     runs = baselines.kmeans_runs(jax.random.key(1), blobs.points, 8, 4)
     assert runs.centers.shape == (4, 8, 5) and runs.labels.shape == (4, 1600)
     best = baselines.kmeans(jax.random.key(1), blobs.points, 8, num_runs=4)
@@ -50,7 +54,9 @@ def test_kmeans_plusplus_draws_distinct_data_points(blobs):
     assert len(set(blobs.labels[[int(r[0]) for r in rows]])) == 8
 
 
+@pytest.mark.slow
 def test_lloyd_matches_sklearn_from_the_same_seeds():
+    # Long because: Lloyd here and in scikit-learn (7 s, 2 cores at load 12).
     from sklearn.cluster import KMeans
 
     data = synthetic_blobs(600, 3, num_blobs=6, std=15.0, box=BOX, seed=8)  # overlapping: many iterations
@@ -95,7 +101,9 @@ def test_dp_lloyd_rejects_missing_bounds_and_size(blobs):
 
 
 # ------------------------------------------------------------- DP-Lloyd output
+@pytest.mark.slow
 def test_dp_lloyd_clips_points_to_the_bounds(blobs):
+    # Long because: compiles DP-Lloyd again for its data (5 s, 2 cores at load 12).
     points = np.array(blobs.points)
     points[0] = 1e6  # far outside the box
     clipped = np.clip(points, *BOX)
@@ -117,7 +125,9 @@ def _lloyd_steps(points, start, iterations):
     return centers
 
 
+@pytest.mark.slow
 def test_dp_lloyd_with_negligible_noise_is_lloyd_from_the_separated_start(blobs):
+    # Long because: compiles DP-Lloyd and Lloyd (6 s in the fast loop, 2 cores at load 9).
     key = jax.random.key(6)
     lower, upper = jnp.full(5, BOX[0]), jnp.full(5, BOX[1])
     result = baselines.dp_lloyd(key, blobs.points, 8, 1e9, BOX, num_iterations=2)
@@ -132,8 +142,10 @@ def test_dp_lloyd_with_negligible_noise_is_lloyd_from_the_separated_start(blobs)
     )
 
 
+@pytest.mark.slow
 def test_dp_lloyd_noise_grows_with_the_bounds(blobs):
     # Same data, same key: a box 100 times wider means 100 times the Laplace scale of the sums.
+    # Long because: compiles DP-Lloyd at two bounds (2 s in the fast loop, 2 cores at load 8).
     narrow = baselines.dp_lloyd(jax.random.key(7), blobs.points, 8, 1.0, BOX, num_iterations=2)
     wide = baselines.dp_lloyd(jax.random.key(7), blobs.points, 8, 1.0, (-1e4, 1e4), num_iterations=2)
     assert wide.budget.sum_noise_scale == pytest.approx(100 * narrow.budget.sum_noise_scale)
@@ -141,7 +153,9 @@ def test_dp_lloyd_noise_grows_with_the_bounds(blobs):
     assert error(wide) > error(narrow)
 
 
+@pytest.mark.slow
 def test_dp_lloyd_runs_under_jit_and_vmap(blobs):
+    # Long because: compiles DP-Lloyd under jit and vmap (7 s, 2 cores at load 12).
     keys = jax.random.split(jax.random.key(9), 3)
     run = jax.jit(
         jax.vmap(
@@ -155,10 +169,12 @@ def test_dp_lloyd_runs_under_jit_and_vmap(blobs):
     assert batched.shape == (3, 8, 5) and not np.allclose(batched[0], batched[2])
 
 
+@pytest.mark.slow
 def test_dp_lloyd_counts_are_true_counts_plus_the_exact_noise_of_their_key_path(blobs):
     # Iteration 0 assigns to the data-independent start, so its true counts are known: the
     # released counts minus them must be exactly the discrete Laplace draw of iteration 0's
     # count key with the budget's count epsilon (a halved or re-keyed noise fails this).
+    # Long because: compiles DP-Lloyd (4 s in the fast loop, 2 cores at load 8).
     key = jax.random.key(12)
     lower, upper = jnp.full(5, BOX[0]), jnp.full(5, BOX[1])
     result = baselines.dp_lloyd(key, blobs.points, 8, 1.0, BOX, num_iterations=3)
@@ -183,7 +199,9 @@ def test_separated_uniform_centers_spread_inside_the_box():
 
 
 # ------------------------------------------------------------------ references
+@pytest.mark.slow
 def test_kmeans_references_rank_by_silhouette_and_find_k():
+    # Long because: k-means for many k and the silhouettes (11 s, 2 cores at load 12).
     data = synthetic_blobs(600, 2, num_blobs=3, std=1.0, box=BOX, seed=12)
     refs = baselines.kmeans_references(
         jax.random.key(13), data.points, (2, 3), runs_per_k=2, num_references=3, silhouette_sample_size=300

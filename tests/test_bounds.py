@@ -47,7 +47,9 @@ def test_every_float32_lies_in_its_bucket_and_buckets_are_ordered(mantissa_bits)
     assert edges[one[0]] == 1.0 and edges[one[1]] == 2.0
 
 
+@pytest.mark.slow
 def test_one_record_moves_one_count_per_dimension():
+    # Long because: histograms of neighbouring data sets (2 s in the fast loop, 2 cores at load 7).
     """The stated sensitivity: adding a record (here an extreme one) changes exactly one
     count by one in each of the d histograms, whatever the other points; the grid is
     fixed before the data (a grid scaled to the data would move many counts)."""
@@ -112,8 +114,10 @@ def _numpy_bounds(X, key, plan):
     return np.float32(lower), np.float32(upper)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_released_bounds_are_the_keyed_noisy_histogram_post_processed(noise):
+    # Long because: compiles the bounds release per noise (1.5-2 s in the fast loop, 2 cores at load 7, each).
     """Bounds = a public function of (exact counts + noise of the "bounds" stream) and the
     public threshold; a threshold read from the data (e.g. a fraction of the true n) fails.
     Data: in dimension 0, T + 30 points at 1000 (they pass T but not n / 100) and about
@@ -133,7 +137,9 @@ def test_released_bounds_are_the_keyed_noisy_histogram_post_processed(noise):
         assert upper[0] >= 1000.0 and lower[1] <= -3.0 <= upper[1]
 
 
+@pytest.mark.slow
 def test_bounds_audit_stays_below_the_claim():
+    # Long because: the auditor's many runs of the bounds release (25 s, 2 cores at load 10).
     """The auditor on this code path: an extreme point (2**20 in both dimensions) added to
     a set holding T - 1 such points beside 200 points at 1 (the tight case: the extreme
     bucket's noisy count then reaches T with probability 1/(1 + r) in B and r/(1 + r) in A
@@ -156,8 +162,10 @@ def test_bounds_audit_stays_below_the_claim():
 
 
 # ------------------------------------------------------------------ integration and ledger
+@pytest.mark.slow
 @pytest.mark.parametrize("share, delta", [(None, 3e-7), (0.05, 3e-7), (0.3, 3e-7), (0.1, 3.5355339059327374e-07)])
 def test_cluster_with_private_bounds_ledger_adds_up_and_bounds_come_first(share, delta):
+    # Long because: a clustering with private bounds per budget split (13-43 s, 2 cores at load 10).
     """Within the budget in float64 (math.fsum), also for delta = 20000**-1.5, where the bounds
     line plus a ledger that adds up to the rest exceeded the total by an ulp before the margin."""
     X = two_blobs()
@@ -178,14 +186,18 @@ def test_cluster_with_private_bounds_ledger_adds_up_and_bounds_come_first(share,
         assert np.min(np.linalg.norm(centers - truth, axis=1)) < 3.0
 
 
+@pytest.mark.slow
 def test_known_bounds_are_in_the_result_and_the_ledger_is_unchanged():
+    # Long because: compiles a clustering of its own (12 s, 2 cores at load 10).
     X = two_blobs()
     result = dpm_jax.cluster(jax.random.key(0), X, BUDGET, bounds=(-30.0, 30.0), config=SMALL)
     np.testing.assert_array_equal(np.asarray(result.bounds[0]), [-30.0, -30.0])
     assert all(entry.name != "bounds" for entry in result.ledger)
 
 
+@pytest.mark.slow
 def test_private_bounds_under_jit_and_vmap_match_single_runs():
+    # Long because: compiles the bounds and the clustering under jit and vmap (24 s, 2 cores at load 10).
     X = jnp.asarray(two_blobs(2000))
     run = lambda key: dpm_jax.cluster(key, X, BUDGET, bounds="private", config=SMALL)
     keys_ = jax.random.split(jax.random.key(3), 2)
@@ -204,6 +216,7 @@ def test_private_bounds_leave_the_caller_data_untouched():
 
 
 # ------------------------------------------------------------------ edge cases
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, column",
     [
@@ -217,6 +230,7 @@ def test_private_bounds_leave_the_caller_data_untouched():
     ],
 )
 def test_edge_case_columns_get_bounds_that_hold_them_and_cluster_runs(name, column):
+    # Long because: compiles a clustering of its own (12 s, 2 cores at load 10).
     """The default (widen 1) may clip a few extreme points of a column; COVERING holds >= 99 %."""
     X = np.stack([column, np.random.default_rng(1).standard_normal(3000)], axis=1)
     if name.startswith("integers"):
@@ -255,7 +269,9 @@ def test_bad_requests_are_named(request_, message):
         dpm_jax.cluster(jax.random.key(0), two_blobs(100), BUDGET, bounds=request_)
 
 
+@pytest.mark.slow
 def test_cluster_stream_with_private_bounds_is_cluster_with_private_bounds():
+    # Long because: compiles cluster_stream's passes (16 s, 2 cores at load 10).
     """One extra pass accumulates the same exact histograms: the same release for the same key."""
     X = two_blobs(3000)
     in_memory = dpm_jax.cluster(jax.random.key(4), X, BUDGET, bounds="private", config=SMALL)
@@ -266,14 +282,18 @@ def test_cluster_stream_with_private_bounds_is_cluster_with_private_bounds():
     assert streamed.ledgers == in_memory.ledgers
 
 
+@pytest.mark.slow
 def test_estimator_takes_private_bounds():
+    # Long because: compiles the estimator's clustering (14 s, 2 cores at load 10).
     pytest.importorskip("sklearn")
     model = dpm_jax.DPMClustering(epsilon=1.0, delta=1e-6, bounds="private", seed=0, tau_r=3).fit(two_blobs(3000))
     assert model.n_clusters_ == 2 and model.ledger_[0].name == "bounds"
     assert np.all(model.bounds_[0] <= -10) and np.all(model.bounds_[1] >= 10)
 
 
+@pytest.mark.slow
 def test_cli_bounds_private_records_the_dp_bounds_and_their_ledger_line(tmp_path, capsys):
+    # Long because: a CLI run with private bounds (13 s, 2 cores at load 10).
     from dpm_jax.cli import main
 
     source = tmp_path / "data.npy"
@@ -294,7 +314,9 @@ def test_cli_bounds_private_records_the_dp_bounds_and_their_ledger_line(tmp_path
     assert "--bounds-share applies only" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_under_jit_a_dimension_without_bounds_is_nan_not_a_crash():
+    # Long because: compiles the clustering under jit (13 s, 2 cores at load 10).
     """Traced bounds cannot raise: too few points give NaN bounds (documented), and the run completes."""
     X = jnp.asarray(two_blobs(30))
     result = jax.jit(lambda key: dpm_jax.cluster(key, X, BUDGET, bounds="private", config=SMALL))(jax.random.key(0))

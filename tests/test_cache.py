@@ -182,8 +182,10 @@ NEIGHBOUR_SIZES = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_nothing_on_disk_tells_neighbouring_sizes_apart(tmp_path):
-    # Long because: three fresh processes, each compiling the in-memory and the streamed engine twice.
+    # Long because: three fresh processes, each compiling the in-memory and the streamed engine twice
+    # (253 s, 2 cores at load 10).
     # The cache key of an entry hashes its program, shapes included: a program compiled for the data's
     # n rows would have another key for n + 1. The entries' compressed bytes are not compared: XLA's
     # serialised executables differ between two runs of the same program and data (measured: 18 of 77).

@@ -56,7 +56,9 @@ def run(capsys, argv):
     return status, captured.out, captured.err.splitlines()
 
 
+@pytest.mark.slow
 def test_cluster_writes_a_consistent_release(tmp_path, capsys):
+    # Long because: compiles the CLI's clustering (10 s in the fast loop, 2 cores at load 9).
     source = write_csv(tmp_path / "data.csv", DATA.points, header=["a", "b", "c"])
     out, centers_csv = tmp_path / "release.json", tmp_path / "centers.csv"
     status, stdout, stderr = run(capsys, ["cluster", source, *ARGS, "--out", out, "--centers-csv", centers_csv])
@@ -99,7 +101,9 @@ def test_cluster_writes_a_consistent_release(tmp_path, capsys):
     np.testing.assert_allclose(release["centers"], np.asarray(result.centers)[np.asarray(result.valid)], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_formats_agree(tmp_path, capsys):
+    # Long because: compiles a clustering per input format (6 s in the fast loop, 2 cores at load 8).
     np.save(tmp_path / "data.npy", DATA.points)
     sources = [
         tmp_path / "data.npy",
@@ -141,7 +145,9 @@ def test_parquet(tmp_path):
         read_points(str(path))
 
 
+@pytest.mark.slow
 def test_stream_reads_parquet_row_groups_and_npy_and_gives_the_in_memory_release(tmp_path, capsys):
+    # Long because: compiles cluster_stream's passes and the in-memory run (23 s, 2 cores at load 10).
     pyarrow = pytest.importorskip("pyarrow")
     import pyarrow.parquet as parquet
 
@@ -254,7 +260,9 @@ def test_missing_output_folder_fails_before_clustering(tmp_path, capsys):
     assert status == 1 and len(stderr) == 1 and "does not exist" in stderr[0]
 
 
+@pytest.mark.slow
 def test_demo_prints_k_accuracy_and_ledger(capsys):
+    # Long because: compiles the demo's clustering (6 s in the fast loop, 2 cores at load 7).
     status, stdout, stderr = run(
         capsys,
         [
@@ -313,7 +321,9 @@ def test_config_options_are_dpm_config_fields():
     assert config_from_args(build_parser().parse_args(["demo", "--split-window", "1"])).split_window == 1
 
 
+@pytest.mark.slow
 def test_cluster_with_an_automatic_depth_lists_the_depth_count_first(tmp_path, capsys):
+    # Long because: compiles the automatic-depth clustering (12 s, 2 cores at load 10).
     source = write_csv(tmp_path / "data.csv", DATA.points, header=["a", "b", "c"])
     out = tmp_path / "release.json"
     args = [a if a != str(TAU_R) else "auto" for a in ARGS]
@@ -363,7 +373,9 @@ def test_plan_prints_the_report_from_public_numbers(capsys):
     assert status == 1 and stdout == "" and len(stderr) == 1 and "n must be a positive" in stderr[0]
 
 
+@pytest.mark.slow
 def test_cluster_warns_in_one_line_when_the_budget_is_starved(tmp_path, capsys):
+    # Long because: a starved budget compiles the clustering again (9 s, 2 cores at load 10).
     source = write_csv(tmp_path / "data.csv", DATA.points)
     starved = ["--epsilon", "1", *ARGS[2:]]  # n~ * epsilon ~ 256: two clusters need ~870 here
     status, _, stderr = run(capsys, ["cluster", source, *starved, "--out", tmp_path / "release.json"])
@@ -381,7 +393,9 @@ def write_pandas_style_csv(path, values, label):
     return str(path)
 
 
+@pytest.mark.slow
 def test_index_and_label_columns_are_refused_or_dropped_by_name_or_position(tmp_path, capsys):
+    # Long because: compiles a clustering for its columns (9 s in the fast loop, 2 cores at load 5).
     plain = json.loads(run(capsys, ["cluster", write_csv(tmp_path / "p.csv", DATA.points, ["a", "b", "c"]), *ARGS])[1])
     source = write_pandas_style_csv(tmp_path / "pandas.csv", DATA.points, DATA.labels)
     status, stdout, stderr = run(capsys, ["cluster", source, *ARGS])
@@ -442,7 +456,9 @@ def test_a_missing_csv_value_is_named_by_line_and_column(tmp_path, capsys):
     assert "could not convert" not in stderr[-1]
 
 
+@pytest.mark.slow
 def test_the_budget_warning_points_cli_users_at_dpm_jax_plan(tmp_path, capsys):
+    # Long because: a starved budget compiles the clustering (8 s in the fast loop, 2 cores at load 9).
     source = write_csv(tmp_path / "data.csv", DATA.points)
     status, _, stderr = run(capsys, ["cluster", source, "--epsilon", "1", *ARGS[2:], "--out", tmp_path / "r.json"])
     warning = next(line for line in stderr if "cannot separate" in line)
@@ -467,7 +483,9 @@ def test_the_accountant_file_is_charged_and_refuses_before_reading(tmp_path, cap
     assert status == 1 and "never overwritten" in stderr[-1]
 
 
+@pytest.mark.slow
 def test_cluster_stream_reads_a_parquet_path_with_the_clis_reader(tmp_path, capsys):
+    # Long because: compiles cluster_stream's passes (14 s in the fast loop, 2 cores at load 9).
     pyarrow = pytest.importorskip("pyarrow")
     import pyarrow.parquet as parquet
 

@@ -25,7 +25,9 @@ def _released_depth_count(key, n: int, budget) -> int:
     return int(exact.to_float32(noisy_size(key, jnp.int32(n), plan)))
 
 
+@pytest.mark.slow
 def test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs(small_blobs, key):
+    # Long because: compiles the automatic-depth clustering (12 s in the fast loop, 2 cores at load 9).
     """The depth is depth_rule of the count drawn on the 'depth' stream; the tree's root count is
     row depth - 1 of the count stream's per-depth draw, and no level from the depth on splits."""
     X = small_blobs.points
@@ -54,7 +56,9 @@ def test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs(small_
     )
 
 
+@pytest.mark.slow
 def test_every_depth_has_a_ledger_that_adds_up_to_the_budget(small_blobs, key):
+    # Long because: compiles the automatic-depth clustering (shared with the test above).
     result = dpm_jax.cluster(key, small_blobs.points, BUDGET, bounds=small_blobs.bounds, config=AUTO)
     depths = [depth for depth, _ in result.ledgers]
     assert depths == list(range(1, AUTO.max_depth + 1))
@@ -69,7 +73,9 @@ def test_every_depth_has_a_ledger_that_adds_up_to_the_budget(small_blobs, key):
     assert result.ledger is result.ledger_at(int(result.depth))
 
 
+@pytest.mark.slow
 def test_the_ledgers_never_spend_more_than_the_budget_at_any_depth():
+    # Long because: the ledgers of many budgets at every depth (8 s, 2 cores at load 10).
     """The count's part and the remaining budget add up to the budget exactly, and every depth's
     ledger, summed exactly, stays at or below it (within a few ulps)."""
     rng = np.random.default_rng(1)
@@ -83,7 +89,9 @@ def test_the_ledgers_never_spend_more_than_the_budget_at_any_depth():
             assert budget.delta * (1 - 1e-14) <= ledger.total_delta <= budget.delta
 
 
+@pytest.mark.slow
 def test_a_small_budget_runs_at_the_depths_it_can_afford(small_blobs, key):
+    # Long because: a small budget compiles the clustering again (14 s, 2 cores at load 10).
     """At epsilon = 2e-4 only shallow depths have a usable split epsilon: the tree is still padded to
     max_depth levels and the run takes a depth it can afford."""
     budget = dpm_jax.Budget(2e-4, 1e-6)
@@ -117,7 +125,9 @@ def test_depth_of_is_the_rule_at_every_threshold():
         assert got == depth_rule(count, 1, large.remaining, AUTO) >= 2
 
 
+@pytest.mark.slow
 def test_auto_depth_runs_under_jit_and_vmap_with_each_data_sets_own_depth(small_blobs, key):
+    # Long because: compiles the automatic depth under jit and vmap (32 s, 2 cores at load 10).
     """Under vmap over data sets (masks) every run takes its own depth, and each equals its eager run."""
     X = np.concatenate([small_blobs.points] * 20)  # 12,000 points
     masks = np.stack([np.arange(len(X)) < 300, np.ones(len(X), bool)])

@@ -146,7 +146,9 @@ def test_alpha_window_is_where_the_separator_wins_by_the_margin():
         plan.alpha_window(1.5)
 
 
+@pytest.mark.slow
 def test_report_tells_when_two_clusters_cannot_be_separated():
+    # Long because: compiles a starved clustering (12 s, 2 cores at load 10).
     starved = diagnostics.plan(1_000, 2, dpm_jax.Budget(1.0, 1e-6))
     assert starved.max_reliable_k() == 1
     assert "cannot separate even two clusters" in str(starved)

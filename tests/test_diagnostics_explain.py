@@ -29,7 +29,9 @@ def test_explain_takes_no_data():
     assert list(inspect.signature(explain).parameters) == ["result", "config", "bounds"]
 
 
+@pytest.mark.slow
 def test_every_leaf_has_its_reason(run):
+    # Long because: the module's run fixture compiles a clustering (12 s in the fast loop, 2 cores at load 8).
     data, result = run
     report = explain(result, CONFIG, bounds=data.bounds)
     leaves = report.leaves
@@ -43,7 +45,9 @@ def test_every_leaf_has_its_reason(run):
     assert "leaves:" in str(report)
 
 
+@pytest.mark.slow
 def test_an_empty_child_is_empty_in_the_data(run):
+    # Long because: uses the module's compiled run.
     """Soundness against the data (which explain never sees): the drawn split has no point on one side."""
     data, result = run
     report = explain(result, CONFIG, bounds=data.bounds)
@@ -59,7 +63,9 @@ def test_an_empty_child_is_empty_in_the_data(run):
     assert sum(leaf.reason == EMPTY_CHILD for leaf in without_bounds.leaves) <= len(empty)
 
 
+@pytest.mark.slow
 def test_numbers_agree_with_a_recomputation_from_the_ledger(run):
+    # Long because: uses the module's compiled run.
     data, result = run
     report = explain(result, CONFIG)
     allocation = allocate(BUDGET, CONFIG, 3)
@@ -79,7 +85,9 @@ def test_numbers_agree_with_a_recomputation_from_the_ledger(run):
     assert report.tau_e == float(tree.noisy_count[1]) / 2**CONFIG.tau_r
 
 
+@pytest.mark.slow
 def test_works_on_the_release_alone(run):
+    # Long because: uses the module's compiled run.
     """No labels, no data: explain reads only released parts."""
     data, result = run
     release = dataclasses.replace(result, labels_nonprivate=None)
@@ -88,7 +96,9 @@ def test_works_on_the_release_alone(run):
     assert explain(release, CONFIG) == explain(result, CONFIG)
 
 
+@pytest.mark.slow
 def test_a_starved_budget_is_reported(run):
+    # Long because: a starved budget compiles the clustering again (23 s, 2 cores at load 7).
     data, _ = run
     starved = dpm_jax.cluster(
         jax.random.key(0), data.points[:500], dpm_jax.Budget(0.5, 1e-6), bounds=data.bounds, config=CONFIG
@@ -97,7 +107,9 @@ def test_a_starved_budget_is_reported(run):
     assert report.max_reliable_k == 1 and report.budget_limited and "warning" in str(report)
 
 
+@pytest.mark.slow
 def test_wrong_config_and_batches_are_rejected(run):
+    # Long because: uses the module's compiled run.
     _, result = run
     with pytest.raises(ValueError, match="config"):
         explain(result, dpm_jax.DPMConfig(alpha=2.0))
@@ -106,7 +118,9 @@ def test_wrong_config_and_batches_are_rejected(run):
         explain(batch, CONFIG)
 
 
+@pytest.mark.slow
 def test_an_automatic_depth_is_read_from_the_result(run):
+    # Long because: compiles an automatic-depth clustering of its own (30 s, 2 cores at load 7).
     """tau_r='auto': the depth comes from the tree, the run's budget is the ledger without the depth count."""
     data, _ = run
     auto = dpm_jax.cluster(

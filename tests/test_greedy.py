@@ -63,7 +63,9 @@ def test_children_of_an_available_ball_are_available(dim):
         assert np.all(np.linalg.norm(children - centre, axis=1) > nets.C_FORBID * r_child)
 
 
+@pytest.mark.slow
 def test_start_values_are_the_exact_sums_of_the_point_codes():
+    # Long because: compiles the start values (4 s in the fast loop, 2 cores at load 9).
     rng = np.random.default_rng(0)
     points = jnp.asarray(rng.random((300, 2)), jnp.float32)
     mask = jnp.asarray(rng.random(300) < 0.9)
@@ -77,7 +79,9 @@ def test_start_values_are_the_exact_sums_of_the_point_codes():
     np.testing.assert_array_equal(np.asarray(nets.start_values(points.T, mask, plan)), brute)
 
 
+@pytest.mark.slow
 def test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity():
+    # Long because: ball values of many neighbouring data sets (5 s, 2 cores at load 10).
     """The selection's sensitivity: adding a point at a net centre adds 2**VALUE_BITS to that ball."""
     rng = np.random.default_rng(1)
     points = rng.random((200, 2)).astype(np.float32)
@@ -91,7 +95,9 @@ def test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity():
 
 
 # -------------------------------------------------------------- histogram
+@pytest.mark.slow
 def test_one_point_moves_the_histogram_by_at_most_its_stated_sensitivity():
+    # Long because: histograms of many neighbouring data sets (4 s in the fast loop, 2 cores at load 9).
     """Adding any point changes at most T (L + 1) ball values, each by <= 2**VALUE_BITS: within the L2 stated."""
     rng = np.random.default_rng(2)
     points = rng.random((300, 2)).astype(np.float32)
@@ -108,7 +114,9 @@ def test_one_point_moves_the_histogram_by_at_most_its_stated_sensitivity():
     assert release.sigma >= release.l2_sensitivity  # sigma = multiplier x sensitivity, multiplier > 1 here
 
 
+@pytest.mark.slow
 def test_histogram_noise_is_the_keyed_discrete_gaussian_at_the_release_sigma():
+    # Long because: compiles the histogram release (7 s in the fast loop, 2 cores at load 8).
     """The released vector minus the exact values is the stream's draw, and its spread is sigma.
 
     Fixed key; 87,381 draws estimate the standard deviation within about 0.5 %, so the 3 %
@@ -158,7 +166,9 @@ def test_histogram_noise_does_not_grow_with_k():
 
 
 # -------------------------------------------------------------- selection
+@pytest.mark.slow
 def test_nonprivate_greedy_starts_at_the_best_available_ball(blobs2d):
+    # Long because: compiles the greedy without noise (6 s, 2 cores at load 10).
     """Each centre's start ball is the arg max of the values among balls not forbidden by earlier centres."""
     X = blobs2d.points
     plan = nets.plan_nets(2, 8, 2)
@@ -255,7 +265,9 @@ def test_private_kmeans_runs_under_jit_and_vmap_over_keys(blobs2d, method):
     assert batch.centers.shape == (3, 4, 2) and batch.elbow_k.shape == (3,)
 
 
+@pytest.mark.slow
 def test_projection_path_runs_in_higher_dimensions():
+    # Long because: compiles the projected run in higher dimensions (19 s, 2 cores at load 10).
     data = synthetic_blobs(n=3000, d=6, num_blobs=4, std=1.0, seed=2)
     result = dpm_jax.kmeans(jax.random.key(0), data.points, 4, None, bounds=data.bounds)
     assert result.greedy_centers.shape == (4, 2) and result.centers.shape == (4, 6)
@@ -294,7 +306,9 @@ def test_bad_input_is_refused_before_any_work(blobs2d, kwargs, message):
 
 
 # ------------------------------------------------------- estimator and CLI
+@pytest.mark.slow
 def test_estimator_fits_predicts_and_clones(blobs2d):
+    # Long because: compiles the estimator's fits for both methods (30 s, 2 cores at load 10).
     from sklearn.base import clone
 
     from dpm_jax.greedy.sklearn import DPKMeans

@@ -147,7 +147,9 @@ def test_cli_audit_of_neighbours_stays_below_the_claim(tmp_path):
     assert result.per_event[2].count_a == 30  # A's runs all print what the reference printed
 
 
+@pytest.mark.slow
 def test_cli_status_lines_hold_no_row_count(tmp_path):
+    # Long because: CLI runs in fresh processes (29 s, 2 cores at load 10).
     np.save(tmp_path / "x.npy", _points(123))
     for stream in ((), ("--stream",)):
         stderr = io.StringIO()
@@ -309,8 +311,10 @@ def test_bounds_float32_cannot_scale_by_are_refused_on_every_entry_point(bounds,
         assert status == 1 and message in stderr.getvalue()
 
 
+@pytest.mark.slow
 def test_moderate_extreme_bounds_still_cluster():
     # Two blobs at -/+ half the range, at the edges of the accepted ranges: both centres found.
+    # Long because: compiles clusterings at extreme bounds (10 s, 2 cores at load 10).
     X = np.concatenate([np.full((2000, 2), -0.5), np.full((2000, 2), 0.5)])
     X += np.random.default_rng(1).normal(0, 0.05, X.shape)
     for scale in (6e29, 1e-30):

@@ -1,5 +1,6 @@
 """Half-bin histograms of the nodes of a level (dpm_jax/histogram.py), against a plain loop."""
 
+import pytest
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,7 +75,9 @@ def _random_split(rng, n, width, parents):
     return parent, active, go_right, child_node, child_active, child_true[: 2 * width]
 
 
+@pytest.mark.slow
 def test_children_histogram_equals_histogram_of_the_children():
+    # Long because: compiles both histograms (4 s in the fast loop, 2 cores at load 8).
     rng = np.random.default_rng(3)
     n, d, width, max_splits = 400, 3, 8, 5
     half_bins = rng.integers(0, 2 * max_splits, (n, d))

@@ -51,9 +51,11 @@ def test_gap_counts_below_equals_brute_force():
     assert got == expected
 
 
+@pytest.mark.slow
 def test_gap_counts_below_with_grouped_sorts_and_under_vmap():
     # 20 dimensions: more than the 16 sort groups, so groups hold several rows; under
     # vmap over the threshold step (as over keys: n~ differs) each member is exact.
+    # Long because: compiles the grouped sorts under vmap (5 s in the fast loop, 2 cores at load 8).
     rng = np.random.default_rng(3)
     points = rng.uniform(0, 1, (150, 20)) ** 3
     mask = np.ones(150, bool)

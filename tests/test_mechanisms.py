@@ -521,7 +521,9 @@ def test_select_with_bits_is_the_exact_inverse_cdf():
     assert {w > 0 for w in weights} == {True, False}  # the case does have empty intervals
 
 
+@pytest.mark.slow
 def test_exponential_mechanism_frequencies_match_the_integer_weights():
+    # Long because: many draws of the exponential mechanism (11 s, 2 cores at load 10).
     """Chi-square of 200k selections (120k, 40k, 40k) against w_i / W (exact), per row.
 
     False-failure probability <= 1e-3 (p < 1e-3 / 3 per row). Invalid candidates are

@@ -55,7 +55,9 @@ def test_silhouette_hand_computed_two_clusters():
     assert _silhouette64(points, labels, 2) == pytest.approx((s_outer + s_inner) / 2, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_silhouette_chunked_equals_unchunked(blobs):
+    # Long because: compiles the silhouette twice (3 s in the fast loop, 2 cores at load 8).
     points, labels = blobs
     whole = _silhouette64(points, labels, 8, chunk_size=512)
     for chunk_size in (7, 64, 299):
@@ -83,7 +85,9 @@ def test_silhouette_single_cluster_is_minus_one():
     assert _silhouette64(points, np.full(20, 2), 4) == -1.0
 
 
+@pytest.mark.slow
 def test_sampled_silhouette_is_the_silhouette_of_the_documented_sample(blobs):
+    # Long because: compiles the sampled silhouette (3 s in the fast loop, 2 cores at load 8).
     points, labels = blobs
     key = jax.random.key(7)
     indices = np.asarray(metrics.silhouette_sample_indices(key, len(points), 120))

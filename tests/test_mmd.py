@@ -14,7 +14,8 @@ def _direct(X, Z, w, gamma):
     return math.sqrt(w @ k(Z, Z) @ w - 2 * w @ k(Z, X).mean(1) + k(X, X).mean())
 
 
-@pytest.mark.parametrize("n, m, d", [(50, 7, 3), (5000, 300, 2)])  # the second crosses the 4096-row blocks
+# the second crosses the 4096-row blocks; long because: 8 s, 2 cores at load 10
+@pytest.mark.parametrize("n, m, d", [(50, 7, 3), pytest.param(5000, 300, 2, marks=pytest.mark.slow)])
 def test_rkhs_distance_matches_the_direct_formula(n, m, d):
     rng = np.random.default_rng(n)
     X = rng.normal(100.0, 80.0, (n, d))

@@ -1,5 +1,6 @@
 """notebooks/quickstart.ipynb runs end to end (with small sizes) in a fresh kernel."""
 
+import ast
 import pathlib
 
 import pytest
@@ -22,6 +23,21 @@ NUM_KEYS = 4
 
 def outputs_text(cell) -> str:
     return "".join(output.get("text", "") for output in cell.get("outputs", []))
+
+
+def test_the_small_sizes_override_names_the_parameters_cell_sets():
+    """The fast check of the notebook: one cell is tagged 'parameters', every code cell parses, and
+    every name SMALL overrides is one that cell sets (a renamed parameter would leave the run full size)."""
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    parameters = [cell for cell in notebook.cells if "parameters" in cell.metadata.get("tags", [])]
+    assert len(parameters) == 1, "the notebook needs exactly one cell tagged 'parameters'"
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            ast.parse("\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    assigned = lambda source: {
+        t.id for node in ast.parse(source).body if isinstance(node, ast.Assign) for t in node.targets
+    }
+    assert assigned(SMALL) <= assigned(parameters[0].source)
 
 
 @pytest.mark.slow

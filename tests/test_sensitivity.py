@@ -119,8 +119,10 @@ def score_cases():
     return neighbour_score_cases(seed=0, trials=150)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t,q,alpha", SCORE_PARAMS)
 def test_split_scores_change_by_at_most_their_exact_sensitivity(score_cases, t, q, alpha):
+    # Long because: scores of many neighbouring data sets (10 s in the fast loop, 2 cores at load 8, fixture included).
     """|G(S) - G(S')| <= a1 + a3 for every candidate and every public N, exactly.
 
     G is the integer score the tree's exponential mechanism uses; N is the node's
@@ -141,7 +143,9 @@ def exact_values(value) -> np.ndarray:
     return low + high * 2**30
 
 
+@pytest.mark.slow
 def test_gap_counts_and_utility_change_by_at_most_their_sensitivity():
+    # Long because: gap counts of many neighbouring data sets (19 s, 2 cores at load 10).
     """Lemma 1: each dimension's gap counts change by at most 2, the summed counts by at
     most 2 d and the integer utility of Algorithm 2 by at most utility_sensitivity(d).
 
@@ -186,7 +190,9 @@ def test_gap_counts_and_utility_change_by_at_most_their_sensitivity():
     assert largest >= PERCENTILE_SENSITIVITY  # attained: one gap split into two small ones
 
 
+@pytest.mark.slow
 def test_interval_utility_sensitivity_holds_at_four_million_points():
+    # Long because: four million points (8 s, 2 cores at load 10).
     """At n = 2**22 the float32 average of gap counts drifted past its sensitivity
     (2.5 against 2); the exact integer utility changes by at most its sensitivity."""
     rng = np.random.default_rng(5)

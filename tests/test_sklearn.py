@@ -40,8 +40,10 @@ BLOBS = synthetic_blobs(200, 3, num_blobs=3, box=(-8.0, 8.0), std=0.5, seed=3)
 CHECK_PARAMS = {**PARAMS, "bounds": (-3.0, 3.0)}
 
 
+@pytest.mark.slow
 @parametrize_with_checks([DPMClustering(**CHECK_PARAMS)])
 def test_sklearn_conventions(estimator, check):
+    # Long because: scikit-learn's checks fit many data shapes, each compiled (up to 13 s, 2 cores at load 9, each).
     """All of scikit-learn's estimator checks apply to a clusterer and pass; none is
     marked as an expected failure. (check_array_api_input skips itself unless
     SCIPY_ARRAY_API is set; DPMClustering takes NumPy-convertible input only.)"""
@@ -52,7 +54,9 @@ def fitted_model(**overrides) -> DPMClustering:
     return DPMClustering(**{**PARAMS, **overrides}).fit(BLOBS.points)
 
 
+@pytest.mark.slow
 def test_fit_reproduces_the_functional_api():
+    # Long because: the first fit compiles the clustering (20 s in the fast loop, 2 cores at load 9).
     """seed s gives jax.random.key(s); padding the rows to 256 must not change the release."""
     model = fitted_model()
     result = dpm_jax.cluster(
@@ -73,7 +77,9 @@ def test_fit_reproduces_the_functional_api():
     assert model.ledger_.total_delta == pytest.approx(PARAMS["delta"], rel=1e-12)
 
 
+@pytest.mark.slow
 def test_labels_are_the_nearest_dp_centre():
+    # Long because: fits (shares the compile of the fits above).
     model = fitted_model()
     distances = ((BLOBS.points[:, None, :] - model.cluster_centers_[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(model.labels_, distances.argmin(1))
@@ -137,7 +143,9 @@ def test_padded_size():
     assert all(n <= padded_size(n) < max(2 * n, MIN_PADDED_ROWS + 1) for n in range(1, 3000, 37))
 
 
+@pytest.mark.slow
 def test_pipeline_clone_and_pickle():
+    # Long because: fits (shares the compile of the fits above).
     """A data-independent preprocessing step keeps the public bounds meaningful."""
     pipeline = make_pipeline(FunctionTransformer(np.negative), DPMClustering(**PARAMS))
     labels = pipeline.fit_predict(BLOBS.points)
@@ -153,7 +161,9 @@ def test_pipeline_clone_and_pickle():
     assert not hasattr(copy[-1], "cluster_centers_")
 
 
+@pytest.mark.slow
 def test_seed_none_draws_fresh_noise():
+    # Long because: fits (shares the compile of the fits above).
     model = DPMClustering(**{**PARAMS, "seed": None})
     assert model.__sklearn_tags__().non_deterministic
     first = model.fit(BLOBS.points).cluster_centers_.copy()
@@ -161,7 +171,9 @@ def test_seed_none_draws_fresh_noise():
     assert first.shape != second.shape or not np.allclose(first, second, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_automatic_depth_spends_its_count_first():
+    # Long because: compiles the automatic-depth fit (16 s, 2 cores at load 9).
     """tau_r='auto' through the estimator: the padding mask is concrete, so the depth's noisy
     count runs; it is the ledger's first line and the ledger still adds up to the budget."""
     X = synthetic_blobs(300, 2, num_blobs=3, seed=2).points
@@ -171,14 +183,18 @@ def test_automatic_depth_spends_its_count_first():
     assert len([e for e in model.ledger_ if e.name.startswith("split/")]) == model.depth_ >= 1
 
 
+@pytest.mark.slow
 def test_fit_warns_when_the_budget_cannot_separate_two_clusters():
+    # Long because: a starved budget compiles the fit again (15 s, 2 cores at load 9).
     data = synthetic_blobs(300, 2, num_blobs=2, seed=0)
     model = DPMClustering(epsilon=1.0, delta=1e-6, bounds=data.bounds, tau_r=3, seed=0)
     with pytest.warns(dpm_jax.diagnostics.InsufficientBudgetWarning, match="cannot separate even two"):
         model.fit(data.points)
 
 
+@pytest.mark.slow
 def test_random_state_as_scikit_learn_accepts_it():
+    # Long because: fits (shares the compile of the fits above).
     """An int is the seed; a RandomState draws the seed (same state, same fit); None is fresh noise."""
     base = {k: v for k, v in PARAMS.items() if k != "seed"}
     by_int = DPMClustering(**base, random_state=0).fit(BLOBS.points)
@@ -194,7 +210,9 @@ def test_random_state_as_scikit_learn_accepts_it():
     )
 
 
+@pytest.mark.slow
 def test_transform_and_score_measure_distances_to_the_dp_centres():
+    # Long because: fits (shares the compile of the fits above).
     model = fitted_model()
     distances = np.linalg.norm(BLOBS.points[:, None, :] - model.cluster_centers_[None], axis=-1)
     np.testing.assert_allclose(model.transform(BLOBS.points), distances, rtol=1e-5, atol=1e-5)
@@ -203,7 +221,9 @@ def test_transform_and_score_measure_distances_to_the_dp_centres():
     assert model.score(BLOBS.points) > -np.sum(np.min(np.linalg.norm(BLOBS.points[:, None] - moved, axis=-1), 1) ** 2)
 
 
+@pytest.mark.slow
 def test_grid_search_and_pipeline_need_no_extra_arguments():
+    # Long because: the grid search's fits compile their shapes (14 s, 2 cores at load 9).
     from sklearn.model_selection import GridSearchCV
 
     search = GridSearchCV(DPMClustering(**PARAMS), {"epsilon": [10.0, 20.0]}, cv=2).fit(BLOBS.points)
@@ -212,7 +232,9 @@ def test_grid_search_and_pipeline_need_no_extra_arguments():
     assert pipeline.transform(BLOBS.points).shape == (len(BLOBS.points), pipeline[-1].n_clusters_)
 
 
+@pytest.mark.slow
 def test_a_fitted_standard_scaler_before_the_estimator_warns():
+    # Long because: fits (shares the compile of the fits above).
     from sklearn.preprocessing import StandardScaler
 
     with pytest.warns(PreprocessingWarning, match="NOT differentially private"):

@@ -41,7 +41,9 @@ def test_streamed_chunks_give_the_in_memory_release(small_blobs, budget, seed):
     assert int(in_memory.k) >= 2  # a real tree, not a lone root
 
 
+@pytest.mark.slow
 def test_npy_path_memmap_and_factory_give_the_same_release(small_blobs, budget, tmp_path):
+    # Long because: compiles the passes and streams three sources (45 s, 2 cores at load 9).
     path = tmp_path / "points.npy"
     np.save(path, small_blobs.points.astype(np.float64))  # not float32: converted per chunk
     in_memory = dpm_jax.cluster(
@@ -144,7 +146,9 @@ def test_a_source_that_changes_between_passes_is_an_error(small_blobs, budget):
         cluster_stream(jax.random.key(0), chunks, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG)
 
 
+@pytest.mark.slow
 def test_auto_depth_streams_the_in_memory_release(small_blobs):
+    # Long because: compiles the automatic-depth passes and the in-memory run (42 s, 2 cores at load 9).
     """tau_r="auto": the depth's noisy count reads the rows of the validation pass, so the depth,
     the ledger (its "depth" line first) and the whole release are cluster's with the same key."""
     config = dpm_jax.DPMConfig(tau_r="auto")
@@ -162,7 +166,9 @@ def test_auto_depth_streams_the_in_memory_release(small_blobs):
     assert int(few.depth) < int(in_memory.depth)
 
 
+@pytest.mark.slow
 def test_more_dimensions_than_algorithm_2_sorts_give_the_in_memory_release(budget):
+    # Long because: compiles the passes for its own dimensions (49 s, 2 cores at load 9).
     """d = 20 > interval_max_dims = 16: the same random subset of dimensions is sorted, 3 columns per pass."""
     from dpm_jax.eval.datasets import synthetic_blobs
 
@@ -196,8 +202,10 @@ CELL_CONFIG = dpm_jax.DPMConfig(tau_r=4)
 LATTICE_CONFIG = dpm_jax.DPMConfig(tau_r=4, lattice_step=0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config, seed", [(CELL_CONFIG, 2), (CELL_CONFIG, 7), (LATTICE_CONFIG, 6)])
 def test_the_default_cell_grid_gives_the_in_memory_release(small_blobs, budget, config, seed):
+    # Long because: compiles the passes and the in-memory run, per case (20-34 s, 2 cores at load 9).
     """Every level bins each piece relative to its node's cell and routes it on the cells of the levels above."""
     points = small_blobs.points
     assert config.split_grid == dpm_jax.DPMConfig().split_grid == "cell"
@@ -216,8 +224,10 @@ def test_the_default_cell_grid_gives_the_in_memory_release(small_blobs, budget, 
         assert_same_release(in_memory, streamed)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::dpm_jax.diagnostics.plan.InsufficientBudgetWarning")
 def test_the_cell_grid_reads_the_data_tau_r_plus_3_times(small_blobs, budget):
+    # Long because: compiles the passes for its own configuration (17 s, 2 cores at load 9).
     """No Algorithm 2 pass (the cell grid has no interval size): validation, root histogram, tau_r levels, leaves."""
     reads = {}
 

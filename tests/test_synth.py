@@ -36,8 +36,10 @@ def _depth_of(lower, upper):
     return np.round(np.log2((BOUNDS[1] - BOUNDS[0]) ** lower.shape[1] / volume)).astype(int)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["grid", "kdtree", "dpm"])
 def test_ledger_adds_up_to_the_budget(method):
+    # Long because: compiles each method's synthesis (8-14 s, 2 cores at load 6).
     budget = Budget(0.8, 1e-6)
     result = synthesize(jax.random.key(0), _blobs(), budget, bounds=BOUNDS, method=method)
     ledger = result.ledger
@@ -70,7 +72,9 @@ def _ghost_runs(num_runs, epsilon, levels):
     return result, plan
 
 
+@pytest.mark.slow
 def test_implicit_empty_cells_have_the_law_of_explicit_enumeration():
+    # Long because: many draws of the implicit sampler against explicit enumeration (10 s, 2 cores at load 6).
     """Algorithm 5 against Algorithm 4's law: each of the 15 empty cells passes independently
     with p = P[Z >= t] (number passing Binomial(15, p), uniform over the cells) and its weight
     is t + Geometric(e^-epsilon). Chi-square tests at level 1e-3 each (fixed key: deterministic);
@@ -105,7 +109,9 @@ def test_implicit_empty_cells_have_the_law_of_explicit_enumeration():
     assert stats.chisquare(f_obs, f_exp).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_nonempty_cell_counts_are_rederived_from_the_leaf_stream():
+    # Long because: compiles a grid synthesis (6 s in the fast loop, 2 cores at load 8).
     """The released count of a non-empty cell is its exact count plus the discrete Laplace noise
     of epsilon_leaf drawn from derive_key(key, "synth_leaf") folded with 0 (slot = code order)."""
     X = _blobs(400)
@@ -133,7 +139,9 @@ def test_nonempty_cell_counts_are_rederived_from_the_leaf_stream():
     assert checked >= 10
 
 
+@pytest.mark.slow
 def test_decision_noise_is_charged_for_every_level_decided():
+    # Long because: compiles a KD-tree synthesis of its own (8 s, 2 cores at load 6).
     """Dense data split at every decision level: the deepest leaf is h + D deep, and the
     decision counts' sensitivity (so the noise epsilon_tree / D) counts exactly those D levels
     (the paper's printed count d log2(s1/s2) is d fewer: noise too small)."""
@@ -151,7 +159,9 @@ def test_decision_noise_is_charged_for_every_level_decided():
     assert entry.noise_scale == pytest.approx(decided / entry.epsilon)
 
 
+@pytest.mark.slow
 def test_lemma10_delta_is_charged():
+    # Long because: compiles a KD-tree synthesis of its own (8 s, 2 cores at load 6).
     """The tree line's delta covers P[an empty decision cell would split] (1 + e^eps) with
     N = 2**h_max + n (D - 1) empty decision cells (Lemma 29) and P = r**tau / (1 + r)."""
     X = _blobs(300)
@@ -168,7 +178,9 @@ def test_lemma10_delta_is_charged():
     assert event > 1e-3 * budget.delta  # tau is not so large that the charge would not matter
 
 
+@pytest.mark.slow
 def test_jit_and_vmap_over_keys_match_single_runs():
+    # Long because: compiles the synthesis under jit and vmap (22 s, 2 cores at load 6).
     X = _blobs(200)
     budget = Budget(1.0, 1e-6)
     # X is an argument, not a closed-over constant: XLA would constant-fold the sort of the data
@@ -182,8 +194,10 @@ def test_jit_and_vmap_over_keys_match_single_runs():
         np.testing.assert_array_equal(np.asarray(batched.lower[i]), np.asarray(single.lower))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["grid", "dpm"])
 def test_sample_draws_rows_inside_released_boxes(method):
+    # Long because: compiles the grid and DPM syntheses (9-18 s, 2 cores at load 6).
     result = synthesize(jax.random.key(2), _blobs(), Budget(1.0, 1e-6), bounds=BOUNDS, method=method)
     rows = np.asarray(result.sample(jax.random.key(9), 500))
     assert rows.shape == (500, 2)
@@ -193,7 +207,9 @@ def test_sample_draws_rows_inside_released_boxes(method):
     assert inside.any(1).all()
 
 
+@pytest.mark.slow
 def test_dpm_leaf_boxes_hold_their_points():
+    # Long because: compiles a DPM synthesis of its own (13 s, 2 cores at load 6).
     X = _blobs(300)
     result = dpm_jax.cluster(jax.random.key(4), X, Budget(1.0, 1e-6), bounds=BOUNDS)
     from dpm_jax.synth.from_dpm import leaf_boxes
@@ -228,7 +244,9 @@ def test_nan_input_is_refused_and_caller_data_untouched():
     np.testing.assert_array_equal(X, before)
 
 
+@pytest.mark.slow
 def test_cli_synthesize_writes_rows_in_the_format_of_the_suffix(tmp_path):
+    # Long because: one CLI synthesis per output format (8 s, 2 cores at load 6).
     from dpm_jax.cli.main import main
 
     data = tmp_path / "x.npy"
@@ -242,7 +260,9 @@ def test_cli_synthesize_writes_rows_in_the_format_of_the_suffix(tmp_path):
     assert main(["synthesize", str(data), "--epsilon", "1", "--delta", "1e-6", "--rows", "5", "--out", "a.csv"]) == 1
 
 
+@pytest.mark.slow
 def test_released_cells_are_in_code_order():
+    # Long because: compiles a KD-tree synthesis (5 s in the fast loop, 2 cores at load 9).
     """Cells come out sorted by code, padding last: the order of the draws (non-empty cells
     first, then the implicit empty ones) would show which released cells held data."""
     X = np.full((300, 2), 15.5, np.float32)  # the last cell: drawn first, released last
@@ -256,7 +276,9 @@ def test_released_cells_are_in_code_order():
     assert np.all(np.diff(codes.astype(np.int64)) > 0)
 
 
+@pytest.mark.slow
 def test_auditor_on_the_grid_synthesis_stays_at_or_below_the_claim():
+    # Long because: the empirical auditor's many runs (12 s, 2 cores at load 6).
     """The empirical auditor (dpm_jax.eval.audit) drives synthesize itself on constructed
     neighbours: data near the lower corner, B adds a point at the upper corner, alone in its
     cell. Event: that cell is released (A: an implicit empty cell passing, p; B: its noisy

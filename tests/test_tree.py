@@ -44,7 +44,9 @@ def test_sibling_subtraction_gives_the_same_clustering(small_blobs, budget, monk
         np.testing.assert_array_equal(a.tree.split_position, batched.tree.split_position[r])
 
 
+@pytest.mark.slow
 def test_tree_structure_is_consistent(small_blobs, budget):
+    # Long because: compiles the clustering under vmap over 8 keys (30 s, 2 cores at load 10).
     X = small_blobs.points
     results = jax.vmap(lambda k: dpm_jax.cluster(k, X, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG))(
         jax.random.split(jax.random.key(1), 8)
@@ -84,7 +86,9 @@ def test_points_follow_the_released_splits(small_blobs, budget):
         assert leaf_of_slot[labels[p]] == node
 
 
+@pytest.mark.slow
 def test_stopping_rule_tau_e(small_blobs, budget):
+    # Long because: compiles the clustering under vmap over 8 keys (shared with the test above).
     """Split nodes have both children at or above tau_e = n~ / 2**tau_r (line 18)."""
     X = small_blobs.points
     results = jax.vmap(lambda k: dpm_jax.cluster(k, X, budget, bounds=small_blobs.bounds, config=SMALL_CONFIG))(
@@ -177,10 +181,12 @@ def test_cell_grid_window_stops_on_one_gaussian_where_a_narrow_window_splits_it(
     assert np.median(found[1]) >= 8, found  # the narrow window over-splits: the test can tell them apart
 
 
+@pytest.mark.slow
 def test_cell_grid_splits_lie_inside_their_nodes_cells(small_blobs, budget):
     # Every drawn split cuts its node's cell (the bounds cut by the released splits above
     # it) strictly inside, at a boundary of its 2B equal half-bins: the grid is relative
     # to the cell, not to the bounds.
+    # Long because: compiles a cell-grid clustering of its own (13 s, 2 cores at load 10).
     config = dpm_jax.DPMConfig(tau_r=4, split_grid="cell", max_splits_per_dim=8)
     result = dpm_jax.cluster(jax.random.key(2), small_blobs.points, budget, bounds=small_blobs.bounds, config=config)
     tree = jax.tree.map(np.asarray, result.tree)
@@ -202,12 +208,14 @@ def test_cell_grid_splits_lie_inside_their_nodes_cells(small_blobs, budget):
     assert checked >= 3
 
 
+@pytest.mark.slow
 def test_level_counts_and_split_dimension_bins_are_those_of_the_whole_arrays_bins(monkeypatch):
     # The level's histogram and the routing both bin in blocks of rows (here 4000 rows in
     # 3 blocks of 1334 rows: the last overlaps the one before by 2 rows, which it must not count again).
     # They must give the histogram of the whole array's bins, and routing the bin its
     # node's counts counted each point in, or a point would go to a child other than the
     # one its node's counts assumed.
+    # Long because: compiles the clustering with the per-level histograms forced (14 s, 2 cores at load 10).
     monkeypatch.setattr(tree, "_BIN_BLOCK_ROWS", 1500)
     rng = np.random.default_rng(5)
     n, d, width = 4000, 5, 4

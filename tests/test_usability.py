@@ -30,7 +30,9 @@ def _same_release(a, b) -> None:
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_x64_mode_gives_the_same_release_and_the_first_call_message_comes_once():
+    # Long because: fresh processes with and without x64, each compiling (45 s, 2 cores at load 9).
     """With jax_enable_x64 on, cluster and cluster_stream release the same numbers (same key) as
     with it off; the compile message is on stderr exactly once in the process."""
     done = _run_python(
@@ -54,9 +56,11 @@ def test_x64_mode_gives_the_same_release_and_the_first_call_message_comes_once()
     assert done.stderr.count(FIRST_CALL_MESSAGE) == 1
 
 
+@pytest.mark.slow
 def test_the_callers_own_jit_and_vmap_under_x64_give_the_same_release(small_blobs, budget):
     """A caller who turned x64 on and jits or vmaps cluster themselves (the traced path, not the
     entry's own) gets the release of a plain call with x64 off."""
+    # Long because: three compiles of the small configuration (x64 off, jitted and vmapped with x64 on).
     X, bounds = small_blobs.points, small_blobs.bounds
     plain = dpm_jax.cluster(jax.random.key(1), X, budget, bounds, config=SMALL_CONFIG)
     with jax.enable_x64(True):
@@ -71,7 +75,9 @@ def test_the_callers_own_jit_and_vmap_under_x64_give_the_same_release(small_blob
     _same_release(plain, jax.tree.map(lambda leaf: leaf[0], batched))
 
 
+@pytest.mark.slow
 def test_pandas_dataframes_and_array_likes_give_the_release_of_the_array(small_blobs, budget, key):
+    # Long because: compiles the clustering for its inputs (20 s, 2 cores at load 9).
     pandas = pytest.importorskip("pandas")
     frame = pandas.DataFrame(small_blobs.points, columns=["a", "b", "c"])
     expected = dpm_jax.cluster(key, small_blobs.points, budget, small_blobs.bounds)
@@ -82,7 +88,9 @@ def test_pandas_dataframes_and_array_likes_give_the_release_of_the_array(small_b
         dpm_jax.cluster(key, frame, budget, small_blobs.bounds)
 
 
+@pytest.mark.slow
 def test_bounds_as_numpy_arrays_of_shape_2_and_2_by_d(small_blobs, budget, key):
+    # Long because: compiles the default clustering (shared with the tests around it).
     lo, hi = small_blobs.bounds
     d = small_blobs.points.shape[1]
     expected = dpm_jax.cluster(key, small_blobs.points, budget, (lo, hi))
@@ -93,7 +101,9 @@ def test_bounds_as_numpy_arrays_of_shape_2_and_2_by_d(small_blobs, budget, key):
         dpm_jax.cluster(key, small_blobs.points, budget, np.zeros((3, d)))
 
 
+@pytest.mark.slow
 def test_compact_labels_and_assign_index_the_released_centres(small_blobs, key):
+    # Long because: compiles a clustering and assign of its own (16 s, 2 cores at load 9).
     """training_labels maps slot ids to 0..k-1 in slot order; assign labels each point by its nearest
     released centre (checked against a brute-force argmin); both index released_clusters' rows."""
     result = dpm_jax.cluster(key, small_blobs.points, dpm_jax.Budget(15.0, 1e-6), small_blobs.bounds)
@@ -113,7 +123,9 @@ def test_compact_labels_and_assign_index_the_released_centres(small_blobs, key):
         dpm_jax.assign(result, small_blobs.points[:, :2])
 
 
+@pytest.mark.slow
 def test_tiny_budgets_release_no_cluster_of_size_below_one_and_warn_with_numbers(small_blobs):
+    # Long because: tiny budgets compile the clustering again (12 s, 2 cores at load 9).
     """At epsilon = 0.01 on 600 points the count noise exceeds the data: before the fix keys 0, 4 and 7
     released valid clusters of negative size. Now every valid size is >= 1 and k counts them; the
     warning names the user's line and says why, with no 'inf'."""
@@ -130,7 +142,9 @@ def test_tiny_budgets_release_no_cluster_of_size_below_one_and_warn_with_numbers
         assert starved[0].filename == __file__
 
 
+@pytest.mark.slow
 def test_the_budget_warning_is_filterable_by_category_and_by_the_callers_module(small_blobs, budget, key):
+    # Long because: compiles the default clustering (shared with the tests around it).
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", category=dpm_jax.InsufficientBudgetWarning)
@@ -141,7 +155,9 @@ def test_the_budget_warning_is_filterable_by_category_and_by_the_callers_module(
         dpm_jax.cluster(key, small_blobs.points, budget, small_blobs.bounds)
 
 
+@pytest.mark.slow
 def test_delta_at_least_one_over_n_warns(small_blobs, key):
+    # Long because: a large delta compiles the clustering again (11 s, 2 cores at load 9).
     with pytest.warns(dpm_jax.LargeDeltaWarning, match="permits releasing a whole record") as caught:
         dpm_jax.cluster(key, small_blobs.points, dpm_jax.Budget(15.0, 0.01), small_blobs.bounds)
     assert caught[0].filename == __file__
@@ -156,7 +172,9 @@ def test_a_too_large_epsilon_says_so_in_words(small_blobs, key):
     assert "would use" not in str(error.value)
 
 
+@pytest.mark.slow
 def test_the_ledger_table_cuts_nothing_and_explains_its_columns(small_blobs, budget, key):
+    # Long because: compiles the default clustering (12 s in the fast loop, 2 cores at load 9).
     ledger = dpm_jax.cluster(key, small_blobs.points, dpm_jax.Budget(15.0, 1e-6), small_blobs.bounds).ledger
     text = ledger.table()
     for entry in ledger:

@@ -28,8 +28,10 @@ def test_paper_delta_is_n_to_the_minus_one_and_a_half():
 
 # cluster warns that the suite's 600-point fixture is too small for two clusters at epsilon = 1; the test
 # compares the harness's vmapped runs with cluster's, not the clustering.
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::dpm_jax.diagnostics.InsufficientBudgetWarning")
 def test_vmapped_runs_equal_one_cluster_call_per_key(small_blobs, budget):
+    # Long because: compiles the variants under vmap and one call per key (32 s, 2 cores at load 9).
     """Long (a compile of the key-vmapped program with traced bounds): the benchmark's only DPM path,
     so it must give exactly what ``cluster`` gives key by key."""
     keys = jax.random.split(jax.random.key(3), 3)

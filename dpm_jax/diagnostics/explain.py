@@ -13,7 +13,7 @@ lambda_l read from the run's releases, :mod:`dpm_jax.dpm_releases`), whether its
 (:func:`dpm_jax.depth.near_random`), and for every leaf why it stopped
 (Algorithm 1, lines 14-18):
 
-* ``depth limit``: the leaf is at depth tau_r;
+* ``depth limit``: the leaf is at the run's depth;
 * ``empty child``: the drawn split lies outside the node's box (bounded by its
   ancestors' splits and, when given, the public bounds), so one child is empty
   whatever the data: the draw was one of the halting candidates of the theory paper
@@ -33,7 +33,7 @@ import numpy as np
 
 from dpm_jax.budget import Budget
 from dpm_jax.config import DPMConfig
-from dpm_jax.depth import candidates_per_node, exponent_scale, near_random
+from dpm_jax.depth import drawable_per_node, exponent_scale, near_random
 from dpm_jax.diagnostics.plan import plan
 from dpm_jax.scoring import score_coefficients
 
@@ -51,7 +51,7 @@ class NodeExplanation(NamedTuple):
     node: int  # heap id (root 1, children 2i, 2i + 1)
     level: int
     noisy_count: float  # n~ (released)
-    exponent_scale: float | None  # B of the node's split draw; None at depth tau_r (no draw)
+    exponent_scale: float | None  # B of the node's split draw; None at the run's depth (no draw)
     near_random: bool | None
     is_leaf: bool
     reason: str | None  # why a leaf stopped (DEPTH_LIMIT, EMPTY_CHILD, STOPPING_RULE); None if split
@@ -121,7 +121,7 @@ def _node_box(node: int, split_dim: np.ndarray, split_position: np.ndarray, lowe
 def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None) -> Explanation:
     """Why ``result`` has its k leaves: per node B, near-random draws, and each leaf's reason to stop.
 
-    ``config`` must be the hyper-parameters of the run (public; its tau_r is read
+    ``config`` must be the hyper-parameters of the run (public; the run's depth is read
     from the result's ``depth``); ``bounds`` the public bounds, optional (without them an empty
     child is recognised only against the ancestors' splits). Reads only released
     parts of ``result`` (module docstring): no privacy cost.
@@ -130,10 +130,10 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     count = np.asarray(tree.noisy_count)
     if count.ndim != 1:
         raise ValueError(f"explain takes one result; got a batch (tree of shape {count.shape}): index it first")
-    tau_r = int(np.asarray(result.depth))  # the run's depth (chosen by the run under tau_r="auto")
-    releases = result.releases_at(tau_r)
-    splits, offsets = releases.split_epsilons, releases.count_offsets[:tau_r]
-    config = config.at_depth(tau_r)
+    depth = int(np.asarray(result.depth))  # chosen by the run under tau_r="auto"
+    releases = result.releases_at(depth)
+    splits, offsets = releases.split_epsilons, releases.count_offsets[:depth]
+    config = config.at_depth(depth)
     if score_coefficients(config.t, config.q, config.alpha).sensitivity != releases.split_sensitivity:
         raise ValueError(
             f"config (t={config.t}, q={config.q}, alpha={config.alpha}) is not the run's: the "
@@ -145,15 +145,15 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     edges = (-np.inf, np.inf) if bounds is None else bounds
     lower, upper = (np.broadcast_to(np.asarray(edge, np.float64), (d,)) for edge in edges)
     root = float(count[1])
-    tau_e = root / 2**tau_r if config.tau_e is None else float(config.tau_e)
-    candidates = candidates_per_node(d, config)
+    tau_e = root / 2**depth if config.tau_e is None else float(config.tau_e)
+    candidates = drawable_per_node(d, config)
     nodes = []
     for node in np.flatnonzero(reached):
         level = int(node).bit_length() - 1
-        scale = None if level == tau_r else exponent_scale(splits[level], float(count[node]), offsets[level], config)
+        scale = None if level == depth else exponent_scale(splits[level], float(count[node]), offsets[level], config)
         reason = None
         if not is_split[node]:
-            reason = DEPTH_LIMIT if level == tau_r else _stopping_reason(node, split_dim, split_position, lower, upper)
+            reason = DEPTH_LIMIT if level == depth else _stopping_reason(node, split_dim, split_position, lower, upper)
         nodes.append(
             NodeExplanation(
                 int(node),

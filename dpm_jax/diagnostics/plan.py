@@ -36,7 +36,7 @@ from typing import NamedTuple
 from dpm_jax.budget import Budget, allocate, validate_budget_and_config
 from dpm_jax.config import AUTO_DEPTH, DPMConfig
 from dpm_jax.depth import (
-    candidates_per_node,
+    drawable_per_node,
     depth_rule,
     exponent_scale,
     near_random,
@@ -362,7 +362,7 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
         remaining = plan_depth(budget, config, d).remaining
         return plan(n, d, remaining, config.at_depth(depth_rule(n, d, remaining, config)))
     allocation = allocate(budget, config, d)
-    candidates = candidates_per_node(d, config)
+    candidates = drawable_per_node(d, config)
     levels = []
     for level in range(config.tau_r):
         node_size = n / 2**level

@@ -32,7 +32,7 @@ number. No floating point touches the draws:
   more pass, P[Binomial(K_max, p) > capacity], is bounded by the Chernoff bound
   (:func:`truncation_bound`) with K_max a public bound on the number of empty cells.
 
-:func:`ghost_tv` adds these up; :class:`dpm_jax.releases.ThresholdRelease` charges
+:func:`ghost_tv` adds these up; :class:`dpm_jax.synth.threshold.ThresholdRelease` charges
 them as delta = tv (1 + e^epsilon). The cells' order is fixed by the public partition
 (never by which cells hold data), and the caller sorts its output canonically.
 """

@@ -28,10 +28,11 @@ import numpy as np
 from dpm_jax import keys
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import Ledger
-from dpm_jax.releases import CountRelease, ThresholdRelease, at_most, ledger_of, split_budget
+from dpm_jax.releases import CountRelease, at_most, ledger_of, split_budget
 from dpm_jax.synth.cells import MAX_DEPTH
 from dpm_jax.synth.implicit import pass_probability
 from dpm_jax.synth.kdtree import decision_threshold, lemma10_delta
+from dpm_jax.synth.threshold import ThresholdRelease
 
 __all__ = ["SynthConfig", "SynthPlan", "plan_synthesis", "METHODS"]
 
