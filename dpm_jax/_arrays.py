@@ -81,9 +81,7 @@ def _materialized_batched(axis_size, in_batched, x):
     # scatter took the batch as its minor axis: XLA computed x transposed (every read strided),
     # several times slower for the long fused chains that are materialized.
     (batched,) = in_batched
-    if not batched:
-        return _materialized(x), False
-    return _materialized(x), True
+    return _materialized(x), batched
 
 
 def to_unit_range(points: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
