@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +51,17 @@ from dpm_jax.mechanisms import (
     discrete_gaussian_table,
     em_weight_table,
 )
-from dpm_jax.tree import Leaves, SplitTree, build_tree, level_count_noise, level_schedule, root_interval_size
+from dpm_jax.tree import (
+    LevelStart,
+    Leaves,
+    SplitTree,
+    TreePlan,
+    build_tree,
+    level_count_noise,
+    level_schedule,
+    padded_randomness,
+    root_interval_size,
+)
 
 __all__ = [
     "ClusterResult",
@@ -64,8 +74,7 @@ __all__ = [
     "cluster_result",
     "RunPlan",
     "plan_run",
-    "root_count",
-    "split_bits",
+    "start_levels",
     "warn_if_starved",
     "em_table_on_device",
     "gaussian_thresholds_on_device",
@@ -513,10 +522,9 @@ def gaussian_thresholds_on_device(sigma: float):
 
 
 def root_count(key: jax.Array, num_points: jax.Array, run_plan: RunPlan, padded: int):
-    """The steps before the levels, for every kind of run (in memory, streamed, sharded): the run's
-    depth (its depth rule's ``choose``), the count stream's noise of every node in heap layout
-    (:func:`dpm_jax.tree.level_count_noise`) and the root's noisy count n~ = |S| + Z (Algorithm 1,
-    line 7), exact integers. Traceable."""
+    """The run's depth (its depth rule's ``choose``), the count stream's noise of every node in heap
+    layout (:func:`dpm_jax.tree.level_count_noise`) and the root's noisy count n~ = |S| + Z
+    (Algorithm 1, line 7), exact integers. Traceable."""
     depth = run_plan.depth_rule.choose(key, num_points)
     noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, padded)
     return depth, noise, add_count_noise(num_points, exact.Int(tuple(limb[1] for limb in noise.limbs)))
@@ -526,6 +534,44 @@ def split_bits(key: jax.Array, run_plan: RunPlan, config: DPMConfig) -> jax.Arra
     """The split choices' random words of every node in heap layout, (2**padded_depth, EM_TRIES, EM_DIGITS)."""
     shape = (config.max_clusters, EM_TRIES, EM_DIGITS)
     return jax.random.bits(derive_key(key, run_plan.split_stream), shape, dtype=jnp.uint32)
+
+
+# Compiled as the in-memory program compiles them (there they are traced inline): the streamed
+# path calls them on the host, and XLA's fused float32 arithmetic then rounds the same way.
+_root_count = jax.jit(root_count, static_argnames=("run_plan", "padded"))
+_root_interval_size = jax.jit(root_interval_size, static_argnames="config")
+
+
+def start_levels(
+    key: jax.Array,
+    num_points: jax.Array,
+    lower: jax.Array,
+    upper: jax.Array,
+    em_table,
+    run_plan: RunPlan,
+    config: DPMConfig,
+    algorithm_2: Callable[[jax.Array, exact.Int], jax.Array],
+) -> LevelStart:
+    """The steps before the levels, for every kind of run (in memory, streamed, sharded): the depth and
+    the root's noisy count n~ (:func:`root_count`, line 7), the split interval size (line 8), the
+    schedule of the run's depth and the randomness of every node (count noise, split bits).
+
+    ``algorithm_2(key, n~) -> beta``: Algorithm 2's release on the run's data, with its key stream's
+    key and the released root count (in memory: its sorts; streamed: sorted columns). Called on the
+    paper grid only; the cell grid has no such release and reports its root's interval size
+    (:func:`dpm_jax.tree.root_interval_size`). Traceable when ``algorithm_2`` is.
+    """
+    padded = config.padded_depth
+    depth, noise, root_exact = _root_count(key, num_points, run_plan=run_plan, padded=padded)
+    if run_plan.interval is None:
+        beta = _root_interval_size(lower, upper, config=config)
+    else:
+        beta = algorithm_2(derive_key(key, run_plan.interval.stream), root_exact)
+    return LevelStart(
+        TreePlan(em_table, lower, upper, root_exact, beta, depth),
+        level_schedule(run_plan.by_depth, depth, padded),
+        padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (padded - 1)),
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("run_plan", "config", "rows_sharded"))
@@ -554,35 +600,15 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
 
-    depth, noise, root_exact = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
-    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
-    # Line 8: Algorithm 2's release (the cell grid has none: it reports its root's interval size).
-    if run_plan.interval is None:
-        beta = root_interval_size(lower, upper, config)
-    else:
-        beta, _ = estimate_split_interval_size(
-            derive_key(key, run_plan.interval.stream),
-            em_table,
-            to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
-            mask,
-            exact.to_float32(root_exact),
-            run_plan.interval,
-            config,
-        )
-    # Lines 10, 13-28.
-    tree, leaves = build_tree(
-        split_bits(key, run_plan, config),
-        noise,
-        em_table,
-        points,
-        mask,
-        lower,
-        upper,
-        root_exact,
-        beta,
-        schedule,
-        config,
-    )
+    def algorithm_2(interval_key, root_exact):  # line 8, on the points' sorted coordinates
+        unit_points = to_unit_range(points, lower, upper)  # a per-record map: DP is unaffected
+        noisy_size = exact.to_float32(root_exact)
+        return estimate_split_interval_size(
+            interval_key, em_table, unit_points, mask, noisy_size, run_plan.interval, config
+        )[0]
+
+    start = start_levels(key, jnp.sum(mask, dtype=jnp.int32), lower, upper, em_table, run_plan, config, algorithm_2)
+    tree, leaves = build_tree(start, points, mask, config)  # lines 10, 13-28
     # Line 11.
     centers = leaf_centers(
         derive_key(key, run_plan.leaf_sums.stream),
@@ -596,9 +622,8 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
         gaussian_thresholds,
         run_plan.leaf_sums,
     )
-    return dict(
-        **released_arrays(tree, leaves, centers, beta, lower, upper, depth), labels_nonprivate=leaves.point_slot
-    )
+    arrays = released_arrays(tree, leaves, centers, start.plan.beta, lower, upper, start.plan.depth)
+    return dict(**arrays, labels_nonprivate=leaves.point_slot)
 
 
 def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper, depth) -> dict:
