@@ -68,7 +68,8 @@ __all__ = [
     "cluster",
     "MAX_POINTS",
     "validate_key",
-    "validate_bounds",
+    "validated_input",
+    "public_bounds",
     "within_float32",
     "released_arrays",
     "cluster_result",
@@ -416,6 +417,30 @@ def _validate_mask(point_mask, n: int) -> jax.Array:
     return jnp.asarray(point_mask, bool)
 
 
+class ValidInput(NamedTuple):
+    """An entry point's data after the checks every algorithm makes before any work (:func:`validated_input`)."""
+
+    points: jax.Array  # (n, d) float32 (a copy: the caller's X is never touched)
+    mask: jax.Array  # (n,) bool, False marks padding points
+
+
+def validated_input(key: jax.Array, X: Any, point_mask: Any = None) -> ValidInput:
+    """The key and data of an entry point (:func:`cluster`, :func:`dpm_jax.synthesize`,
+    :func:`dpm_jax.kmeans`, :func:`dpm_jax.private_bounds`), checked in this order before any
+    statistic of ``X`` is computed: the key (:func:`validate_key`); X numeric (a DataFrame's columns
+    named when not), of rank 2, not empty, at most :data:`MAX_POINTS` rows, finite where concrete;
+    ``point_mask`` of shape (n,) (None: every row)."""
+    validate_key(key)
+    points = _validate_points(X)
+    return ValidInput(points, _validate_mask(point_mask, points.shape[0]))
+
+
+def public_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
+    """Public (lo, hi) as a run reads them: (d,) float32 each, after :func:`validate_bounds`' checks."""
+    lower, upper = validate_bounds(bounds, d)
+    return tuple(jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in (lower, upper))
+
+
 @entry_point("cluster")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 def cluster(
     key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(), point_mask: Any = None
@@ -445,27 +470,25 @@ def cluster(
     with ``jax_enable_x64`` on (:mod:`dpm_jax.entry`). Inside ``with accountant:`` the call
     charges ``budget`` to the :class:`dpm_jax.Accountant` before it reads ``X``.
     """
-    validate_key(key)
     validate_budget_and_config(budget, config)
+    points, mask = validated_input(key, X, point_mask)
+    d = points.shape[1]
     if bounds_lib.is_private(bounds):
-        points = _validate_points(X)
 
         def prepare(rest: Budget):  # plans (and refuses) the run before the bounds are estimated
-            plan_run(rest, config, points.shape[1])
-            # The undecorated run: the accountant has charged the whole budget already (dpm_jax.entry).
-            return functools.partial(cluster.__wrapped__, key, points, rest, config=config, point_mask=point_mask)
+            run_plan = plan_run(rest, config, d)
+            return lambda released: _cluster_within(
+                key, points, mask, public_bounds(released, d), rest, run_plan, config
+            )
 
-        mask = _validate_mask(point_mask, points.shape[0])
         return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
-    points = _validate_points(X)
-    n, d = points.shape
-    lower, upper = validate_bounds(bounds, d)
-    mask = _validate_mask(point_mask, n)
+    within = public_bounds(bounds, d)
+    return _cluster_within(key, points, mask, within, budget, plan_run(budget, config, d), config)
 
-    run_plan = plan_run(budget, config, d)
-    lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (d,))
-    upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (d,))
 
+def _cluster_within(key, points, mask, within, budget: Budget, run_plan: RunPlan, config: DPMConfig) -> ClusterResult:
+    """The run on validated data within validated bounds ``within`` (public, or the released private ones)."""
+    lower, upper = within
     arrays = _cluster_arrays(
         key,
         points,

@@ -55,7 +55,7 @@ from dpm_jax.api import (
     cluster_result,
     em_table_on_device,
     gaussian_thresholds_on_device,
-    validate_bounds,
+    public_bounds,
     validate_key,
     within_float32,
     plan_run,
@@ -278,7 +278,7 @@ def cluster_stream(
     report("validation")
     rows = source.survey()
     n, d = sum(rows), source.d
-    lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in validate_bounds(bounds, d))
+    lower, upper = public_bounds(bounds, d)
 
     run_plan = plan_run(budget, config, d)
     em_table = em_table_on_device()
