@@ -32,7 +32,7 @@ import numpy as np
 
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact
-from dpm_jax._arrays import strided_row_blocks, to_unit_range
+from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes, rows_over_devices
 from dpm_jax.averaging import leaf_centers
 from dpm_jax.budget import Budget, validate_budget_and_config
@@ -611,13 +611,6 @@ def _cluster_arrays(
     config: DPMConfig,
     rows_sharded: bool = False,
 ):
-    # Rows sharded over devices: the loops over row blocks read strided blocks, which stay on
-    # the rows' devices (dpm_jax._arrays.row_blocks); the same release either way.
-    with strided_row_blocks(rows_sharded):
-        return _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresholds, run_plan, config)
-
-
-def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresholds, run_plan, config):
     # When X is closed over by a caller's jit/vmap it becomes a compile-time constant,
     # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
@@ -631,7 +624,10 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
         )[0]
 
     start = start_levels(key, jnp.sum(mask, dtype=jnp.int32), lower, upper, em_table, run_plan, config, algorithm_2)
-    tree, leaves = build_tree(start, points, mask, config)  # lines 10, 13-28
+    # Lines 10, 13-28. Rows sharded over devices: the loops over row blocks (here and in the leaf
+    # sums) read strided blocks, which stay on the rows' devices (dpm_jax._arrays.row_blocks);
+    # the same release either way.
+    tree, leaves = build_tree(start, points, mask, config, rows_sharded)
     # Line 11.
     centers = leaf_centers(
         derive_key(key, run_plan.leaf_sums.stream),
@@ -644,6 +640,7 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
         upper,
         gaussian_thresholds,
         run_plan.leaf_sums,
+        rows_sharded,
     )
     arrays = released_arrays(tree, leaves, centers, start.plan.beta, lower, upper, start.plan.depth)
     return dict(**arrays, labels_nonprivate=leaves.point_slot)

@@ -255,6 +255,7 @@ class _TreeInputs(NamedTuple):
     num_levels: int  # padded_depth: levels the scan runs (those from ``depth`` on split nothing)
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
     split_grid: "PaperGrid | CellSplitGrid"  # the run's split grid (DPMConfig.split_grid), a strategy
+    strided_rows: bool = False  # rows sharded over devices: the loops over row blocks read strided blocks
 
 
 def choose_splits(
@@ -583,7 +584,7 @@ def level_count_noise(key: jax.Array, releases: tuple, depth, padded: int) -> ex
 
 
 def build_tree(
-    start: "LevelStart", points: jnp.ndarray, point_mask: jnp.ndarray, config: DPMConfig
+    start: "LevelStart", points: jnp.ndarray, point_mask: jnp.ndarray, config: DPMConfig, strided_rows: bool = False
 ) -> tuple[SplitTree, Leaves]:
     """Run BuildClustering on all levels (Algorithm 1, lines 13-28).
 
@@ -594,10 +595,12 @@ def build_tree(
       points: (n, d) points in data units (scaled to [0, 1] by the public bounds where read).
       point_mask: (n,) bool, padding points are False.
       config: hyper-parameters.
+      strided_rows: the points' rows are sharded over devices: the loops over row blocks read
+        strided blocks, which stay on the rows' devices (:func:`dpm_jax._arrays.row_blocks`).
     """
     n = points.shape[0]
     padded = config.padded_depth
-    inputs = plan_inputs(start.plan, config, points, start.schedule.split_sensitivity)
+    inputs = plan_inputs(start.plan, config, points, start.schedule.split_sensitivity, strided_rows)
     width, max_splits = inputs.width, inputs.max_splits
 
     def scan_step(state: LevelState, level_inputs):
@@ -706,7 +709,8 @@ class CellSplitGrid(NamedTuple):
             return counts + level_histogram(bins, node, active & fresh, width, max_splits)
 
         initial = jnp.zeros((width, inputs.points.shape[1], 2 * max_splits), jnp.int32)
-        return fold_row_blocks(add_block, initial, _BIN_BLOCK_ROWS, inputs.points, point_node, point_active)
+        per_row = (inputs.points, point_node, point_active)
+        return fold_row_blocks(add_block, initial, _BIN_BLOCK_ROWS, *per_row, strided=inputs.strided_rows)
 
     def split_dimension_half_bins(self, inputs, grid, point_node, split_dim):
         pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
@@ -721,7 +725,8 @@ class CellSplitGrid(NamedTuple):
             return cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
 
         dtype = bin_dtype(2 * inputs.max_splits)
-        return map_row_blocks(bin_block, (1,), dtype, _BIN_BLOCK_ROWS, inputs.points, point_node)
+        per_row = (inputs.points, point_node)
+        return map_row_blocks(bin_block, (1,), dtype, _BIN_BLOCK_ROWS, *per_row, strided=inputs.strided_rows)
 
     def drawn_split(self, inputs, grid, cell_lower, cell_upper, split_dim, split_index):
         first_right = split_index + 1  # candidate j sits at boundary j + 1
@@ -822,15 +827,20 @@ class LevelStart(NamedTuple):
     randomness: tuple  # split bits and count noise in heap layout, padded (:func:`padded_randomness`)
 
 
-def plan_inputs(plan: TreePlan, config: DPMConfig, points=None, split_sensitivity: int | None = None) -> _TreeInputs:
+def plan_inputs(
+    plan: TreePlan, config: DPMConfig, points=None, split_sensitivity: int | None = None, strided_rows: bool = False
+) -> _TreeInputs:
     """The tree's public inputs of ``plan`` (no points), or those of ``points`` (data units: binned as
-    :func:`point_inputs` bins them); ``split_sensitivity``: the split releases' (None: the score's)."""
+    :func:`point_inputs` bins them); ``split_sensitivity``: the split releases' (None: the score's);
+    ``strided_rows``: the points' rows are sharded over devices (:func:`dpm_jax._arrays.row_blocks`)."""
     em_table, lower, upper, root_exact, beta, depth = plan
     if points is None:
         inputs = tree_inputs(None, None, em_table, lower, upper, root_exact, beta, config, depth)
     else:
         inputs = point_inputs(points, em_table, lower, upper, root_exact, beta, config, depth)
-    return inputs if split_sensitivity is None else inputs._replace(split_sensitivity=split_sensitivity)
+    if split_sensitivity is not None:
+        inputs = inputs._replace(split_sensitivity=split_sensitivity)
+    return inputs._replace(strided_rows=strided_rows)
 
 
 def root_node_counts(root_exact: exact.Int, width: int) -> exact.Int:

@@ -80,7 +80,7 @@ def levels_over_passes(
     releases = []
     node_exact, node_active = root_node_counts(public.root_exact, width), jnp.arange(width) == 0
     counts = accumulate(
-        "level 0 histogram", _root_histogram_of_piece, public, routes, cells, width=width, config=config
+        "level 0 histogram", _root_histogram_of_chunk, public, routes, cells, width=width, config=config
     )
     for level in range(config.padded_depth):
         level_bits, level_noise = _level_randomness(start.randomness, jnp.int32(level), width)
@@ -102,7 +102,7 @@ def levels_over_passes(
         last = level == config.padded_depth - 1
         child_true, next_counts = accumulate(
             f"level {level} children" + ("" if last else f", level {level + 1} histogram"),
-            _children_of_piece,
+            _children_of_chunk,
             public,
             routes,
             jnp.int32(level),
@@ -139,7 +139,7 @@ def leaf_sums_over_passes(plan: TreePlan, routes: "Routes", config: DPMConfig, l
     routed to their leaves by the released splits."""
     levels, width = jnp.int32(config.padded_depth), 2 ** (config.padded_depth - 1)
     return accumulate(
-        "leaf sums", _leaf_sums_of_piece, plan, routes, levels, width=width, config=config, leaf_sums=leaf_sums
+        "leaf sums", _leaf_sums_of_chunk, plan, routes, levels, width=width, config=config, leaf_sums=leaf_sums
     )
 
 
@@ -236,12 +236,12 @@ def _histogram(inputs, cells, point_node, point_active):
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
-def _root_histogram_of_piece(piece, valid, public, routes, cells, *, width: int, config: DPMConfig):
+def _root_histogram_of_chunk(piece, valid, public, routes, cells, *, width: int, config: DPMConfig):
     return _histogram(plan_inputs(public, config, piece), cells, jnp.zeros(piece.shape[0], jnp.int32), valid)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config", "next_histogram"))
-def _children_of_piece(
+def _children_of_chunk(
     piece,
     valid,
     public,
@@ -267,7 +267,7 @@ def _children_of_piece(
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config", "leaf_sums"))
-def _leaf_sums_of_piece(piece, valid, public, routes, levels, *, width: int, config: DPMConfig, leaf_sums):
+def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig, leaf_sums):
     # At the padded depth a point's local index is its leaf's slot (dpm_jax.tree).
     slot, _ = _route(plan_inputs(public, config, piece), valid, routes, levels)
     return blockwise_leaf_sums(piece, public.lower, public.upper, valid, slot, config.max_clusters, leaf_sums)
