@@ -55,7 +55,7 @@ from dpm_jax.tree import (
     LevelStart,
     Leaves,
     SplitTree,
-    TreePlan,
+    PublicInputs,
     build_tree,
     level_count_noise,
     level_schedule,
@@ -591,7 +591,7 @@ def start_levels(
     else:
         beta = algorithm_2(derive_key(key, run_plan.interval.stream), root_exact)
     return LevelStart(
-        TreePlan(em_table, lower, upper, root_exact, beta, depth),
+        PublicInputs(em_table, lower, upper, root_exact, beta, depth),
         level_schedule(run_plan.by_depth, depth, padded),
         padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (padded - 1)),
     )
@@ -642,7 +642,7 @@ def _cluster_arrays(
         run_plan.leaf_sums,
         rows_sharded,
     )
-    arrays = released_arrays(tree, leaves, centers, start.plan.beta, lower, upper, start.plan.depth)
+    arrays = released_arrays(tree, leaves, centers, start.public.beta, lower, upper, start.public.depth)
     return dict(**arrays, labels_nonprivate=leaves.point_slot)
 
 

@@ -77,7 +77,7 @@ from dpm_jax.interval import (
     select_interval_size,
 )
 from dpm_jax.keys import derive_key
-from dpm_jax.tree import TreePlan
+from dpm_jax.tree import PublicInputs
 from dpm_jax.tree_passes import leaf_sums_over_passes, levels_over_passes
 
 __all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
@@ -296,23 +296,23 @@ def cluster_stream(
     accumulate = functools.partial(_accumulate, source, rows, report)
     tree, leaves, routes = levels_over_passes(start, config, accumulate)
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
-    centers = _centers(key, accumulate, start.plan, routes, leaves, run_plan, config)
+    centers = _centers(key, accumulate, start.public, routes, leaves, run_plan, config)
     report(None)
-    arrays = released_arrays(tree, leaves, centers, start.plan.beta, lower, upper, start.plan.depth)
+    arrays = released_arrays(tree, leaves, centers, start.public.beta, lower, upper, start.public.depth)
     arrays = dict(arrays, labels_nonprivate=None)
     return cluster_result(arrays, lower, upper, run_plan, budget, config)
 
 
-def _centers(key, accumulate, plan: TreePlan, routes, leaves, run_plan, config: DPMConfig):
+def _centers(key, accumulate, public: PublicInputs, routes, leaves, run_plan, config: DPMConfig):
     """Line 11: the leaves' exact code sums accumulated over the chunks, then the leaf sums' release."""
-    sums = leaf_sums_over_passes(plan, routes, config, run_plan.leaf_sums, accumulate)
+    sums = leaf_sums_over_passes(public, routes, config, run_plan.leaf_sums, accumulate)
     return _centers_from_sums(
         derive_key(key, run_plan.leaf_sums.stream),
         sums,
         leaves.noisy_count,
         leaves.valid,
-        plan.lower,
-        plan.upper,
+        public.lower,
+        public.upper,
         gaussian_thresholds_on_device(run_plan.leaf_sums.sigma),
         run_plan.leaf_sums,
     )

@@ -103,9 +103,9 @@ __all__ = [
     "root_interval_size",
     "release_level",
     "next_point_nodes",
-    "TreePlan",
+    "PublicInputs",
     "LevelStart",
-    "plan_inputs",
+    "inputs_of",
     "root_node_counts",
     "padded_randomness",
     "level_randomness",
@@ -600,7 +600,7 @@ def build_tree(
     """
     n = points.shape[0]
     padded = config.padded_depth
-    inputs = plan_inputs(start.plan, config, points, start.schedule.split_sensitivity, strided_rows)
+    inputs = inputs_of(start.public, config, points, start.schedule.split_sensitivity, strided_rows)
     width, max_splits = inputs.width, inputs.max_splits
 
     def scan_step(state: LevelState, level_inputs):
@@ -615,7 +615,7 @@ def build_tree(
     initial = LevelState(
         jnp.zeros(n, jnp.int32),
         point_mask,
-        root_node_counts(start.plan.root_exact, width),
+        root_node_counts(start.public.root_exact, width),
         jnp.arange(width) == 0,
         root_histogram,
         *root_cells(inputs),
@@ -805,10 +805,10 @@ def tree_inputs(
     )
 
 
-class TreePlan(NamedTuple):
-    """The public values every level reads, fixed before the first: arrays only, so it is an argument
-    of compiled programs (the streamed passes'); the tree's inputs follow from it and the config
-    (:func:`plan_inputs`)."""
+class PublicInputs(NamedTuple):
+    """The public values every level reads, fixed before the first (the public bounds and the releases
+    of the depth, n~ and beta): arrays only, so it is an argument of compiled programs (the streamed
+    passes'); the tree's inputs follow from it and the config (:func:`inputs_of`)."""
 
     em_table: tuple  # the exponential mechanism's weight table on the device
     lower: jax.Array  # (d,) float32 public bounds
@@ -822,18 +822,22 @@ class LevelStart(NamedTuple):
     """The steps before the levels, as every kind of run (in memory, streamed, sharded) takes them
     (:func:`dpm_jax.api.start_levels`): what the levels read, their schedule and their randomness."""
 
-    plan: TreePlan
+    public: PublicInputs
     schedule: "LevelSchedule"  # the run's depth and its per-level epsilons and offsets
     randomness: tuple  # split bits and count noise in heap layout, padded (:func:`padded_randomness`)
 
 
-def plan_inputs(
-    plan: TreePlan, config: DPMConfig, points=None, split_sensitivity: int | None = None, strided_rows: bool = False
+def inputs_of(
+    public: PublicInputs,
+    config: DPMConfig,
+    points=None,
+    split_sensitivity: int | None = None,
+    strided_rows: bool = False,
 ) -> _TreeInputs:
-    """The tree's public inputs of ``plan`` (no points), or those of ``points`` (data units: binned as
+    """The tree's inputs of ``public`` (no points), or those of ``points`` (data units: binned as
     :func:`point_inputs` bins them); ``split_sensitivity``: the split releases' (None: the score's);
     ``strided_rows``: the points' rows are sharded over devices (:func:`dpm_jax._arrays.row_blocks`)."""
-    em_table, lower, upper, root_exact, beta, depth = plan
+    em_table, lower, upper, root_exact, beta, depth = public
     if points is None:
         inputs = tree_inputs(None, None, em_table, lower, upper, root_exact, beta, config, depth)
     else:

@@ -15,8 +15,8 @@ piece relative to its nodes' cells, which are public (the bounds cut by the rele
 carried from level to level; a point is routed at each level by its half-bin on that level's
 grid, the one its node's histogram counted it in.
 
-A pass is the caller's ``accumulate(pass_name, function, plan, routes, *args, **static)``: the
-exact sum over all pieces of ``function(piece, valid, plan, routes, *args, **static)`` (int32
+A pass is the caller's ``accumulate(pass_name, function, public, routes, *args, **static)``: the
+exact sum over all pieces of ``function(piece, valid, public, routes, *args, **static)`` (int32
 arrays or exact Ints), ``piece`` (rows, d) float32 and ``valid`` (rows,) bool its real rows. One
 pass for the root's histogram, one per level (its children's sizes and, counting every child as if
 its parent were split, the next level's histogram on the children's cells, of which the rows of
@@ -40,7 +40,7 @@ from dpm_jax.tree import (
     LevelRelease,
     LevelStart,
     SplitTree,
-    TreePlan,
+    PublicInputs,
     assemble_tree,
     choose_splits,
     count_children,
@@ -49,7 +49,7 @@ from dpm_jax.tree import (
     level_grid,
     level_randomness,
     next_point_nodes,
-    plan_inputs,
+    inputs_of,
     release_level,
     root_cells,
     root_node_counts,
@@ -58,7 +58,7 @@ from dpm_jax.tree import (
 
 __all__ = ["levels_over_passes", "leaf_sums_over_passes"]
 
-Accumulate = Callable[..., Any]  # accumulate(pass_name, function, plan, routes, *args, **static): one pass
+Accumulate = Callable[..., Any]  # accumulate(pass_name, function, public, routes, *args, **static): one pass
 
 
 def levels_over_passes(
@@ -71,7 +71,7 @@ def levels_over_passes(
     program per pass kind); every step is the in-memory tree's (:func:`dpm_jax.tree.split_level`).
     """
     width = 2 ** (config.padded_depth - 1)
-    public, schedule = start.plan, start.schedule
+    public, schedule = start.public, start.schedule
     cells = _root_cells(public, config=config)
     routes = Routes(
         *(jnp.zeros((config.padded_depth, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
@@ -133,13 +133,13 @@ def levels_over_passes(
     return tree, leaves, routes
 
 
-def leaf_sums_over_passes(plan: TreePlan, routes: "Routes", config: DPMConfig, leaf_sums, accumulate: Accumulate):
+def leaf_sums_over_passes(public: PublicInputs, routes: "Routes", config: DPMConfig, leaf_sums, accumulate: Accumulate):
     """Line 11's statistic in one pass: every leaf's exact fixed-point sum of its points
     (:func:`dpm_jax.averaging.blockwise_leaf_sums` of the ``leaf_sums`` release), the points
     routed to their leaves by the released splits."""
     levels, width = jnp.int32(config.padded_depth), 2 ** (config.padded_depth - 1)
     return accumulate(
-        "leaf sums", _leaf_sums_of_chunk, plan, routes, levels, width=width, config=config, leaf_sums=leaf_sums
+        "leaf sums", _leaf_sums_of_chunk, public, routes, levels, width=width, config=config, leaf_sums=leaf_sums
     )
 
 
@@ -160,7 +160,7 @@ def _choose_splits(
     public, level, counts, node_exact, node_active, cells, level_bits, epsilon, offset, *, config, split_sensitivity
 ) -> tuple[jax.Array, DrawnSplit]:
     """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
-    inputs = plan_inputs(public, config, split_sensitivity=split_sensitivity)
+    inputs = inputs_of(public, config, split_sensitivity=split_sensitivity)
     grid, candidate_valid = level_grid(inputs, *cells)
     split_dim, split_index = choose_splits(
         inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset
@@ -171,13 +171,13 @@ def _choose_splits(
 @functools.partial(jax.jit, static_argnames="config")
 def _release_level(public, level, node_exact, node_active, split_dim, position, child_true, level_noise, *, config):
     return release_level(
-        plan_inputs(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise
+        inputs_of(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise
     )
 
 
 @functools.partial(jax.jit, static_argnames="config")
 def _root_cells(public, *, config):
-    return root_cells(plan_inputs(public, config))
+    return root_cells(inputs_of(public, config))
 
 
 _level_randomness = jax.jit(level_randomness, static_argnames="width")
@@ -237,7 +237,7 @@ def _histogram(inputs, cells, point_node, point_active):
 
 @functools.partial(jax.jit, static_argnames=("width", "config"))
 def _root_histogram_of_chunk(piece, valid, public, routes, cells, *, width: int, config: DPMConfig):
-    return _histogram(plan_inputs(public, config, piece), cells, jnp.zeros(piece.shape[0], jnp.int32), valid)
+    return _histogram(inputs_of(public, config, piece), cells, jnp.zeros(piece.shape[0], jnp.int32), valid)
 
 
 @functools.partial(jax.jit, static_argnames=("width", "config", "next_histogram"))
@@ -255,7 +255,7 @@ def _children_of_chunk(
     config: DPMConfig,
     next_histogram: bool,
 ):
-    inputs = plan_inputs(public, config, piece)
+    inputs = inputs_of(public, config, piece)
     node, active = _route(inputs, valid, routes, level)
     grid, _ = level_grid(inputs, *cells)
     go_right = route_on_split_dimensions(inputs, grid, node, split_dim, split.first_right)
@@ -269,5 +269,5 @@ def _children_of_chunk(
 @functools.partial(jax.jit, static_argnames=("width", "config", "leaf_sums"))
 def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig, leaf_sums):
     # At the padded depth a point's local index is its leaf's slot (dpm_jax.tree).
-    slot, _ = _route(plan_inputs(public, config, piece), valid, routes, levels)
+    slot, _ = _route(inputs_of(public, config, piece), valid, routes, levels)
     return blockwise_leaf_sums(piece, public.lower, public.upper, valid, slot, config.max_clusters, leaf_sums)
