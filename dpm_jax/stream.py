@@ -27,7 +27,7 @@ if its parent were split, the next level's histogram on the children's cells, of
 the rows of children that are not nodes are then zeroed: the same counts), one for the
 leaf sums: P + 3 on the cell grid, P + 4 on the paper grid when the columns fit, P =
 ``config.padded_depth`` (under ``tau_r="auto"`` the levels from the chosen depth on split
-nothing, but still take their pass).
+nothing, but still take their pass); under private bounds one more, for the bounds' histograms.
 
 Privacy: the same as :func:`dpm_jax.cluster` (docs/privacy.md), as the same
 statistics enter the same mechanisms. The chunking is not released and does not
@@ -266,21 +266,25 @@ def cluster_stream(
         source yields nothing or changes between passes. Shape and value errors are found
         in the first pass, before any noise is drawn; no partial result is ever returned.
     """
-    if bounds_lib.is_private(bounds):
-        options = dict(config=config, chunk_rows=chunk_rows, column_bytes=column_bytes, progress=progress)
-        return _with_private_bounds(key, data, budget, bounds, options)
     validate_key(key)
     validate_budget_and_config(budget, config)
+    request = bounds_lib.as_request(bounds) if bounds_lib.is_private(bounds) else None
     if int(chunk_rows) < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     source = _Chunks(data, int(chunk_rows))
     report = _progress_printer(sys.stderr.isatty() if progress is None else progress)
     report("validation")
     rows = source.survey()
-    n, d = sum(rows), source.d
-    lower, upper = public_bounds(bounds, d)
+    if request is not None:
+        return _with_private_bounds(key, source, rows, budget, request, config, column_bytes, report)
+    within = public_bounds(bounds, source.d)
+    return _run(key, source, rows, budget, within, plan_run(budget, config, source.d), config, column_bytes, report)
 
-    run_plan = plan_run(budget, config, d)
+
+def _run(key, source: _Chunks, rows: list[int], budget: Budget, within, run_plan, config, column_bytes, report):
+    """The run on the surveyed ``source`` within validated bounds (public, or the released private ones)."""
+    n = sum(rows)
+    lower, upper = within
     em_table = em_table_on_device()
 
     def algorithm_2(interval_key, root_exact):  # line 8, from sorted columns
@@ -318,24 +322,21 @@ def _centers(key, accumulate, public: PublicInputs, routes, leaves, run_plan, co
     )
 
 
-def _with_private_bounds(key: jax.Array, data: Any, budget: Budget, bounds, options: dict) -> ClusterResult:
-    """``cluster_stream`` on private bounds (:mod:`dpm_jax.bounds`): a validation pass, one pass
-    accumulating the exact per-dimension histograms, the bounds release, then the run on the rest
-    of the budget (which validates again); the bounds line comes first in the ledger."""
-    validate_key(key)
-    request = bounds_lib.as_request(bounds)
-    if int(options["chunk_rows"]) < 1:
-        raise ValueError(f"chunk_rows must be >= 1, got {options['chunk_rows']}")
-    source = _Chunks(data, int(options["chunk_rows"]))
-    rows = source.survey()
+def _with_private_bounds(key, source: _Chunks, rows: list[int], budget: Budget, request, config, column_bytes, report):
+    """``cluster_stream`` on private bounds (:mod:`dpm_jax.bounds`) after the validation pass: the run
+    planned (and refused) on the rest of the budget, one pass accumulating the exact per-dimension
+    histograms, the bounds release, then the run on the rest; the bounds line comes first in the ledger."""
     plan, rest = bounds_lib.split_for_bounds(budget, request, source.d)
+    run_plan = plan_run(rest, config, source.d)
+    report("bounds")
     counts = jnp.zeros((source.d, plan.num_buckets), jnp.int32)
     for _, piece, real in source.pieces("bounds", rows):
         counts = counts + _piece_histogram(piece, jnp.arange(source.chunk_rows) < real, plan.mantissa_bits)
     lower, upper = bounds_lib.bounds_from_counts(key, counts, plan)
     bounds_lib.check_found(lower, upper, plan)
-    run = cluster_stream.__wrapped__  # the accountant has charged the whole budget already (dpm_jax.entry)
-    return bounds_lib.with_bounds_entry(run(key, data, rest, (lower, upper), **options), plan, budget)
+    within = public_bounds((lower, upper), source.d)
+    result = _run(key, source, rows, rest, within, run_plan, config, column_bytes, report)
+    return bounds_lib.with_bounds_entry(result, plan, budget)
 
 
 _piece_histogram = jax.jit(bounds_lib.histogram, static_argnums=2)
