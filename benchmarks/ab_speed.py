@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import textwrap
+
+from workers import ask, start_worker, stop
 
 _WORKER = textwrap.dedent("""
     import sys, time
@@ -38,29 +38,6 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def start(tree: pathlib.Path, n: int, d: int) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(tree), DPM_JAX_NO_COMPILATION_CACHE="1")
-    process = subprocess.Popen(
-        [sys.executable, "-c", _WORKER, str(n), str(d)],
-        cwd=tree,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    ready = process.stdout.readline().split()
-    if not ready or ready[0] != "ready":
-        raise RuntimeError(f"the worker for {tree} did not start")
-    print(f"{tree}: {ready[1]}", flush=True)
-    return process
-
-
-def call(process: subprocess.Popen, key: int) -> float:
-    process.stdin.write(f"{key}\n")
-    process.stdin.flush()
-    return float(process.stdout.readline())
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", required=True, help="source tree A (the baseline)")
@@ -71,14 +48,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     trees = {"A": pathlib.Path(args.a).resolve(), "B": pathlib.Path(args.b).resolve()}
-    workers = {label: start(tree, args.n, args.d) for label, tree in trees.items()}
+    workers = {}
+    for label, tree in trees.items():
+        workers[label], ready = start_worker(_WORKER, [args.n, args.d], tree)
+        print(f"{tree}: {ready[0]}", flush=True)
     times = {"A": [], "B": []}
     for i in range(args.calls):
         for label in ("A", "B") if i % 2 == 0 else ("B", "A"):
-            times[label].append(call(workers[label], i + 1))  # the same keys for both trees
-    for process in workers.values():
-        process.stdin.close()
-        process.wait()
+            times[label].append(float(ask(workers[label], str(i + 1))[0]))  # the same keys for both trees
+    stop(workers.values())
     medians = {label: statistics.median(values) for label, values in times.items()}
     ratios = sorted(b / a for a, b in zip(times["A"], times["B"]))
     result = dict(

@@ -180,6 +180,7 @@ def leaf_centers(
     upper: jax.Array,
     table_arrays,
     plan: LeafSumsRelease,
+    strided_rows: bool = False,
 ) -> jax.Array:
     """Noisy centres of all leaf slots in data units; padded slots are NaN.
 
@@ -192,9 +193,10 @@ def leaf_centers(
       lower, upper: (d,) public bounds.
       table_arrays: (thresholds_high, thresholds_low) of ``plan.table`` on the device.
       plan: :func:`leaf_sums_release`.
+      strided_rows: the rows are sharded over devices (:func:`blockwise_leaf_sums`).
     """
     num_slots = leaf_count.shape[0]
-    sums = blockwise_leaf_sums(points, lower, upper, point_mask, point_slot, num_slots, plan)
+    sums = blockwise_leaf_sums(points, lower, upper, point_mask, point_slot, num_slots, plan, strided_rows)
     return centers_from_sums(key, sums, leaf_count, leaf_valid, lower, upper, table_arrays, plan)
 
 
@@ -206,13 +208,14 @@ def blockwise_leaf_sums(
     point_slot: jax.Array,
     num_slots: int,
     release: LeafSumsRelease,
+    strided_rows: bool = False,
 ) -> exact.Int:
     """:func:`leaf_sums` of the release's codes of ``points`` (data units), _BLOCK_ROWS rows at a time.
 
     The codes of only one block exist at once (those of all n points would be a
     copy of the data); exact sums of the blocks' exact sums equal the sum at once, whatever
-    the blocks (:func:`dpm_jax._arrays.fold_row_blocks`: strided, so rows sharded over devices
-    stay on their devices).
+    the blocks (:func:`dpm_jax._arrays.fold_row_blocks`; with ``strided_rows``, strided, so rows
+    sharded over devices stay on their devices).
     """
 
     def add_block(total, fresh, points, mask, slot):
@@ -220,7 +223,8 @@ def blockwise_leaf_sums(
         return exact.add(total, leaf_sums(codes, mask & fresh, slot, num_slots))
 
     total = exact.from_int32(jnp.zeros((num_slots, points.shape[1]), jnp.int32))
-    return fold_row_blocks(add_block, total, _BLOCK_ROWS, points, point_mask, point_slot)
+    per_row = (points, point_mask, point_slot)
+    return fold_row_blocks(add_block, total, _BLOCK_ROWS, *per_row, strided=strided_rows)
 
 
 def centers_from_sums(

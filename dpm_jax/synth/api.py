@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact, keys
-from dpm_jax.api import _validate_mask, _validate_points, validate_bounds, validate_key
+from dpm_jax.api import public_bounds, validated_input
 from dpm_jax.budget import Budget, validate_budget_and_config
 from dpm_jax.config import DPMConfig
 from dpm_jax.entry import entry_point
@@ -69,9 +69,7 @@ def synthesize(
         raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
     if not isinstance(config, SynthConfig):
         raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
-    validate_key(key)
-    points = _validate_points(X)
-    mask = _validate_mask(point_mask, points.shape[0])
+    points, mask = validated_input(key, X, point_mask)
     prepare = functools.partial(
         _prepare, key, points, mask, method=method, config=config, cluster_config=cluster_config
     )
@@ -91,7 +89,7 @@ def _prepare(key, points, mask, budget: Budget, *, method: str, config: SynthCon
     plan = plan_synthesis(budget, config, method, points.shape[1], points.shape[0])
 
     def run(bounds) -> SynthResult:
-        lower, upper = (jnp.asarray(b) for b in validate_bounds(bounds, points.shape[1]))
+        lower, upper = public_bounds(bounds, points.shape[1])
         arrays = _synthesize_arrays(key, points, mask, lower, upper, plan=plan)
         ledgers = ((-1, plan.ledger),)
         return SynthResult(**arrays, depth=jnp.int32(-1), ledgers=ledgers, method=method, bounds=(lower, upper))
