@@ -294,8 +294,8 @@ MUTATIONS = (
         "dpm_jax/synth/api.py",
         (
             (
-                "(key, points, mask, budget, bounds, prepare)",
-                "(key, points, mask, budget, bounds, lambda _: prepare(budget))",
+                "mask, budget, bounds, prepare, default=",
+                "mask, budget, bounds, lambda _: prepare(budget), default=",
             ),
         ),
         ("tests/test_synth.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),
@@ -305,8 +305,8 @@ MUTATIONS = (
         "dpm_jax/synth/api.py",
         (
             (
-                "run_with_private_bounds(key, points,",
-                "run_with_private_bounds(keys.derive_key(key, keys.SYNTH_LEAF), points,",
+                "key, points, mask, budget, bounds, prepare, default=",
+                "keys.derive_key(key, keys.SYNTH_LEAF), points, mask, budget, bounds, prepare, default=",
             ),
         ),
         ("tests/test_synth.py::test_released_bounds_are_private_bounds_of_the_same_key_and_share",),
