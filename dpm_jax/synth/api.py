@@ -7,6 +7,8 @@ Methods:
             the empty cells drawn implicitly (Algorithm 5).
   "kdtree"  Algorithms 2-3: h data-independent levels, then D levels of noisy split
             decisions; the leaves released as in Algorithm 1.
+  "privtree" h data-independent levels, then up to D levels of PrivTree's biased-count
+            decisions (:mod:`dpm_jax.synth.privtree`); the leaves released as in Algorithm 1.
   "dpm"     DPM's own release (:func:`dpm_jax.cluster`): its leaf boxes and noisy counts
             already describe the data; sampling from them is post-processing.
 
@@ -53,7 +55,7 @@ def synthesize(
 ) -> SynthResult:
     """A DP weighted synthetic data set of ``X`` (n, d) under ``budget``, within public ``bounds``.
 
-    Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree" or "dpm" (then
+    Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree", "privtree" or "dpm" (then
     ``cluster_config`` is its DPMConfig). ``bounds``: public (lo, hi), or "private" (here
     :data:`dpm_jax.bounds.COVERING`, a wider box than clustering's) /
     :class:`dpm_jax.PrivateBounds`: estimated under DP with a share of ``budget`` first (the
@@ -114,7 +116,7 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan) -> d
     noise = None
     if plan.decisions is not None:
         noise = plan.decisions.noise(jax.random.fold_in(tree_key, 1), (plan.num_decisions, codes.shape[0]))
-    partition = grow(codes, valid, h, plan.num_decisions, total, noise, plan.tau)
+    partition = grow(codes, valid, h, plan.num_decisions, total, noise, plan.tau, plan.bias, plan.floor)
     kept, weights, positions, passed, ghost_weights = plan.leaves.draw(
         leaf_key, partition.count, partition.num_empty, choice
     )

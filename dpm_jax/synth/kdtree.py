@@ -82,12 +82,17 @@ def _segment_max(values, slot, n):
     return jax.ops.segment_max(values, slot, num_segments=n)
 
 
-def _decide(level: Level, nxt: Level, codes, alive, noise: Int, tau: int, total: int, at: int):
-    """Split decisions of one decision level: which cells split, and their empty children."""
+def _decide(level: Level, nxt: Level, codes, alive, noise: Int, tau: int, total: int, at: int, biased):
+    """Split decisions of one decision level: which cells split, and their empty children.
+
+    ``biased``: the count compared with tau, max(count - bias, floor) (KD-tree: bias 0,
+    floor 0, the count itself; PrivTree: :mod:`dpm_jax.synth.privtree`).
+    """
     n = codes.shape[0]
     slot = level.slot
     reached = _segment_max(alive.astype(jnp.int32), slot, n) > 0
-    noisy = exact.add(exact.from_int32(level.count), noise)
+    bias, floor = biased
+    noisy = exact.add(exact.from_int32(jnp.maximum(level.count - bias, floor)), noise)
     split = reached & ~exact.less(noisy, exact.from_int32(jnp.full(n, tau, jnp.int32)))
     children = jax.ops.segment_sum(((nxt.slot < n) & _first_of_slot(nxt.slot)).astype(jnp.int32), slot, num_segments=n)
     side = _segment_max((jnp.right_shift(codes, total - at - 1) & 1).astype(jnp.int32), slot, n)
@@ -100,12 +105,16 @@ def _first_of_slot(slot: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.ones(1, bool), slot[1:] != slot[:-1]])
 
 
-def grow(codes, valid, h, decisions: int, total: int, noise: Int | None, tau: int) -> Partition:
+def grow(
+    codes, valid, h, decisions: int, total: int, noise: Int | None, tau: int, bias: int = 0, floor: int = 0
+) -> Partition:
     """Grow the tree on sorted ``codes`` (valid points first) of ``total`` bits.
 
     ``h`` (may be traced, 0 <= h, h + decisions <= total): forced-split levels, which need
     no work (every point is still in a splitting cell at level h); ``noise``: the
-    (decisions, n) decision noise (None when decisions == 0); ``tau``: the split threshold.
+    (decisions, n) decision noise (None when decisions == 0); ``tau``: the split threshold,
+    met by max(count - row ``bias``, ``floor``) + noise at decision row ``row`` (PrivTree's
+    biased count; 0, 0 for the KD-tree). Empty cells never split.
     One scan step per decision level h .. h + decisions - 1; the points still alive after
     it stop at level h + decisions.
     """
@@ -117,7 +126,8 @@ def grow(codes, valid, h, decisions: int, total: int, noise: Int | None, tau: in
         row, row_noise = inputs
         at = h + row
         nxt = level_of(codes, valid, total, at + 1)
-        split, empty, start = _decide(level, nxt, codes, alive, row_noise, tau, total, at)
+        biased = (row * bias, floor)
+        split, empty, start = _decide(level, nxt, codes, alive, row_noise, tau, total, at, biased)
         stop = alive & ~split[jnp.minimum(level.slot, n - 1)]
         return (alive & ~stop, jnp.where(stop, at, leaf_depth), nxt), (empty, start)
 
