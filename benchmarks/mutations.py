@@ -428,7 +428,7 @@ MUTATIONS = (
     Mutation(
         "synth PrivTree: the bias dropped (plain counts against theta at every level)",
         "dpm_jax/synth/api.py",
-        (("plan.tau, plan.bias, plan.floor)", "plan.tau, 0, plan.floor)"),),
+        (("plan.decisions, plan.tau, plan.bias, plan.floor", "plan.decisions, plan.tau, 0, plan.floor"),),
         ("tests/test_privtree.py::test_decisions_are_rederived_from_the_tree_stream",),
     ),
     Mutation(

@@ -13,6 +13,7 @@ from dpm_jax.budget import Budget
 from dpm_jax.mechanisms import count_noise
 from dpm_jax.synth.api import synthesize
 from dpm_jax.synth.cells import cell_boxes, cell_codes
+from dpm_jax.synth.kdtree import decision_capacity
 from dpm_jax.synth.plan import SynthConfig, plan_synthesis
 from dpm_jax.synth.privtree import calibrate, clamp_gap, privacy_loss, split_probability
 
@@ -118,20 +119,32 @@ def test_calibration_states_its_bound_and_the_one_point_delta():
 # --- the code path: decisions re-derived from the keyed noise ------------------------------
 
 
-def _numpy_leaves(codes, h, decisions, total, noise, tau, bias, floor):
-    """PrivTree on sorted codes, independently of dpm_jax.synth.kdtree: (start, depth, count) per leaf."""
-    depth = np.full(codes.size, h + decisions)
-    alive = np.ones(codes.size, bool)
+def _numpy_leaves(codes, h, decisions, total, key, alpha, tau, bias, floor):
+    """PrivTree on sorted codes, independently of dpm_jax.synth.kdtree: (start, depth, count) per leaf.
+
+    Row ``row``'s noise: ``key`` folded with the row, then with 0 (decision_capacity draws)
+    when at most that many cells are reached, else with 1 (n draws); the reached cells take
+    them in code order."""
+    n = codes.size
+    depth = np.full(n, h + decisions)
+    alive = np.ones(n, bool)
     for row in range(decisions):
         at = h + row
         _, slot, counts = np.unique(codes >> (total - at), return_inverse=True, return_counts=True)
+        reached = np.zeros(counts.size, bool)
+        reached[slot[alive]] = True
+        few = reached.sum() <= decision_capacity(n)
+        size = decision_capacity(n) if few else n
+        draws = _noise(jax.random.fold_in(jax.random.fold_in(key, row), 0 if few else 1), (size,), alpha)
+        noise = np.zeros(counts.size, np.int64)
+        noise[reached] = draws[: reached.sum()]
         biased = np.maximum(counts - row * bias, floor)
-        split = biased + noise[row, : counts.size] >= tau
+        split = biased + noise >= tau
         stop = alive & ~split[slot]
         depth[stop] = at
         alive &= ~stop
     start = (codes >> (total - depth)) << (total - depth)
-    leaves, index, count = np.unique(np.stack([start, depth]), axis=1, return_index=True, return_counts=True)
+    leaves, count = np.unique(np.stack([start, depth]), axis=1, return_counts=True)
     return leaves[0], leaves[1], count
 
 
@@ -141,15 +154,16 @@ def _noise(key, shape, epsilon):
 
 
 @pytest.mark.slow
-def test_decisions_are_rederived_from_the_tree_stream():
+@pytest.mark.parametrize("levels", [4, 9])
+def test_decisions_are_rederived_from_the_tree_stream(levels):
     # Long because: compiles a PrivTree synthesis (about 10 s, 2 cores at load 6).
     """Every released cell that holds data is a leaf of PrivTree grown in NumPy from the noise
     of derive_key(key, "synth_tree") folded with 1 (discrete Laplace of the release's alpha,
-    row = decision level, column = the cell's rank among the level's non-empty cells), with
+    per decision level, one draw per reached cell: _numpy_leaves), with
     biased counts max(c - row bias, theta - kappa) against theta, and its weight is its count
     plus the leaf noise. A dropped bias, a halved noise scale or another clamp grows another tree."""
     key = jax.random.key(4)
-    config = SynthConfig(levels=4, decisions=6)
+    config = SynthConfig(levels=levels, decisions=6)  # 9: the first level draws n (> capacity cells)
     budget = Budget(2.0, 1e-6)
     theta = plan_synthesis(budget, config, "privtree", 2, 1).decisions.theta
     # a uniform background of about theta points per level-4 cell: many decisions near theta,
@@ -162,10 +176,15 @@ def test_decisions_are_rederived_from_the_tree_stream():
     assert (plan.tau, plan.bias, plan.floor) == (release.theta, release.bias, release.theta - release.kappa)
     total = plan.total_depth
     codes = np.sort(np.asarray(cell_codes(jnp.asarray(X), jnp.zeros(2), jnp.full(2, 16.0), total)).astype(np.int64))
-    noise = _noise(jax.random.fold_in(keys.derive_key(key, keys.SYNTH_TREE), 1), (6, X.shape[0]), release.alpha)
-    start, depth, count = _numpy_leaves(codes, 4, 6, total, noise, plan.tau, plan.bias, plan.floor)
-    _, first = np.unique(codes >> (total - 4), return_counts=True)
-    assert np.sum(np.abs(first - plan.tau) <= 2.0 / release.alpha) >= 5  # decisions the noise decides
+    tree_key = jax.random.fold_in(keys.derive_key(key, keys.SYNTH_TREE), 1)
+    start, depth, count = _numpy_leaves(
+        codes, levels, 6, total, tree_key, release.alpha, plan.tau, plan.bias, plan.floor
+    )
+    _, first = np.unique(codes >> (total - levels), return_counts=True)
+    if levels == 4:
+        assert np.sum(np.abs(first - plan.tau) <= 2.0 / release.alpha) >= 5  # decisions the noise decides
+    else:
+        assert first.size > decision_capacity(X.shape[0])
     assert len(set(depth.tolist())) >= 3  # the decisions matter: leaves at several depths
     leaf_noise = _noise(
         jax.random.fold_in(keys.derive_key(key, keys.SYNTH_LEAF), 0), (X.shape[0],), plan.leaves.epsilon

@@ -13,7 +13,8 @@ Methods:
             already describe the data; sampling from them is post-processing.
 
 Key path: ``derive_key(key, "synth_tree")`` folded with 0 (the size n~) and 1 (the
-decisions); ``derive_key(key, "synth_leaf")`` for the leaf counts (folds 0, 1, 2: the
+decisions: then with the decision row, then 0 or 1, :func:`dpm_jax.synth.kdtree.grow`);
+``derive_key(key, "synth_leaf")`` for the leaf counts (folds 0, 1, 2: the
 non-empty counts, the empty cells' skips, their conditioned counts).
 Neighbours differ by adding or removing one record (replace-one costs twice: docs/synthetic.md).
 """
@@ -113,10 +114,10 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan) -> d
     codes = cell_codes(points, lower, upper, total)
     order = jnp.lexsort((codes, ~mask))
     codes, valid = codes[order], mask[order]
-    noise = None
-    if plan.decisions is not None:
-        noise = plan.decisions.noise(jax.random.fold_in(tree_key, 1), (plan.num_decisions, codes.shape[0]))
-    partition = grow(codes, valid, h, plan.num_decisions, total, noise, plan.tau, plan.bias, plan.floor)
+    decision_key = jax.random.fold_in(tree_key, 1)
+    partition = grow(
+        codes, valid, h, plan.num_decisions, total, decision_key, plan.decisions, plan.tau, plan.bias, plan.floor
+    )
     kept, weights, positions, passed, ghost_weights = plan.leaves.draw(
         leaf_key, partition.count, partition.num_empty, choice
     )
