@@ -1,6 +1,7 @@
 """The KD-tree paper's experiments with dpm_jax.synthesize: Figure 3 (a, b), Figure 4, App. G.3, speed.
 
-    nice python benchmarks/synth_kdtree.py [--keys 5] [--only fig3,fig4,g3,speed] [--methods grid,kdtree,...]
+    nice python benchmarks/synth_kdtree.py [--keys 5] [--only fig3,fig3_variants,fig4,g3,speed]
+        [--methods grid,kdtree,...]
 
 --methods reruns Figure 3 for those methods only and keeps the other methods' rows.
 
@@ -107,6 +108,24 @@ def figure3(num_keys: int, methods=FIG3_METHODS) -> list[dict]:
     return rows
 
 
+PRIVTREE_VARIANTS = (SynthConfig(cells_per_axis=4.0),)  # a coarser forced level below the tree
+
+
+def figure3_variants(num_keys: int) -> list[dict]:
+    """Figure 3b (d = 5) for PrivTree configurations other than the default."""
+    X = np.load(DATA / "mixture_of_Gaussians_N100000_D5.npz")["X_private"]
+    meta = json.loads((DATA / "mixture_of_Gaussians_N100000_D5.json").read_text())
+    kxx = next(v for k, v in meta.items() if k.startswith("kernel_mean"))
+    rows = []
+    for config in PRIVTREE_VARIANTS:
+        for epsilon in EPSILONS:
+            row = evaluate(X, kxx, balog_gamma(5), epsilon, "privtree", BALOG_BOUNDS, num_keys, config=config)
+            row.update(figure="3b", d=5)
+            print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
+            rows.append(row)
+    return rows
+
+
 def figure4(num_keys: int) -> list[dict]:
     """Algorithm 1 (grid) on 100,000 standard Gaussian points, distance against (eps n)^(-1/3).
 
@@ -192,6 +211,16 @@ def table(results: dict) -> str:
             + " |"
         )
         lines.append("")
+    if "fig3_variants" in results:
+        lines += [
+            "### Figure 3b, PrivTree variants (d = 5)",
+            "",
+            "| config | epsilon | median | cells |",
+            "|---|---|---|---|",
+        ]
+        for r in results["fig3_variants"]:
+            lines.append(f"| {r['config']} | {r['epsilon']} | {r['median']:.4g} | {r['median_cells']:.0f} |")
+        lines.append("")
     for name, title, key in (
         ("fig4", "Figure 4: grid on 100,000 N(0, I_d) points", "d"),
         ("g3", "App. G.3: d = 10 mixtures, n = 20,000", "sd"),
@@ -254,7 +283,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out_path = RESULTS / "synth_kdtree.json"
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    parts = dict(fig3=figure3, fig4=figure4, g3=g3)
+    parts = dict(fig3=figure3, fig3_variants=figure3_variants, fig4=figure4, g3=g3)
     methods = tuple(args.methods.split(","))
     for name in args.only.split(","):
         if name == "fig3":  # the rerun methods' rows replace theirs; the others' stay
