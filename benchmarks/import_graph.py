@@ -107,7 +107,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     })),
     ("engine", frozenset({
         "histogram", "scoring", "interval", "tree", "tree_passes", "averaging", "depth", "dpm_releases", "bounds",
-        "synth.cells", "synth.implicit", "synth.kdtree", "synth.plan", "synth.result", "synth.threshold",
+        "synth.cells", "synth.implicit", "synth.kdtree", "synth.plan", "synth.privtree", "synth.result",
+        "synth.threshold",
         "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift",
     })),
     ("entry", frozenset({

@@ -426,6 +426,35 @@ MUTATIONS = (
         ("tests/test_synth.py::test_implicit_empty_cells_have_the_law_of_explicit_enumeration",),
     ),
     Mutation(
+        "synth PrivTree: the bias dropped (plain counts against theta at every level)",
+        "dpm_jax/synth/api.py",
+        (("plan.decisions, plan.tau, plan.bias, plan.floor", "plan.decisions, plan.tau, 0, plan.floor"),),
+        ("tests/test_privtree.py::test_decisions_are_rederived_from_the_tree_stream",),
+    ),
+    Mutation(
+        "synth PrivTree: the decision noise scale halved (twice alpha)",
+        "dpm_jax/synth/privtree.py",
+        (
+            (
+                "return count_noise(key, np.full(shape, self.alpha))",
+                "return count_noise(key, np.full(shape, 2 * self.alpha))",
+            ),
+        ),
+        ("tests/test_privtree.py::test_decisions_are_rederived_from_the_tree_stream",),
+    ),
+    Mutation(
+        "synth PrivTree: the loss bound without its terms above theta",
+        "dpm_jax/synth/privtree.py",
+        (("            terms.append(value)\n", "            terms.append(0 * value)\n"),),
+        ("tests/test_privtree.py::test_loss_bound_covers_every_tree_on_small_domains",),
+    ),
+    Mutation(
+        "synth PrivTree: theta = kappa (a one-record cell sits above the clamp)",
+        "dpm_jax/synth/privtree.py",
+        (("        return self.kappa + 1\n", "        return self.kappa\n"),),
+        ("tests/test_privtree.py::test_calibration_states_its_bound_and_the_one_point_delta",),
+    ),
+    Mutation(
         "synth output: cells in draw order (non-empty first) instead of by code",
         "dpm_jax/synth/api.py",
         (("order = jnp.lexsort((start, ~valid))", "order = jnp.lexsort((~valid,))"),),
