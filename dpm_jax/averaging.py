@@ -15,7 +15,7 @@ plus integer, nothing rounded. A coordinate's change |v| <= 2**19 moves floor(T 
 by at most r = 2**(19 - s) (floor(a) - floor(b) < a - b + 1 and is an integer), so
 the released vector's L2 sensitivity is r sqrt(d), exactly the sensitivity of T in
 units of 2**s: the coarse step costs no privacy. s is public (it depends on epsilon,
-delta and d only) and chosen so that sigma = multiplier * r sqrt(d) stays near 2**14
+delta and d only) and chosen so that sigma = multiplier * r sqrt(d) stays near 2**10
 (or a smaller power of 2 where a small delta needs it, :func:`leaf_sums_release`),
 which keeps the sampler's table small; the released sum's resolution 2**s is then
 about 1/sigma of its noise. The centre (Q + 1/2) 2**s / 2**20 / n~ of the
@@ -59,7 +59,7 @@ FIXED_POINT_BITS = 20
 _CODE_HALF_RANGE = 2 ** (FIXED_POINT_BITS - 1)
 _CHUNK = 2**10  # a chunk's sum of codes stays within 2**29 in magnitude
 # sigma of the leaf sums' noise in units of 2**s codes, tried in order (leaf_sums_release).
-_TARGET_SIGMAS = (2.0**14, 2.0**12, 2.0**10, 2.0**8)
+_TARGET_SIGMAS = (2.0**10, 2.0**8, 2.0**6)
 _BLOCK_ROWS = 2**16  # rows whose codes exist at once (a multiple of _CHUNK)
 
 
@@ -110,9 +110,9 @@ def leaf_sums_release(epsilon: float, delta: float, d: int) -> LeafSumsRelease:
     The first of :data:`_TARGET_SIGMAS` whose sampler costs at most a tenth of delta: a
     smaller sigma (a coarser shift s) means a shorter table and a smaller total variation
     (:func:`dpm_jax.mechanisms.discrete_gaussian_table`), so a small delta in many dimensions
-    (e.g. 10^6 rows at delta = n^-1.5 in 100 dimensions) is served instead of refused; the
-    noise in units of the range is the same, and the extra rounding of floor(T / 2**s) stays
-    below 1 / sigma of the noise's standard deviation.
+    (e.g. 10^7 rows at delta = n^-1.5 in 100 dimensions) is served instead of refused; the
+    noise in units of the range is the same, and the rounding of floor(T / 2**s), under one
+    unit, adds at most 1 / (12 sigma^2) to the noise's variance (relative).
     """
     costs = []
     for target in _TARGET_SIGMAS:

@@ -609,15 +609,20 @@ def exponential_mechanism(
 # ------------------------------------------------------------------ discrete Gaussian
 # N_Z(0, sigma^2): P(Z = k) ∝ exp(-k^2 / (2 sigma^2)) on the integers (Canonne, Kamath
 # and Steinke 2020, "The Discrete Gaussian for Differential Privacy"). Sampler: an
-# inverse-CDF table of 62-bit integers built on the host: W_k = floor(w_k 2**62 /
-# sum w) for |k| <= K, k != 0, W_0 = 2**62 - sum of the others; a 62-bit uniform
-# integer U selects #{k : C_k <= U} with C the cumulative sums. Distance from the
-# ideal law, per draw: the float64 weights carry a relative error <= 2**-45 (the
-# argument k^2 / (2 sigma^2) <= 56 is rounded twice, <= 2**-46.2 absolute, and exp
-# adds <= 2**-52: an assumed bound on the host's libm, checked by the tests against
-# 50-digit arithmetic), each W_k is floored, W_0 absorbs the rest, and the tail
-# beyond K = ceil(sigma sqrt(160 ln 2)) + 1 (ideal mass < 2**-64) is cut:
-# tv <= (4 (2**17 + 2K + 1) + 2**12) / 2**62 + 2**-64.
+# inverse-CDF table of 62-bit integers built on the host: W_k = floor(w_k 2**62 / S)
+# for |k| <= K, k != 0, W_0 = 2**62 - sum of the others; a 62-bit uniform integer U
+# selects #{k : C_k <= U} with C the cumulative sums. The weights w_k are integers
+# (:func:`_gaussian_weights`): exp(-k^2 / (2 sigma^2)) 2**128 by the exact recurrence
+# w_(k+1) = w_k r^(2k+1), r = exp(-1 / (2 sigma^2)) from 70-digit decimal arithmetic,
+# truncated to integers after every product; S their exact sum. Distance from the ideal
+# law, per draw: every w_k is within 2**-96 of its ideal value (relative to w_0 = 1; the
+# truncations add at most (k + 1)(2k + 3) 2**-128 with K < 2**16 ... 2**22, see
+# _MAX_HALF_WIDTH), which moves the normalised weights by under 2**-70 in all (S >= 1);
+# each W_k (k != 0) is floored (under one unit of 2**-62 each, and W_0 gains what they
+# lose); the tail beyond K = ceil(sigma sqrt(160 ln 2)) + 1 (ideal mass < 2**-64) is cut:
+# tv <= (4 (2K + 1) + 4) / 2**62 + 2**-64. (Before: float64 weights, whose error bound
+# rested on an assumed accuracy of the host's exp and added 4 2**17 units: ten times the
+# whole bound at sigma = 2**8.)
 _GAUSSIAN_TABLE_BITS = 62
 _GAUSSIAN_TAIL_EXPONENT = 80 * math.log(2.0)
 
@@ -632,24 +637,46 @@ class DiscreteGaussianTable(NamedTuple):
     tv: float  # total-variation distance of one draw from the ideal N_Z(0, sigma^2)
 
 
+_WEIGHT_BITS = 128
+_MAX_HALF_WIDTH = 2**22  # K: the truncation bound above holds below it (sigma below about 4e5)
+
+
+def _gaussian_weights(sigma: float, half_width: int) -> list[int]:
+    """[w_0, ..., w_K]: exp(-k^2 / (2 sigma^2)) 2**128 as integers, each within 2**32 of it (see above)."""
+    with decimal.localcontext() as context:
+        context.prec = 70
+        ratio = (-1 / (2 * decimal.Decimal(sigma) ** 2)).exp()  # Decimal(sigma) is the float exactly
+    one = 1 << _WEIGHT_BITS
+    r = int(ratio * one)  # floor: r and the products below only ever lose less than a unit
+    r_squared = (r * r) >> _WEIGHT_BITS
+    weights, weight, factor = [one], one, r  # factor = r^(2k + 1)
+    for _ in range(half_width):
+        weight = (weight * factor) >> _WEIGHT_BITS
+        factor = (factor * r_squared) >> _WEIGHT_BITS
+        weights.append(weight)
+    return weights
+
+
 @functools.lru_cache(maxsize=16)
 def discrete_gaussian_table(sigma: float) -> DiscreteGaussianTable:
     """The sampler table for N_Z(0, sigma^2), sigma >= 1."""
     if not (math.isfinite(sigma) and sigma >= 1.0):
         raise ValueError(f"the discrete Gaussian table needs sigma >= 1, got {sigma}")
     half_width = math.ceil(sigma * math.sqrt(2.0 * _GAUSSIAN_TAIL_EXPONENT)) + 1
-    k = np.arange(-half_width, half_width + 1, dtype=np.float64)
-    weights = np.exp(-(k * k) / (2.0 * sigma * sigma))
-    scaled = np.floor(weights * (2.0**_GAUSSIAN_TABLE_BITS / math.fsum(weights))).astype(np.uint64)
-    scaled[half_width] = 0
-    scaled[half_width] = np.uint64(2**_GAUSSIAN_TABLE_BITS - int(scaled.sum(dtype=np.uint64)))
+    if half_width >= _MAX_HALF_WIDTH:
+        raise ValueError(f"the discrete Gaussian table is proven for sigma up to about 4e5, got {sigma:.3g}")
+    weights = _gaussian_weights(sigma, half_width)
+    total = weights[0] + 2 * sum(weights[1:])
+    side = [(w << _GAUSSIAN_TABLE_BITS) // total for w in weights[1:]]  # floor(w_k 2**62 / S), exact
+    centre = 2**_GAUSSIAN_TABLE_BITS - 2 * sum(side)
+    scaled = np.array(side[::-1] + [centre] + side, dtype=np.uint64)
     # Trim values of weight 0 at both ends: then every stored cumulative sum is below 2**62.
     keep = np.nonzero(scaled)[0]
     scaled, first = scaled[keep[0] : keep[-1] + 1], keep[0]
     cumulative = np.cumsum(scaled, dtype=np.uint64)[:-1]  # the last one, 2**62, is never <= U
     high = (cumulative >> np.uint64(31)).astype(np.int32)
     low = (cumulative & np.uint64(2**31 - 1)).astype(np.int32)
-    tv = (4 * (2**17 + 2 * half_width + 1) + 2**12) / 2.0**_GAUSSIAN_TABLE_BITS + 2.0**-64
+    tv = (4 * (2 * half_width + 1) + 4) / 2.0**_GAUSSIAN_TABLE_BITS + 2.0**-64
     return DiscreteGaussianTable(float(sigma), int(first) - half_width, high, low, tv)
 
 

@@ -150,17 +150,18 @@ def test_released_floor_moves_by_at_most_the_sensitivity(d):
     assert np.abs(difference).max() <= 2 ** (19 - s)
 
 
-def test_a_small_delta_in_many_dimensions_gets_a_shorter_table_instead_of_a_refusal():
-    # 10^6 rows at the paper's delta n^-1.5 in 100 dimensions: the averaging's share (0.588, 8e-10)
-    # was refused at sigma 2**14 (sampler 9.6e-11 > 8e-11); a coarser shift serves it.
+@pytest.mark.parametrize("n, d", [(10**6, 100), (10**7, 10), (10**7, 100)])
+def test_a_small_delta_in_many_dimensions_is_served_not_refused(n, d):
+    # The paper's delta n^-1.5, the averaging's default shares (0.588 of epsilon 1, 0.8 of delta):
+    # refused before (float64 table weights, sigma 2**14), e.g. 9.6e-11 > 8e-11 at 10^6 x 100.
+    epsilon, delta = 0.588, 0.8 * n**-1.5
     default = leaf_sums_release(1.0, 1e-6, 10)
-    assert 2.0**13 <= default.sigma <= 2.0**14  # unchanged where the first target fits
-    plan = leaf_sums_release(0.588, 8e-10, 100)
-    assert plan.sampler_delta <= 0.1 * 8e-10
-    assert plan.sampler_delta >= 100 * discrete_gaussian_table(plan.sigma).tv * (1 + math.exp(0.588))
-    assert plan.sigma < 2.0**13 and plan.coarse_shift > default.coarse_shift
+    assert 2.0**9 <= default.sigma <= 2.0**10  # the first target where it fits
+    plan = leaf_sums_release(epsilon, delta, d)
+    assert plan.sampler_delta <= 0.1 * delta
+    assert plan.sampler_delta >= d * discrete_gaussian_table(plan.sigma).tv * (1 + math.exp(epsilon))
     rho = 1.0 / (2.0 * plan.multiplier**2)
-    assert cdp_delta(rho, 0.588) + plan.sampler_delta <= 8e-10
+    assert cdp_delta(rho, epsilon) + plan.sampler_delta <= delta
 
 
 @pytest.mark.parametrize("epsilon, delta", [(0.05, 1e-9), (0.6, 1e-6), (1.0, 1e-6), (4.0, 1e-7), (10.0, 1e-3)])
@@ -170,8 +171,8 @@ def test_leaf_sums_release_pays_for_its_delta(epsilon, delta):
             plan = leaf_sums_release(epsilon, delta, d)
         except ValueError:
             # refused only where the sampler's share is near 1% of delta even at the smallest tv
-            tv_floor = 4 * 2**19 / 2.0**62
-            assert d * tv_floor * (1 + math.exp(epsilon)) > 0.005 * delta
+            tv_floor = discrete_gaussian_table(2.0**6).tv  # the last target's table (sigma <= 2**6)
+            assert d * tv_floor * (1 + math.exp(epsilon)) > 0.05 * delta
             continue
         rho = 1.0 / (2.0 * plan.multiplier**2)
         assert cdp_delta(rho, epsilon) + plan.sampler_delta <= delta
