@@ -39,12 +39,12 @@ from dpm_jax.eval.datasets import paper_blobs, synthetic_blobs
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
 
 
-def cost(X, centres) -> float:
-    X, centres = jnp.asarray(X), jnp.asarray(centres)
+def cost(X, centers) -> float:
+    X, centers = jnp.asarray(X), jnp.asarray(centers)
     total = 0.0
     for start in range(0, X.shape[0], 20000):
         block = X[start : start + 20000]
-        total += float(jnp.sum(jnp.min(jnp.sum((block[:, None] - centres[None]) ** 2, -1), 1)))
+        total += float(jnp.sum(jnp.min(jnp.sum((block[:, None] - centers[None]) ** 2, -1), 1)))
     return total
 
 

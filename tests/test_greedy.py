@@ -56,11 +56,11 @@ def test_children_of_an_available_ball_are_available(dim):
     for _ in range(200):
         cell = rng.integers(0, 2**level, dim)
         p = (cell + 0.5) * 2.0**-level
-        centre = p + rng.standard_normal(dim) * 3 * r
-        if np.linalg.norm(p - centre) <= nets.C_FORBID * r:
+        center = p + rng.standard_normal(dim) * 3 * r
+        if np.linalg.norm(p - center) <= nets.C_FORBID * r:
             continue
         children = (2 * cell + 1 + offsets + 0.5) * 2.0 ** -(level + 1)
-        assert np.all(np.linalg.norm(children - centre, axis=1) > nets.C_FORBID * r_child)
+        assert np.all(np.linalg.norm(children - center, axis=1) > nets.C_FORBID * r_child)
 
 
 @pytest.mark.slow
@@ -71,9 +71,9 @@ def test_start_values_are_the_exact_sums_of_the_point_codes():
     mask = jnp.asarray(rng.random(300) < 0.9)
     plan = nets.NetPlan(2, 5, 3, 2)
     levels, cells = nets.start_candidates(plan)
-    centres = nets.cell_centres(jnp.asarray(cells), jnp.asarray(levels))
+    centers = nets.cell_centers(jnp.asarray(cells), jnp.asarray(levels))
     brute = [
-        int(jnp.sum(jnp.where(mask, nets.contributions(points.T, centres[i : i + 1], nets.radius(lv, 2), 2)[0], 0)))
+        int(jnp.sum(jnp.where(mask, nets.contributions(points.T, centers[i : i + 1], nets.radius(lv, 2), 2)[0], 0)))
         for i, lv in enumerate(levels)
     ]
     np.testing.assert_array_equal(np.asarray(nets.start_values(points.T, mask, plan)), brute)
@@ -149,7 +149,7 @@ def test_nonprivate_histogram_greedy_is_the_pointwise_greedy(blobs2d):
 def test_planned_ledger_adds_up_to_the_budget_and_never_above(method, first):
     """The plan's releases (the run's ledger is ledger_of of them) add up to the budget in float64."""
     ledger = ledger_of(api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0, method).releases)
-    assert [e.name for e in ledger] == [first, "greedy_count", "greedy_centre_sums", "greedy_cost_curve"]
+    assert [e.name for e in ledger] == [first, "greedy_count", "greedy_center_sums", "greedy_cost_curve"]
     assert math.fsum(e.epsilon for e in ledger) <= BUDGET.epsilon
     assert math.fsum(e.delta for e in ledger) <= BUDGET.delta
     assert math.isclose(math.fsum(e.epsilon for e in ledger), BUDGET.epsilon, rel_tol=1e-12)
@@ -175,15 +175,15 @@ def test_nonprivate_greedy_starts_at_the_best_available_ball(blobs2d):
     unit = (X - blobs2d.bounds[0]) / (blobs2d.bounds[1] - blobs2d.bounds[0])
     points = jnp.asarray(unit, jnp.float32)
     scores = select.point_scores(points, jnp.ones(len(X), bool), plan)
-    greedy = select.greedy_centres(jax.random.key(0), scores, plan, 6, select.argmax_chooser)
+    greedy = select.greedy_centers(jax.random.key(0), scores, plan, 6, select.argmax_chooser)
     levels, cells = nets.start_candidates(plan)
     values = np.asarray(nets.start_values(points.T, jnp.ones(len(X), bool), plan))
     starts = (cells + 0.5) * 2.0 ** -levels[:, None]
     radii = np.sqrt(2) * 2.0 ** (-levels - 1.0)
-    centres = np.asarray(greedy.centres, float)
+    centers = np.asarray(greedy.centers, float)
     for c in range(6):
         available = np.all(
-            np.linalg.norm(starts[:, None] - centres[None, :c], axis=-1) > nets.C_FORBID * radii[:, None] * (1 - 1e-6),
+            np.linalg.norm(starts[:, None] - centers[None, :c], axis=-1) > nets.C_FORBID * radii[:, None] * (1 - 1e-6),
             axis=1,
         )
         best = int(np.argmax(np.where(available, values, -1)))
@@ -207,7 +207,7 @@ def test_nonprivate_kmeans_is_close_to_kmeans_plusplus(blobs2d):
 def test_ledger_adds_up_to_the_budget_and_never_above(blobs2d):
     result = dpm_jax.kmeans(jax.random.key(0), blobs2d.points, 5, BUDGET, bounds=blobs2d.bounds)
     ledger = result.ledger
-    assert [e.name for e in ledger] == ["greedy_select", "greedy_count", "greedy_centre_sums", "greedy_cost_curve"]
+    assert [e.name for e in ledger] == ["greedy_select", "greedy_count", "greedy_center_sums", "greedy_cost_curve"]
     assert math.fsum(e.epsilon for e in ledger) <= BUDGET.epsilon
     assert math.fsum(e.delta for e in ledger) <= BUDGET.delta
     assert math.isclose(ledger.total_epsilon, BUDGET.epsilon, rel_tol=1e-12)
@@ -370,7 +370,7 @@ def test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget(bl
     share = dpm_jax.Budget(BUDGET.epsilon * request.share, BUDGET.delta * request.share)
     ledger = result.ledger
     assert ledger[0] == bounds_lib.plan_bounds(share, 2, request).entry() and ledger[0].key_path == (keys.BOUNDS,)
-    assert [e.name for e in ledger[1:]] == ["greedy_select", "greedy_count", "greedy_centre_sums", "greedy_cost_curve"]
+    assert [e.name for e in ledger[1:]] == ["greedy_select", "greedy_count", "greedy_center_sums", "greedy_cost_curve"]
     assert ledger.total_epsilon <= BUDGET.epsilon and ledger.total_delta <= BUDGET.delta
     assert ledger.total_epsilon == pytest.approx(BUDGET.epsilon, rel=1e-11)
     assert ledger.total_delta == pytest.approx(BUDGET.delta, rel=1e-9)

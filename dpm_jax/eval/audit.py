@@ -504,7 +504,7 @@ def stderr_shaped_as(reference: str) -> Callable[[Any], bool]:
 
 # --------------------------------------------------------------------------- events
 def greedy_selection_mechanism(epsilon: float, levels: int = 2) -> Mechanism:
-    """The greedy's first centre on its own code path (:func:`dpm_jax.greedy.select.greedy_centres`).
+    """The greedy's first centre on its own code path (:func:`dpm_jax.greedy.select.greedy_centers`).
 
     ``mechanism(key, (unit_points (n, 1), mask)) -> (start level, start cell)``: 1-d nets with
     start levels 0 .. ``levels``, every choice the exact exponential mechanism at ``epsilon``
@@ -524,7 +524,7 @@ def greedy_selection_mechanism(epsilon: float, levels: int = 2) -> Mechanism:
 
     def mechanism(key, data):
         points, mask = data
-        greedy = select.greedy_centres(key, select.point_scores(points, mask, plan), plan, 1, choose)
+        greedy = select.greedy_centers(key, select.point_scores(points, mask, plan), plan, 1, choose)
         return greedy.start_level[0], greedy.start_cell[0, 0]
 
     return mechanism

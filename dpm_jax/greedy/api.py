@@ -13,7 +13,7 @@ Pipeline (each DP step a release of :mod:`dpm_jax.releases`, one ledger line eac
      (:mod:`dpm_jax.greedy.histogram`, Section 4; "greedy_histogram"), the greedy by arg
      max on it (post-processing).
   3. the lift (:mod:`dpm_jax.greedy.lift`): noisy cell sizes ("greedy_count") and noisy
-     fixed-point sums in the original coordinates ("greedy_sum", rows "centre_sums").
+     fixed-point sums in the original coordinates ("greedy_sum", rows "center_sums").
   4. the cost curve of the first k' greedy centres ("greedy_sum", rows "cost_curve"), and
      the elbow read from it (post-processing).
 The shares of the budget are SHARES; the parts add up to the budget (``split_budget``).
@@ -56,7 +56,7 @@ from dpm_jax.greedy.nets import (
     start_candidates,
 )
 from dpm_jax.greedy.histogram import check_balls, histogram_release, histogram_scores, noisy_values
-from dpm_jax.greedy.select import argmax_chooser, greedy_centres, point_scores
+from dpm_jax.greedy.select import argmax_chooser, greedy_centers, point_scores
 from dpm_jax.ledger import Ledger
 from dpm_jax.releases import ComposedSelectionRelease, CountRelease, GaussianRelease, at_most, ledger_of, split_budget
 
@@ -163,7 +163,7 @@ def plan_greedy(
     releases = (
         select,
         count,
-        _gaussian("centre_sums", eps[2], dlt[2], sums),
+        _gaussian("center_sums", eps[2], dlt[2], sums),
         _gaussian("cost_curve", eps[3], dlt[3], costs),
     )
     return GreedyPlan(nets, k, d, projection_seed, method, select, count, sums, costs, releases)
@@ -295,29 +295,29 @@ def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
     working, to_data = _working_coordinates(X, lower, upper, plan)
     select_key = keys.derive_key(key, keys.GREEDY_SELECT)
     scores, choose = _greedy_inputs(select_key, working, mask, plan)
-    greedy = greedy_centres(select_key, scores, plan.nets, plan.k, choose)
-    slot = nearest(working, greedy.centres)
-    fallback = to_data(greedy.centres)
+    greedy = greedy_centers(select_key, scores, plan.nets, plan.k, choose)
+    slot = nearest(working, greedy.centers)
+    fallback = to_data(greedy.centers)
     if plan.select is None:
-        centres, sizes = lift_exact(X, mask, slot, fallback)
-        costs = exact_costs(working, mask, greedy.centres, plan.nets.z)
+        centers, sizes = lift_exact(X, mask, slot, fallback)
+        costs = exact_costs(working, mask, greedy.centers, plan.nets.z)
     else:
         sum_key = keys.derive_key(key, keys.GREEDY_SUM)
         lift_keys = (keys.derive_key(key, keys.GREEDY_COUNT), jax.random.fold_in(sum_key, 0))
         tables = gaussian_thresholds_on_device(plan.sums.sigma)
-        centres, sizes = lift_private(
+        centers, sizes = lift_private(
             lift_keys, X, (lower, upper), mask, slot, fallback, (plan.count, plan.sums, tables)
         )
         cost_tables = gaussian_thresholds_on_device(plan.costs.sigma)
         costs = private_costs(
-            jax.random.fold_in(sum_key, 1), working, mask, greedy.centres, plan.nets.z, plan.costs, cost_tables
+            jax.random.fold_in(sum_key, 1), working, mask, greedy.centers, plan.nets.z, plan.costs, cost_tables
         )
     return KMeansResult(
-        centres,
+        centers,
         sizes,
         costs,
         elbow(costs, cost_noise_std(plan)),
-        greedy.centres,
+        greedy.centers,
         greedy.start_level,
         (lower, upper),
         ledger_of(plan.releases),
