@@ -85,7 +85,7 @@ def test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity():
     """The selection's sensitivity: adding a point at a net centre adds 2**VALUE_BITS to that ball."""
     rng = np.random.default_rng(1)
     points = rng.random((200, 2)).astype(np.float32)
-    plan = api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0)
+    plan = api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0, "exponential")
     added = np.concatenate([points, [[0.5, 0.5]]]).astype(np.float32)  # the level-0 centre
     before = nets.start_values(jnp.asarray(points).T, jnp.ones(200, bool), plan.nets)
     after = nets.start_values(jnp.asarray(added).T, jnp.ones(201, bool), plan.nets)
@@ -137,7 +137,7 @@ _WORST_POINTS = {1: (43 / 128, 85 / 128), 2: (71 / 128, 71 / 128)}
 @pytest.mark.slow
 @pytest.mark.parametrize("z", [1, 2])
 def test_histogram_sensitivity_is_the_proven_bound_and_is_attained_within_its_stated_slack(z):
-    # Long because: 1,088 one-point histograms of 7 levels (6 s in the fast loop, 2 cores at load 5).
+    # Long because: 1,088 one-point histograms of 7 levels (59 s per z, 2 cores at load 10).
     """histogram.py's proof: per level at most N_2 = 2 non-zero values, square sum <= 4**VALUE_BITS,
     attained exactly at every level's own centres; the whole vector within 2**VALUE_BITS sqrt(L + 1).
 
@@ -165,7 +165,7 @@ def test_histogram_sensitivity_is_the_proven_bound_and_is_attained_within_its_st
 @pytest.mark.slow
 @pytest.mark.parametrize("dim", [1, 3])
 def test_histogram_per_level_bounds_hold_in_one_and_three_dimensions(dim):
-    # Long because: 512 one-point histograms (4 s in the fast loop, 2 cores at load 5).
+    # Long because: 512 one-point histograms (38 s in 3-d, 2 cores at load 10).
     """N_1 = 1, N_3 = 4 non-zero values per level; square sums within S_m (1 in 1-d, 4 in 3-d)."""
     net = nets.NetPlan(dim, 3, 3, 1)
     points = np.random.default_rng(30 + dim).random((512, dim))
@@ -222,7 +222,10 @@ def test_histogram_noise_does_not_grow_with_k():
     assert small.select.sigma == large.select.sigma
     assert small.select.entry().key_path == (keys.GREEDY_SELECT, "histogram")
     exponential = api.plan_greedy(BUDGET, 64, 2, 2, 10, 2, 0, "exponential")
-    assert exponential.select.epsilon_each[0] < api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0).select.epsilon_each[0]
+    assert (
+        exponential.select.epsilon_each[0]
+        < api.plan_greedy(BUDGET, 4, 2, 2, 10, 2, 0, "exponential").select.epsilon_each[0]
+    )
 
 
 # -------------------------------------------------------------- selection
@@ -267,7 +270,7 @@ def test_nonprivate_kmeans_is_close_to_kmeans_plusplus(blobs2d):
 def test_ledger_adds_up_to_the_budget_and_never_above(blobs2d):
     result = dpm_jax.kmeans(jax.random.key(0), blobs2d.points, 5, BUDGET, bounds=blobs2d.bounds)
     ledger = result.ledger
-    assert [e.name for e in ledger] == ["greedy_select", "greedy_count", "greedy_center_sums", "greedy_cost_curve"]
+    assert [e.name for e in ledger] == ["greedy_histogram", "greedy_count", "greedy_center_sums", "greedy_cost_curve"]
     assert math.fsum(e.epsilon for e in ledger) <= BUDGET.epsilon
     assert math.fsum(e.delta for e in ledger) <= BUDGET.delta
     assert math.isclose(ledger.total_epsilon, BUDGET.epsilon, rel_tol=1e-12)
@@ -421,7 +424,7 @@ def test_greedy_selection_audit_stays_below_the_claim():
 
 @pytest.mark.slow
 def test_histogram_audit_stays_below_the_claim():
-    # Long because: 2 x 50,000 releases of an 85-ball histogram (20 s in the fast loop, 2 cores at load 5).
+    # Long because: 2 x 50,000 releases of an 85-ball histogram (14-19 s, 2 cores at load 7-10).
     """The empirical auditor on the histogram's own path (noisy_values at histogram_release's sigma):
     A is 40 points, B adds the point that moves the vector most (the search above, z = 1, L = 3).
     Events: the released vector's projection on the change, above thresholds (the likelihood
@@ -460,7 +463,12 @@ def test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget(bl
     share = dpm_jax.Budget(BUDGET.epsilon * request.share, BUDGET.delta * request.share)
     ledger = result.ledger
     assert ledger[0] == bounds_lib.plan_bounds(share, 2, request).entry() and ledger[0].key_path == (keys.BOUNDS,)
-    assert [e.name for e in ledger[1:]] == ["greedy_select", "greedy_count", "greedy_center_sums", "greedy_cost_curve"]
+    assert [e.name for e in ledger[1:]] == [
+        "greedy_histogram",
+        "greedy_count",
+        "greedy_center_sums",
+        "greedy_cost_curve",
+    ]
     assert ledger.total_epsilon <= BUDGET.epsilon and ledger.total_delta <= BUDGET.delta
     assert ledger.total_epsilon == pytest.approx(BUDGET.epsilon, rel=1e-11)
     assert ledger.total_delta == pytest.approx(BUDGET.delta, rel=1e-9)

@@ -59,7 +59,6 @@ __all__ = [
     "contributions",
     "start_values",
     "level_values",
-    "touch_offsets",
     "cell_centers",
 ]
 
