@@ -15,8 +15,12 @@ Gaussian blobs of std 1 with centres uniform in [-100, 100]^d, bounds (-100, 100
   projection  the random projection's cost in 10 d (8 blobs; Synth-10d, 64 blobs): working
               grids of 2 and 3 dimensions, without noise and at epsilon = 1.
   methods     method="exponential" against method="histogram" (Section 4), same keys, same run,
-              epsilon = 1: cost / k-means++ on 2-d 8 blobs (k = 8) and Synth-10d (k = 64),
+              epsilon = 1: cost / k-means++ (one k-means++ per key, shared), accuracy and
+              warm seconds on 2-d 8 blobs (k = 8) and Synth-10d (k = 64, 2-d projection),
               and the private elbow on K = 4 .. 32 blobs (k = 1.5 K + 2).
+  prefixes    without noise, 8 blobs in 2 and 10 d (k = 8): the cost of every prefix k' <= k
+              after the exact lift against k-means++ at k', for the greedy as built and with
+              Mettu and Plaxton's unscaled ball values (the start scores times r_i^z).
 Outputs: ``--out`` (JSON) and the same path with ``.md``.
 """
 
@@ -35,16 +39,18 @@ import dpm_jax
 from dpm_jax.eval import baselines
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.datasets import paper_blobs, synthetic_blobs
+from dpm_jax.eval.metrics import clustering_accuracy
+from dpm_jax.greedy.api import METHODS
 
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
 
 
-def cost(X, centres) -> float:
-    X, centres = jnp.asarray(X), jnp.asarray(centres)
+def cost(X, centers) -> float:
+    X, centers = jnp.asarray(X), jnp.asarray(centers)
     total = 0.0
     for start in range(0, X.shape[0], 20000):
         block = X[start : start + 20000]
-        total += float(jnp.sum(jnp.min(jnp.sum((block[:, None] - centres[None]) ** 2, -1), 1)))
+        total += float(jnp.sum(jnp.min(jnp.sum((block[:, None] - centers[None]) ** 2, -1), 1)))
     return total
 
 
@@ -135,23 +141,40 @@ def projection(num_keys: int) -> list[dict]:
     return rows
 
 
+def _accuracy(data, centers) -> float:
+    """Clustering accuracy (majority class of every centre's cell), when the data have labels."""
+    X, C = jnp.asarray(data.points), jnp.asarray(centers)
+    slot = jnp.concatenate(
+        [jnp.argmin(jnp.sum((X[i : i + 20000, None] - C[None]) ** 2, -1), 1) for i in range(0, X.shape[0], 20000)]
+    )
+    labels = jnp.asarray(data.labels)
+    return float(clustering_accuracy(slot, labels, C.shape[0], int(labels.max()) + 1))
+
+
 def methods(num_keys: int) -> list[dict]:
+    """Both methods on the same data and keys, k-means++ computed once per key (shared)."""
     rows = []
     cases = (("blobs-2d-8", synthetic_blobs(100_000, 2, 8, seed=2), 8), ("synth-10d", paper_blobs(10), 64))
     for name, data, k in cases:
-        for method in ("exponential", "histogram"):
-            ratios = []
+        references = [kmeanspp(jax.random.key(s), data.points, k) for s in range(num_keys)]
+        for method in METHODS:
+            run = lambda key: dpm_jax.kmeans(key, data.points, k, BUDGET, bounds=data.bounds, method=method)  # noqa: E731
+            jax.block_until_ready(run(jax.random.key(100)))  # compile outside the timings
+            ratios, accuracies, seconds = [], [], []
             for s in range(num_keys):
-                key = jax.random.key(s)
-                result = dpm_jax.kmeans(key, data.points, k, BUDGET, bounds=data.bounds, method=method)
-                ratios.append(cost(data.points, result.centers) / kmeanspp(key, data.points, k))
+                start = time.perf_counter()
+                result = jax.block_until_ready(run(jax.random.key(s)))
+                seconds.append(time.perf_counter() - start)
+                ratios.append(cost(data.points, result.centers) / references[s])
+                accuracies.append(_accuracy(data, result.centers))
             row = dict(data=name, k=k, method=method, epsilon=1.0, ratios=ratios, median_ratio=float(np.median(ratios)))
+            row.update(median_accuracy=float(np.median(accuracies)), median_seconds=float(np.median(seconds)))
             rows.append(row)
             print(json.dumps(row), flush=True)
     for true_k in (4, 8, 16, 32):
         data = synthetic_blobs(100_000, 2, true_k, seed=true_k)
         k = int(1.5 * true_k) + 2
-        for method in ("exponential", "histogram"):
+        for method in METHODS:
             found = [
                 int(
                     dpm_jax.kmeans(jax.random.key(s), data.points, k, BUDGET, bounds=data.bounds, method=method).elbow_k
@@ -166,7 +189,61 @@ def methods(num_keys: int) -> list[dict]:
     return rows
 
 
-PARTS = dict(quality=quality, elbow=elbow, speed=speed, projection=projection, methods=methods)
+def _lifted_prefix_costs(X, working, greedy_centers) -> list[float]:
+    """Data-space cost of every prefix k' after the exact lift (each point's nearest of the first k'
+    greedy centres in working coordinates, then the cells' exact means)."""
+    X, W, G = jnp.asarray(X), jnp.asarray(working), jnp.asarray(greedy_centers)
+    costs = []
+    for j in range(1, G.shape[0] + 1):
+        slot = jnp.argmin(jnp.sum((W[:, None] - G[None, :j]) ** 2, -1), 1)
+        sizes = jnp.zeros(j).at[slot].add(1.0)
+        means = jnp.zeros((j, X.shape[1])).at[slot].add(X) / jnp.maximum(sizes, 1.0)[:, None]
+        costs.append(cost(X, means))
+    return costs
+
+
+def _mettu_plaxton_centers(working, k: int, plan):
+    """The non-private greedy with Mettu and Plaxton's unscaled values (sum of (r_i - dist)^z: the
+    scores of a start ball times r_i^z); the descent compares balls of one level, so its choices
+    are those of the built greedy. Post-processing of the exact values: an experiment, not an API."""
+    from dpm_jax.greedy import nets, select
+
+    values, child_scores = select.point_scores(jnp.asarray(working), jnp.ones(working.shape[0], bool), plan.nets)
+    levels = jnp.asarray(nets.start_candidates(plan.nets)[0])
+    weighted = values.astype(jnp.float32) * nets.radius(levels, plan.nets.dim) ** plan.nets.z
+    greedy = select.greedy_centers(jax.random.key(0), (weighted, child_scores), plan.nets, k, select.argmax_chooser)
+    return greedy.centers
+
+
+def prefixes(num_keys: int) -> list[dict]:
+    """Without noise: the final cost and every prefix k' <= k against k-means++ at k' (2 and 10 d), for the
+    greedy as built (values / r_i^z) and with Mettu and Plaxton's unscaled values (same nets)."""
+    from dpm_jax.greedy import api
+
+    rows = []
+    k = 8
+    for d in (2, 10):
+        data = synthetic_blobs(100_000, d, k, seed=d)
+        X = jnp.asarray(data.points)
+        plan = api.plan_greedy(None, k, d, 2, api.DEFAULT_LEVELS, api.MAX_GRID_DIM, 0)
+        lower, upper = (jnp.full(d, b, jnp.float32) for b in data.bounds)
+        working = api._working_coordinates(X, lower, upper, plan)[0]
+        references = np.array([[kmeanspp(jax.random.key(s), X, j) for j in range(1, k + 1)] for s in range(num_keys)])
+        built = dpm_jax.kmeans(jax.random.key(0), X, k, None, bounds=data.bounds)  # no noise: the key is unused
+        orders = dict(built=built.greedy_centers, mettu_plaxton=_mettu_plaxton_centers(working, k, plan))
+        for order, centers in orders.items():
+            prefix = np.array(_lifted_prefix_costs(X, working, centers))
+            ratios = prefix[None, :] / references  # one greedy (deterministic), k-means++ over keys
+            medians = np.median(ratios, axis=0)
+            row = dict(d=d, k=k, order=order, final_ratio=float(medians[-1]), prefix_ratio_medians=medians.tolist())
+            row["worst_prefix"] = int(np.argmax(medians)) + 1
+            row["prefixes_within_2x"] = bool(np.all(medians <= 2.0))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+PARTS = dict(quality=quality, elbow=elbow, speed=speed, projection=projection, methods=methods, prefixes=prefixes)
 
 
 def markdown(document: dict) -> str:

@@ -392,6 +392,27 @@ MUTATIONS = (
         ("tests/test_greedy.py::test_histogram_noise_is_the_keyed_discrete_gaussian_at_the_release_sigma",),
     ),
     Mutation(
+        "greedy: the histogram's L2 sensitivity halved",
+        "dpm_jax/greedy/histogram.py",
+        (
+            (
+                "return 2**VALUE_BITS * math.sqrt(level_square_bound(plan.dim) * (plan.levels + 1))",
+                "return 2**VALUE_BITS * math.sqrt(level_square_bound(plan.dim) * (plan.levels + 1)) / 2",
+            ),
+        ),
+        (
+            "tests/test_greedy.py::test_histogram_sensitivity_is_the_proven_bound_and_is_attained_within_its_stated_slack",
+        ),
+    ),
+    Mutation(
+        "greedy: the histogram's sampler charged for one value per level (N_m = 1)",
+        "dpm_jax/greedy/histogram.py",
+        (("    return 2 ** (dim - 1)\n", "    return 1\n"),),
+        (
+            "tests/test_greedy.py::test_histogram_sensitivity_is_the_proven_bound_and_is_attained_within_its_stated_slack",
+        ),
+    ),
+    Mutation(
         "synth leaf counts: half the discrete Laplace noise (twice its epsilon)",
         "dpm_jax/synth/threshold.py",
         (

@@ -18,7 +18,7 @@ from dpm_jax.cli.bounds_option import released_bounds
 from dpm_jax.cli.readers import read_points
 from dpm_jax.cli.run_options import add_run_command, budget_and_bounds
 from dpm_jax.files import write_atomically
-from dpm_jax.greedy.api import DEFAULT_LEVELS, MAX_GRID_DIM, METHODS, KMeansResult, kmeans
+from dpm_jax.greedy.api import DEFAULT_LEVELS, DEFAULT_METHOD, MAX_GRID_DIM, METHODS, KMeansResult, kmeans
 from dpm_jax.keys import key_from_seed
 
 __all__ = ["add_parser", "kmeans_release"]
@@ -40,9 +40,9 @@ def add_parser(commands, seed_type) -> argparse.ArgumentParser:
     run.add_argument("--grid-dim", type=int, default=MAX_GRID_DIM, help="working dimension (higher d is projected)")
     run.add_argument(
         "--method",
-        default="exponential",
+        default=DEFAULT_METHOD,
         choices=METHODS,
-        help="exponential: a mechanism per choice; histogram: every ball value released once",
+        help="histogram (default): every ball value released once; exponential: a mechanism per choice",
     )
     run.add_argument("--out", metavar="FILE", default=None, help="write the JSON release here (default stdout)")
     return run

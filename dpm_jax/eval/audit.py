@@ -60,6 +60,7 @@ __all__ = [
     "cluster_mechanism",
     "split_step_mechanism",
     "greedy_selection_mechanism",
+    "greedy_histogram_mechanism",
     "noisy_count_at_least",
     "num_clusters_equals",
     "first_split_dim_equals",
@@ -504,7 +505,7 @@ def stderr_shaped_as(reference: str) -> Callable[[Any], bool]:
 
 # --------------------------------------------------------------------------- events
 def greedy_selection_mechanism(epsilon: float, levels: int = 2) -> Mechanism:
-    """The greedy's first centre on its own code path (:func:`dpm_jax.greedy.select.greedy_centres`).
+    """The greedy's first centre on its own code path (:func:`dpm_jax.greedy.select.greedy_centers`).
 
     ``mechanism(key, (unit_points (n, 1), mask)) -> (start level, start cell)``: 1-d nets with
     start levels 0 .. ``levels``, every choice the exact exponential mechanism at ``epsilon``
@@ -524,8 +525,28 @@ def greedy_selection_mechanism(epsilon: float, levels: int = 2) -> Mechanism:
 
     def mechanism(key, data):
         points, mask = data
-        greedy = select.greedy_centres(key, select.point_scores(points, mask, plan), plan, 1, choose)
+        greedy = select.greedy_centers(key, select.point_scores(points, mask, plan), plan, 1, choose)
         return greedy.start_level[0], greedy.start_cell[0, 0]
+
+    return mechanism
+
+
+def greedy_histogram_mechanism(epsilon: float, delta: float, plan) -> Mechanism:
+    """The histogram method's release on its own code path (:func:`dpm_jax.greedy.histogram.noisy_values`).
+
+    ``mechanism(key, (points_t (m, n), mask)) -> (ball_count,) int32``: every ball value of
+    the nets ``plan`` (:class:`dpm_jax.greedy.nets.NetPlan`) plus the discrete Gaussian at the
+    sigma :func:`dpm_jax.greedy.histogram.histogram_release` calibrates to (``epsilon``,
+    ``delta``) and the stated L2 sensitivity, as :func:`dpm_jax.kmeans` runs it with
+    ``method="histogram"`` (claim: (epsilon, delta)-DP).
+    """
+    from dpm_jax.greedy import histogram
+
+    release = histogram.histogram_release(epsilon, delta, plan)
+
+    def mechanism(key, data):
+        points_t, mask = data
+        return histogram.noisy_values(key, points_t, mask, plan, release)
 
     return mechanism
 

@@ -44,14 +44,14 @@ _COST_CODE_MAX = 2 ** (FIXED_POINT_BITS - 1)  # codes in [0, 2**19]: within the 
 COST_RADIUS = 1.0 / 16.0  # the cost curve's clip, a fraction of the working cube's diameter
 
 
-def nearest(points: jax.Array, centres: jax.Array) -> jax.Array:
+def nearest(points: jax.Array, centers: jax.Array) -> jax.Array:
     """(n,) int32 index of every point's nearest centre (the first on ties)."""
-    return jnp.argmin(_squared_distances(points, centres), axis=1).astype(jnp.int32)
+    return jnp.argmin(_squared_distances(points, centers), axis=1).astype(jnp.int32)
 
 
-def _squared_distances(points: jax.Array, centres: jax.Array) -> jax.Array:
+def _squared_distances(points: jax.Array, centers: jax.Array) -> jax.Array:
     """(n, k) by a sum over the coordinates (no (n, k, m) intermediate)."""
-    return sum((points[:, j][:, None] - centres[:, j][None, :]) ** 2 for j in range(points.shape[1]))
+    return sum((points[:, j][:, None] - centers[:, j][None, :]) ** 2 for j in range(points.shape[1]))
 
 
 def cell_counts(slot: jax.Array, point_mask: jax.Array, k: int) -> jax.Array:
@@ -78,8 +78,8 @@ def lift_private(
     k = fallback.shape[0]
     sizes = exact.to_float32(count_release.draw(keys_[0], cell_counts(slot, point_mask, k)))
     sums = blockwise_leaf_sums(X, lower, upper, point_mask, slot, k, plan)
-    centres = centers_from_sums(keys_[1], sums, sizes, sizes >= 1.0, lower, upper, table_arrays, plan)
-    return jnp.where(jnp.isnan(centres), fallback, centres), sizes
+    centers = centers_from_sums(keys_[1], sums, sizes, sizes >= 1.0, lower, upper, table_arrays, plan)
+    return jnp.where(jnp.isnan(centers), fallback, centers), sizes
 
 
 def lift_exact(X, point_mask, slot, fallback) -> tuple[jax.Array, jax.Array]:
@@ -87,14 +87,14 @@ def lift_exact(X, point_mask, slot, fallback) -> tuple[jax.Array, jax.Array]:
     k = fallback.shape[0]
     sizes = cell_counts(slot, point_mask, k)
     sums = jnp.zeros((k, X.shape[1]), jnp.float32).at[slot].add(jnp.where(point_mask[:, None], X, 0.0))
-    centres = sums / jnp.maximum(sizes, 1)[:, None]
-    return jnp.where(sizes[:, None] > 0, centres, fallback), sizes.astype(jnp.float32)
+    centers = sums / jnp.maximum(sizes, 1)[:, None]
+    return jnp.where(sizes[:, None] > 0, centers, fallback), sizes.astype(jnp.float32)
 
 
-def cost_codes(points: jax.Array, centres: jax.Array, z: int) -> jax.Array:
+def cost_codes(points: jax.Array, centers: jax.Array, z: int) -> jax.Array:
     """(n, k) int32 codes of every point's clipped distance^z to the first k' centres, k' = 1 .. k."""
     clip = np.float32(COST_RADIUS * np.sqrt(points.shape[1]))
-    prefix = jax.lax.cummin(jnp.sqrt(_squared_distances(points, centres)), axis=1)
+    prefix = jax.lax.cummin(jnp.sqrt(_squared_distances(points, centers)), axis=1)
     scaled = jnp.clip(prefix / clip, 0.0, 1.0) ** z
     return jnp.clip(jnp.floor(scaled * _COST_CODE_MAX), 0, _COST_CODE_MAX).astype(jnp.int32)
 
@@ -104,17 +104,17 @@ def cost_unit(dim: int, z: int) -> float:
     return float((COST_RADIUS * np.sqrt(dim)) ** z) / _COST_CODE_MAX
 
 
-def private_costs(key, points, point_mask, centres, z: int, plan: LeafSumsRelease, table_arrays) -> jax.Array:
+def private_costs(key, points, point_mask, centers, z: int, plan: LeafSumsRelease, table_arrays) -> jax.Array:
     """(k,) the released prefix costs in working units (the mechanism: averaging's, on k coordinates)."""
-    codes = cost_codes(points, centres, z)
+    codes = cost_codes(points, centers, z)
     sums = leaf_sums(codes, point_mask, jnp.zeros(points.shape[0], jnp.int32), 1)
     released = release_leaf_sums(key, sums, table_arrays, plan)
     return (exact.to_float32(released)[0] + 0.5) * np.float32(2.0**plan.coarse_shift * cost_unit(points.shape[1], z))
 
 
-def exact_costs(points, point_mask, centres, z: int) -> jax.Array:
+def exact_costs(points, point_mask, centers, z: int) -> jax.Array:
     """NOT differentially private: the exact prefix costs in working units, from the same codes."""
-    codes = cost_codes(points, centres, z)
+    codes = cost_codes(points, centers, z)
     return jnp.sum(jnp.where(point_mask[:, None], codes, 0).astype(jnp.float32), axis=0) * np.float32(
         cost_unit(points.shape[1], z)
     )

@@ -59,8 +59,7 @@ __all__ = [
     "contributions",
     "start_values",
     "level_values",
-    "touch_offsets",
-    "cell_centres",
+    "cell_centers",
 ]
 
 C_CHILD = 1.5
@@ -118,17 +117,17 @@ def start_candidates(plan: NetPlan) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(levels), np.concatenate(cells)
 
 
-def cell_centres(cells: jax.Array, level) -> jax.Array:
+def cell_centers(cells: jax.Array, level) -> jax.Array:
     """Centres (j + 1/2) 2**-i of level-i cells j."""
     return (cells.astype(jnp.float32) + 0.5) * jnp.exp2(-jnp.asarray(level, jnp.float32))[..., None]
 
 
-def contributions(points_t: jax.Array, centres: jax.Array, r: jax.Array, z: int) -> jax.Array:
+def contributions(points_t: jax.Array, centers: jax.Array, r: jax.Array, z: int) -> jax.Array:
     """(C, n) int32 floor(2**VALUE_BITS (1 - |x - p| / r)_+^z) in [0, 2**VALUE_BITS] for points x, centres p.
 
     ``points_t``: the points as (m, n) (coordinate-major: every operation runs along n).
     """
-    squared = sum((points_t[j][None, :] - centres[:, j][:, None]) ** 2 for j in range(points_t.shape[0]))
+    squared = sum((points_t[j][None, :] - centers[:, j][:, None]) ** 2 for j in range(points_t.shape[0]))
     return _value_code(jnp.sqrt(squared), r, z)
 
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from dpm_jax.greedy.nets import (
     C_FORBID,
     NetPlan,
-    cell_centres,
+    cell_centers,
     child_offsets,
     contributions,
     radius,
@@ -39,7 +39,7 @@ from dpm_jax.greedy.nets import (
     start_values,
 )
 
-__all__ = ["ChildScores", "greedy_centres", "point_scores", "argmax_chooser"]
+__all__ = ["ChildScores", "greedy_centers", "point_scores", "argmax_chooser"]
 
 # (group, key, scores (C,) int32, valid (C,) bool) -> the index of the chosen candidate;
 # group 0: a start selection, 1: a descent step.
@@ -51,7 +51,7 @@ ChildScores = Callable[[jax.Array, jax.Array], jax.Array]
 class Greedy(NamedTuple):
     """The greedy's output (DP when its chooser is): centres in working units and their start balls."""
 
-    centres: jax.Array  # (k, m) float32 in [0, 1]^m
+    centers: jax.Array  # (k, m) float32 in [0, 1]^m
     start_level: jax.Array  # (k,) int32
     start_cell: jax.Array  # (k, m) int32
 
@@ -67,20 +67,20 @@ def point_scores(points: jax.Array, point_mask: jax.Array, plan: NetPlan) -> tup
     points_t = points.T  # (m, n): the values' arithmetic runs along n
 
     def child_scores(level, children):
-        codes = contributions(points_t, cell_centres(children, level + 1), radius(level + 1, plan.dim), plan.z)
+        codes = contributions(points_t, cell_centers(children, level + 1), radius(level + 1, plan.dim), plan.z)
         return jnp.sum(jnp.where(point_mask[None, :], codes, 0), axis=1)
 
     return start_values(points_t, point_mask, plan), child_scores
 
 
-def greedy_centres(key: jax.Array, scores: tuple, plan: NetPlan, k: int, choose: Chooser) -> Greedy:
+def greedy_centers(key: jax.Array, scores: tuple, plan: NetPlan, k: int, choose: Chooser) -> Greedy:
     """k centres of the greedy in working units, from ``scores`` = (start candidates' (M,), ChildScores)."""
     levels, cells = (jnp.asarray(a) for a in start_candidates(plan))
-    centres_of_start = cell_centres(cells, levels)
+    centers_of_start = cell_centers(cells, levels)
     forbid_radius = C_FORBID * radius(levels, plan.dim)
     values, child_scores = scores
 
-    def one_centre(c, state):
+    def one_center(c, state):
         greedy, forbidden = state
         key_c = jax.random.fold_in(key, c)
         valid = ~forbidden | jnp.all(forbidden)  # all forbidden (k beyond the nets' room): all allowed
@@ -91,17 +91,17 @@ def greedy_centres(key: jax.Array, scores: tuple, plan: NetPlan, k: int, choose:
             lambda i, j: _descend(key_c, child_scores, choose, i, j),
             cells[chosen],
         )
-        centre = cell_centres(cell, plan.levels)
-        forbidden = forbidden | (jnp.linalg.norm(centres_of_start - centre, axis=1) <= forbid_radius)
+        center = cell_centers(cell, plan.levels)
+        forbidden = forbidden | (jnp.linalg.norm(centers_of_start - center, axis=1) <= forbid_radius)
         greedy = Greedy(
-            greedy.centres.at[c].set(centre),
+            greedy.centers.at[c].set(center),
             greedy.start_level.at[c].set(levels[chosen]),
             greedy.start_cell.at[c].set(cells[chosen]),
         )
         return greedy, forbidden
 
     start = Greedy(jnp.zeros((k, plan.dim), jnp.float32), jnp.zeros(k, jnp.int32), jnp.zeros((k, plan.dim), jnp.int32))
-    greedy, _ = jax.lax.fori_loop(0, k, one_centre, (start, jnp.zeros(levels.shape[0], bool)))
+    greedy, _ = jax.lax.fori_loop(0, k, one_center, (start, jnp.zeros(levels.shape[0], bool)))
     return greedy
 
 

@@ -23,7 +23,7 @@ except ImportError as error:  # pragma: no cover - exercised only without scikit
 
 from dpm_jax.bounds import is_private
 from dpm_jax.budget import Budget
-from dpm_jax.greedy.api import DEFAULT_LEVELS, MAX_GRID_DIM, kmeans
+from dpm_jax.greedy.api import DEFAULT_LEVELS, DEFAULT_METHOD, MAX_GRID_DIM, kmeans
 from dpm_jax.keys import key_from_seed
 
 __all__ = ["DPKMeans"]
@@ -50,7 +50,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
         z: int = 2,
         levels: int = DEFAULT_LEVELS,
         grid_dim: int = MAX_GRID_DIM,
-        method: str = "exponential",
+        method: str = DEFAULT_METHOD,
     ):
         self.n_clusters = n_clusters
         self.epsilon = epsilon
