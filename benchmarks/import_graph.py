@@ -106,7 +106,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "cache", "files", "tables", "sharding",
     })),
     ("engine", frozenset({
-        "histogram", "scoring", "interval", "tree", "averaging", "depth", "dpm_releases", "bounds",
+        "histogram", "scoring", "structure", "interval", "tree", "averaging", "depth", "dpm_releases", "bounds",
         "synth.cells", "synth.implicit", "synth.kdtree", "synth.plan", "synth.result", "synth.threshold",
         "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift",
     })),

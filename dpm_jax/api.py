@@ -51,7 +51,15 @@ from dpm_jax.mechanisms import (
     discrete_gaussian_table,
     em_weight_table,
 )
-from dpm_jax.tree import Leaves, SplitTree, build_tree, level_count_noise, level_schedule, root_interval_size
+from dpm_jax.tree import (
+    Leaves,
+    SplitTree,
+    build_tree,
+    level_count_noise,
+    level_schedule,
+    level_structure_noise,
+    root_interval_size,
+)
 
 __all__ = [
     "ClusterResult",
@@ -66,6 +74,7 @@ __all__ = [
     "plan_run",
     "root_count",
     "split_bits",
+    "structure_noise",
     "warn_if_starved",
     "em_table_on_device",
     "gaussian_thresholds_on_device",
@@ -528,6 +537,16 @@ def split_bits(key: jax.Array, run_plan: RunPlan, config: DPMConfig) -> jax.Arra
     return jax.random.bits(derive_key(key, run_plan.split_stream), shape, dtype=jnp.uint32)
 
 
+def structure_noise(key: jax.Array, run_plan: RunPlan, depth, config: DPMConfig) -> exact.Int | None:
+    """The "no structure" tests' noise of every inner node in heap layout, (2**padded_depth,), or
+    None without the test (:func:`dpm_jax.tree.level_structure_noise`, :mod:`dpm_jax.structure`)."""
+    by_depth = run_plan.by_depth
+    if not by_depth[0].structures:
+        return None
+    (stream,) = {test.stream for releases in by_depth for test in releases.structures}
+    return level_structure_noise(derive_key(key, stream), by_depth, depth, config.padded_depth)
+
+
 @functools.partial(jax.jit, static_argnames=("run_plan", "config", "rows_sharded"))
 def _cluster_arrays(
     key,
@@ -582,6 +601,7 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
         beta,
         schedule,
         config,
+        structure_noise(key, run_plan, depth, config),
     )
     # Line 11.
     centers = leaf_centers(

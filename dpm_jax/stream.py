@@ -65,6 +65,7 @@ from dpm_jax.api import (
     released_arrays,
     root_count,
     split_bits,
+    structure_noise,
 )
 from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums
 from dpm_jax.cache import library_programs
@@ -95,6 +96,7 @@ from dpm_jax.tree import (
     level_schedule,
     point_inputs,
     release_level,
+    structure_halts,
     root_cells,
     root_interval_size,
     root_node_counts,
@@ -324,7 +326,12 @@ def cluster_stream(
         )
     # Lines 10, 13-28, level by level.
     public = _Public(em_table, lower, upper, root_exact, beta, depth)
-    randomness = padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (config.padded_depth - 1))
+    randomness = padded_randomness(
+        split_bits(key, run_plan, config),
+        noise,
+        2 ** (config.padded_depth - 1),
+        _structure_noise(key, run_plan=run_plan, depth=depth, config=config),
+    )
     schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
     releases, routes = _levels(source, rows, report, public, randomness, schedule, config)
     tree, leaves = _assemble_tree(releases, padded=config.padded_depth)
@@ -389,8 +396,8 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
         config=config,
     )
     for level in range(config.padded_depth):
-        level_bits, level_noise = _level_randomness(randomness, jnp.int32(level), width)
-        split_dim, split = _choose_splits(
+        level_bits, level_noise, level_tests = _level_randomness(randomness, jnp.int32(level), width)
+        split_dim, split, halted = _choose_splits(
             public,
             jnp.int32(level),
             counts,
@@ -400,6 +407,8 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
             level_bits,
             schedule.split_epsilons[level],
             schedule.count_offsets[level],
+            level_tests,
+            schedule.structure_epsilons[level],
             config=config,
             split_sensitivity=schedule.split_sensitivity,
         )
@@ -431,6 +440,7 @@ def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedu
             split.position,
             child_true,
             level_noise,
+            halted,
             config=config,
         )
         releases.append(release)
@@ -490,21 +500,39 @@ class _Routes(NamedTuple):
 # arithmetic (the released split positions, the centres) then rounds the same way.
 @functools.partial(jax.jit, static_argnames=("config", "split_sensitivity"))
 def _choose_splits(
-    public, level, counts, node_exact, node_active, cells, level_bits, epsilon, offset, *, config, split_sensitivity
-) -> tuple[jax.Array, DrawnSplit]:
-    """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
+    public,
+    level,
+    counts,
+    node_exact,
+    node_active,
+    cells,
+    level_bits,
+    epsilon,
+    offset,
+    level_tests,
+    structure_epsilon,
+    *,
+    config,
+    split_sensitivity,
+) -> tuple[jax.Array, DrawnSplit, jax.Array | None]:
+    """Lines 22-25 for a level's nodes: the drawn dimensions, what the splits determine, and the
+    nodes the "no structure" test halts (:func:`dpm_jax.tree.structure_halts`; None when off)."""
     inputs = _inputs(public, config)._replace(split_sensitivity=split_sensitivity)
     grid, candidate_valid = level_grid(inputs, *cells)
     split_dim, split_index = choose_splits(
         inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset
     )
-    return split_dim, drawn_split(inputs, grid, *cells, split_dim, split_index)
+    split = drawn_split(inputs, grid, *cells, split_dim, split_index)
+    halted = structure_halts(inputs, grid, counts, node_exact, node_active, level, level_tests, structure_epsilon)
+    return split_dim, split, halted
 
 
 @functools.partial(jax.jit, static_argnames="config")
-def _release_level(public, level, node_exact, node_active, split_dim, position, child_true, level_noise, *, config):
+def _release_level(
+    public, level, node_exact, node_active, split_dim, position, child_true, level_noise, halted, *, config
+):
     return release_level(
-        _inputs(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise
+        _inputs(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise, halted
     )
 
 
@@ -516,6 +544,7 @@ def _root_cells(public, *, config):
 _root_interval_size = jax.jit(root_interval_size, static_argnames="config")
 _centers_from_sums = jax.jit(centers_from_sums, static_argnames="plan")
 _level_randomness = jax.jit(level_randomness, static_argnames="width")
+_structure_noise = jax.jit(structure_noise, static_argnames=("run_plan", "config"))
 
 
 @functools.partial(jax.jit, static_argnames="width")
