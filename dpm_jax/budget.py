@@ -19,7 +19,7 @@ Accounting used here (basic composition, add/remove-one neighbours):
               count share; the averaging sampler's is inside delta_avg)
 With ``DPMConfig.split_grid="cell"`` Algorithm 2 does not run: eps_int = 0 and its
 share of epsilon goes to the split choices (eps_exp = (share_int + share_exp) epsilon), and
-``DPMConfig.structure_share`` of epsilon goes from the averaging to the "no structure" tests
+``DPMConfig.structure_share`` of the averaging's epsilon goes to the "no structure" tests
 (:mod:`dpm_jax.structure`), one per split level with weights sqrt(2**i) as Equation 2's:
   epsilon = ... + sum_i eps_str_i (tau_r levels) + eps_avg, their sampler deltas carved out of
   the count share like the others'.
@@ -131,7 +131,7 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     eps_int = budget.epsilon * eps_int_share
     eps_cnt = budget.epsilon * eps_cnt_share
     eps_exp = budget.epsilon * eps_exp_share
-    eps_str = budget.epsilon * config.structure_share if config.tests_structure else 0.0
+    eps_str = budget.epsilon * config.epsilon_shares[3] * config.structure_share if config.tests_structure else 0.0
     eps_avg = budget.epsilon - math.fsum([eps_int, eps_cnt, eps_exp, eps_str])
     delta_cnt = budget.delta * config.delta_shares[0]
     delta_avg = budget.delta - delta_cnt

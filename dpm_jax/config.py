@@ -28,7 +28,7 @@ CELL_GRID = "cell"  # a grid relative to every node's own cell (dpm_jax.histogra
 SPLIT_GRIDS = (PAPER_GRID, CELL_GRID)
 _DEFAULT_MAX_DEPTH = 7  # DPMConfig.max_depth: the paper's tau_r, so "auto" keeps its shapes
 _DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_grid.py and benchmarks/zoo.py
-_DEFAULT_STRUCTURE_SHARE = 0.05  # DPMConfig.structure_share; chosen on benchmarks/zoo.py (issue 27)
+_DEFAULT_STRUCTURE_SHARE = 1 / 12  # DPMConfig.structure_share: 0.05 of epsilon with the default shares (issue 27)
 
 
 def is_real_number(value) -> bool:
@@ -156,8 +156,8 @@ class DPMConfig:
         Gaussian of 100,000 points into k = 75 clusters; wider windows stop there
         (k = 1) but merge clusters whose gap is narrower than the window. Measured in
         docs/evaluation.md (benchmarks/zoo.py, benchmarks/split_grid.py).
-      structure_share: the fraction of epsilon (taken from the averaging share) spent on
-        the "no structure" test of every node (only with ``split_grid="cell"``,
+      structure_share: the fraction of the averaging's epsilon share spent instead on
+        the "no structure" test of every node (1/12: 0.05 of epsilon with the default shares) (only with ``split_grid="cell"``,
         :mod:`dpm_jax.structure`): a noisy count of the drawn split's window against half
         the node's count under uniformity; a node whose window is not emptier than that
         becomes a leaf. 0 turns the test off (the engine before it, bit for bit).
@@ -209,7 +209,7 @@ class DPMConfig:
     structure_share: float = _option(
         _DEFAULT_STRUCTURE_SHARE,
         float,
-        "fraction of epsilon (from the averaging share) for the per-node 'no structure' test (cell grid; 0: off)",
+        "fraction of the averaging's epsilon share for the per-node 'no structure' test (cell grid; 0: off)",
     )
 
     def __post_init__(self):
@@ -262,10 +262,9 @@ class DPMConfig:
                 )
         _check_shares("epsilon_shares", self.epsilon_shares, 4)
         _check_shares("delta_shares", self.delta_shares, 2)
-        if not is_real_number(self.structure_share) or not 0 <= self.structure_share < self.epsilon_shares[3]:
+        if not is_real_number(self.structure_share) or not 0 <= self.structure_share < 1:
             raise ValueError(
-                "structure_share must be a number in [0, the averaging share "
-                f"{self.epsilon_shares[3]!r}), got {self.structure_share!r}"
+                f"structure_share must be a number in [0, 1) (of the averaging's share), got {self.structure_share!r}"
             )
         if self.sigma_step <= 0:
             raise ValueError(f"sigma_step must be > 0, got {self.sigma_step}")

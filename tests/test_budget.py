@@ -72,7 +72,7 @@ def test_shares_and_per_level_weights(config):
     eps_int, eps_cnt, eps_exp, eps_avg = (budget.epsilon * s for s in config.epsilon_shares)
     if config.split_grid == "cell":  # no interval size: its share goes to the split choices
         eps_int, eps_exp = 0.0, eps_int + eps_exp
-    eps_str = budget.epsilon * config.structure_share if config.tests_structure else 0.0  # from the averaging
+    eps_str = eps_avg * config.structure_share if config.tests_structure else 0.0  # from the averaging
     eps_avg -= eps_str
     assert math.isclose(math.fsum(a.structure_epsilons), eps_str, rel_tol=1e-12)
     assert math.isclose(a.interval_epsilon, eps_int)

@@ -88,7 +88,7 @@ def test_boundary_statistics_windows_are_what_the_test_counts():
 # ------------------------------------------------------------------ the budget and its lines
 def test_the_ledger_states_one_structure_line_per_level_and_adds_up_to_the_budget():
     budget = dpm_jax.Budget(1.0, 1e-6)
-    on = dpm_jax.api.plan_run(budget, dpm_jax.DPMConfig(tau_r=4, structure_share=0.05), 2)
+    on = dpm_jax.api.plan_run(budget, dpm_jax.DPMConfig(tau_r=4), 2)  # the default: 1/12 of the averaging's 0.6
     off = dpm_jax.api.plan_run(budget, dpm_jax.DPMConfig(tau_r=4, structure_share=0.0), 2)
     ((_, releases_on),), ((_, releases_off),) = on.releases, off.releases
     lines = [line for line in releases_on.ledger() if line.name.startswith("structure/")]
@@ -111,12 +111,12 @@ def test_the_ledger_states_one_structure_line_per_level_and_adds_up_to_the_budge
 
 
 def test_the_paper_grid_has_no_structure_test():
-    config = dpm_jax.DPMConfig(split_grid="paper", tau_r=3, structure_share=0.05)
+    config = dpm_jax.DPMConfig(split_grid="paper", tau_r=3, structure_share=0.5)
     ((_, releases),) = dpm_jax.api.plan_run(dpm_jax.Budget(1.0, 1e-6), config, 2).releases
     assert releases.structures == () and not config.tests_structure
 
 
-@pytest.mark.parametrize("share", [-0.1, 0.6, 0.7, float("nan"), "0.1", True])
+@pytest.mark.parametrize("share", [-0.1, 1.0, 1.5, float("nan"), "0.1", True])
 def test_bad_structure_shares_are_refused(share):
     with pytest.raises(ValueError, match="structure_share"):
         dpm_jax.DPMConfig(structure_share=share)
@@ -133,7 +133,7 @@ def test_uniform_noise_stops_at_the_root_and_blobs_keep_splitting():
     rng = np.random.default_rng(0)
     uniform = rng.uniform(-1.0, 1.0, size=(100_000, 2)).astype(np.float32)
     budget = dpm_jax.Budget(1.0, 100_000**-1.5)
-    with_test = dpm_jax.DPMConfig(structure_share=0.05)
+    with_test = dpm_jax.DPMConfig()  # the default: 0.05 of epsilon
     without = dpm_jax.DPMConfig(structure_share=0.0)
     for seed in (0, 1):
         key = jax.random.key(seed)
@@ -150,9 +150,9 @@ def test_uniform_noise_stops_at_the_root_and_blobs_keep_splitting():
 # so every full inner window holds W = 36; with the public n~ = 1536, theta = floor(0.5 * 1536 * 12
 # / 256) = 36 and Q_A = 0. B removes one point: the windows holding it fall to 35, Q_B = -1. The
 # event "halted" (Q + Z > 0) then has P_A / P_B = P[Z >= 1] / P[Z >= 2] = e^epsilon exactly: the
-# claim's worst case. The test's epsilon is 1 (structure_share 0.5 of epsilon 2, tau_r = 1).
-STRUCTURE_BUDGET = dpm_jax.Budget(2.0, 1e-6)
-STRUCTURE_CONFIG = dpm_jax.DPMConfig(structure_share=0.5)
+# claim's worst case. The test's epsilon is 1 (2/3 of the averaging's 0.6 of epsilon 2.5, tau_r = 1).
+STRUCTURE_BUDGET = dpm_jax.Budget(2.5, 1e-6)
+STRUCTURE_CONFIG = dpm_jax.DPMConfig(structure_share=2 / 3)
 
 
 def structure_audit() -> tuple[audit_lib.AuditResult, float]:
