@@ -156,11 +156,12 @@ class DPMConfig:
         Gaussian of 100,000 points into k = 75 clusters; wider windows stop there
         (k = 1) but merge clusters whose gap is narrower than the window. Measured in
         docs/evaluation.md (benchmarks/zoo.py, benchmarks/split_grid.py).
-      structure_share: the fraction of the averaging's epsilon share spent instead on
-        the "no structure" test of every node (1/12: 0.05 of epsilon with the default shares) (only with ``split_grid="cell"``,
-        :mod:`dpm_jax.structure`): a noisy count of the drawn split's window against half
-        the node's count under uniformity; a node whose window is not emptier than that
-        becomes a leaf. 0 turns the test off (the engine before it, bit for bit).
+      structure_share: the fraction of the averaging's epsilon share spent instead on the
+        "no structure" test of every node (only with ``split_grid="cell"``, :mod:`dpm_jax.structure`;
+        1/12: 0.05 of epsilon with the default shares): a noisy minimum, over the windows in the
+        middle three quarters of the node's cell, of the window's count minus half its count under
+        uniformity; a node with no window emptier than that becomes a leaf. 0 turns the test off
+        (the engine before it, bit for bit).
     """
 
     tau_r: int | str = _option(
