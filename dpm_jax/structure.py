@@ -10,7 +10,8 @@ The test, per node, from the half-bin counts the level's scores are computed fro
 :mod:`dpm_jax.histogram`): for every dimension and every inner boundary i of the cell (the
 candidates of :func:`dpm_jax.scoring.boundary_statistics`) with u/8 <= i <= 7u/8 (u the cell's
 half-bins: the middle three quarters of the cell, a public set), let W_i be the node's points in
-the candidate's window (``split_window`` half-bins on each side, clipped to the cell) and
+the window of :data:`TEST_WINDOW` half-bins on each side of i (the default ``split_window``,
+whatever the run's; clipped to the cell) and
 
     theta_i = floor(gamma N h_i / u),  gamma = 1/2,  N = n~ (released),  h_i = the window's half-bins;
     Q = min_i (W_i - theta_i),  Q~ = Q + Z,  Z discrete Laplace with epsilon_str_l;
@@ -57,6 +58,10 @@ __all__ = ["window_excess", "halts"]
 STRUCTURE_RATIO = 0.5  # gamma: a gap is a window below half the node's average density
 GATE_NATS = 3.0  # test only where epsilon theta >= this: an empty window halts with probability < e^-3
 INNER_EIGHTHS = 1  # the boundaries tested leave at least this many eighths of the cell on each side
+# The test's window, half-bins on each side (the default split_window's): fixed, not the split's window, so
+# that a wider split window (DPMConfig.split_window, e.g. 12 for large clusters beside small ones) does
+# not widen the gaps the test looks for beyond the gaps between many close clusters.
+TEST_WINDOW = 6
 
 
 def window_excess(counts: jax.Array, used: jax.Array, node_size: jax.Array, window: int) -> tuple[jax.Array, jax.Array]:

@@ -522,9 +522,7 @@ def structure_halts(
     """
     if not inputs.tests_structure or noise is None:
         return None
-    excess, full_theta = structure.window_excess(
-        counts, grid.used, exact.to_float32(node_exact), inputs.split_grid.window
-    )
+    excess, full_theta = structure.window_excess(counts, grid.used, exact.to_float32(node_exact), structure.TEST_WINDOW)
     drawn = node_active & (level < inputs.depth)
     return structure.halts(excess, noise, full_theta, epsilon, drawn)
 

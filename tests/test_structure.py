@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import dpm_jax
-from dpm_jax import exact, mechanisms, structure
+from dpm_jax import exact, mechanisms, structure, tree
 from dpm_jax.eval import audit as audit_lib
 from dpm_jax.scoring import boundary_statistics
 from dpm_jax.testing import substituted
@@ -183,3 +183,24 @@ def test_audit_catches_the_structure_noise_at_twice_its_epsilon():
     with substituted(original, lambda key, epsilon: original(key, 2 * np.asarray(epsilon))):
         result, claimed = structure_audit()
     assert result.epsilon_lower_bound > claimed
+
+
+def test_the_test_window_does_not_follow_the_split_window():
+    """4 points in every half-bin of the root cell but a gap of 12 (half-bins 122..133): the test's
+    window (6 per side) fits in the gap (Q = -22), a split window of 12 per side would not (Q = +3);
+    with ``split_window=12`` the node is still not halted (zero noise, the gate passed)."""
+    bins = np.concatenate([np.arange(122), np.arange(134, 256)])
+    points = ((np.repeat(bins, 4) + 0.5) / 256).astype(np.float32)[:, None]
+    config = dpm_jax.DPMConfig(tau_r=1, split_window=12, structure_share=0.5)
+    table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
+    count = exact.from_int32(jnp.full((), len(points), jnp.int32))
+    inputs = tree.point_inputs(points, table, jnp.zeros(1), jnp.ones(1), count, jnp.float32(0.5), config, 1)
+    grid, _ = tree.level_grid(inputs, *tree.root_cells(inputs))
+    counts = tree.level_counts(inputs, grid, jnp.zeros(len(points), jnp.int32), jnp.ones(len(points), bool))
+    size = jnp.full(1, float(len(points)), jnp.float32)
+    assert int(structure.window_excess(counts, grid.used, size, 6)[0][0]) == -22
+    assert int(structure.window_excess(counts, grid.used, size, 12)[0][0]) == 3
+    zero = exact.from_int32(jnp.zeros(1, jnp.int32))
+    nodes = tree.root_node_counts(count, 1)
+    halted = tree.structure_halts(inputs, grid, counts, nodes, jnp.ones(1, bool), jnp.int32(0), zero, 1.0)
+    assert not bool(halted[0])
