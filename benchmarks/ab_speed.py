@@ -1,6 +1,9 @@
 """A/B warm speed of ``dpm_jax.cluster`` for two source trees, in one run, calls interleaved.
 
     python benchmarks/ab_speed.py --a /work/main --b . [--calls 40] [--out results/ab_speed.json]
+                                  [--synthesize METHOD]
+
+``--synthesize METHOD`` times ``dpm_jax.synthesize(..., method=METHOD)`` instead of ``cluster``.
 
 One long-lived process per tree (PYTHONPATH = the tree) compiles once, then the two take
 turns call by call (A, B, B, A, A, B, ...), each warm call on Synth data of ``--n`` x ``--d``
@@ -13,22 +16,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import textwrap
+
+from workers import ask, start_worker, stop
 
 _WORKER = textwrap.dedent("""
     import sys, time
     import jax, dpm_jax
     from dpm_jax.eval.datasets import synthetic_blobs
-    n, d = int(sys.argv[1]), int(sys.argv[2])
+    n, d, method = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     data = synthetic_blobs(n=n, d=d, seed=42)
     X = jax.device_put(data.points)
     budget = dpm_jax.Budget(1.0, 1e-6)
-    run = lambda key: jax.block_until_ready(dpm_jax.cluster(key, X, budget, bounds=data.bounds).centers)
+    if method == "cluster":
+        run = lambda key: jax.block_until_ready(dpm_jax.cluster(key, X, budget, bounds=data.bounds).centers)
+    else:
+        synth = jax.jit(lambda key, x: dpm_jax.synthesize(key, x, budget, bounds=data.bounds, method=method))
+        run = lambda key: jax.block_until_ready(synth(key, X).weights)
     run(jax.random.key(0))  # compile
     print("ready", dpm_jax.__file__, flush=True)
     for line in sys.stdin:
@@ -36,29 +43,6 @@ _WORKER = textwrap.dedent("""
         run(jax.random.key(int(line)))
         print(time.perf_counter() - tick, flush=True)
 """)
-
-
-def start(tree: pathlib.Path, n: int, d: int) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(tree), DPM_JAX_NO_COMPILATION_CACHE="1")
-    process = subprocess.Popen(
-        [sys.executable, "-c", _WORKER, str(n), str(d)],
-        cwd=tree,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    ready = process.stdout.readline().split()
-    if not ready or ready[0] != "ready":
-        raise RuntimeError(f"the worker for {tree} did not start")
-    print(f"{tree}: {ready[1]}", flush=True)
-    return process
-
-
-def call(process: subprocess.Popen, key: int) -> float:
-    process.stdin.write(f"{key}\n")
-    process.stdin.flush()
-    return float(process.stdout.readline())
 
 
 def main(argv=None) -> int:
@@ -69,19 +53,23 @@ def main(argv=None) -> int:
     parser.add_argument("--d", type=int, default=10)
     parser.add_argument("--calls", type=int, default=40, help="warm calls per tree")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--synthesize", default=None, metavar="METHOD", help="time synthesize, not cluster")
     args = parser.parse_args(argv)
+    entry = args.synthesize or "cluster"
     trees = {"A": pathlib.Path(args.a).resolve(), "B": pathlib.Path(args.b).resolve()}
-    workers = {label: start(tree, args.n, args.d) for label, tree in trees.items()}
+    workers = {}
+    for label, tree in trees.items():
+        workers[label], ready = start_worker(_WORKER, [args.n, args.d, entry], tree)
+        print(f"{tree}: {ready[0]}", flush=True)
     times = {"A": [], "B": []}
     for i in range(args.calls):
         for label in ("A", "B") if i % 2 == 0 else ("B", "A"):
-            times[label].append(call(workers[label], i + 1))  # the same keys for both trees
-    for process in workers.values():
-        process.stdin.close()
-        process.wait()
+            times[label].append(float(ask(workers[label], str(i + 1))[0]))  # the same keys for both trees
+    stop(workers.values())
     medians = {label: statistics.median(values) for label, values in times.items()}
     ratios = sorted(b / a for a, b in zip(times["A"], times["B"]))
     result = dict(
+        entry=entry,
         n=args.n,
         d=args.d,
         trees={label: str(tree) for label, tree in trees.items()},

@@ -321,8 +321,8 @@ MUTATIONS = (
         "dpm_jax/synth/api.py",
         (
             (
-                "(key, points, mask, budget, bounds, prepare)",
-                "(key, points, mask, budget, bounds, lambda _: prepare(budget))",
+                "mask, budget, bounds, prepare, default=",
+                "mask, budget, bounds, lambda _: prepare(budget), default=",
             ),
         ),
         ("tests/test_synth.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),
@@ -332,8 +332,8 @@ MUTATIONS = (
         "dpm_jax/synth/api.py",
         (
             (
-                "run_with_private_bounds(key, points,",
-                "run_with_private_bounds(keys.derive_key(key, keys.SYNTH_LEAF), points,",
+                "key, points, mask, budget, bounds, prepare, default=",
+                "keys.derive_key(key, keys.SYNTH_LEAF), points, mask, budget, bounds, prepare, default=",
             ),
         ),
         ("tests/test_synth.py::test_released_bounds_are_private_bounds_of_the_same_key_and_share",),
@@ -451,6 +451,35 @@ MUTATIONS = (
             ),
         ),
         ("tests/test_synth.py::test_implicit_empty_cells_have_the_law_of_explicit_enumeration",),
+    ),
+    Mutation(
+        "synth PrivTree: the bias dropped (plain counts against theta at every level)",
+        "dpm_jax/synth/api.py",
+        (("plan.decisions, plan.tau, plan.bias, plan.floor", "plan.decisions, plan.tau, 0, plan.floor"),),
+        ("tests/test_privtree.py::test_decisions_are_rederived_from_the_tree_stream",),
+    ),
+    Mutation(
+        "synth PrivTree: the decision noise scale halved (twice alpha)",
+        "dpm_jax/synth/privtree.py",
+        (
+            (
+                "return count_noise(key, np.full(shape, self.alpha))",
+                "return count_noise(key, np.full(shape, 2 * self.alpha))",
+            ),
+        ),
+        ("tests/test_privtree.py::test_decisions_are_rederived_from_the_tree_stream",),
+    ),
+    Mutation(
+        "synth PrivTree: the loss bound without its terms above theta",
+        "dpm_jax/synth/privtree.py",
+        (("            terms.append(value)\n", "            terms.append(0 * value)\n"),),
+        ("tests/test_privtree.py::test_loss_bound_covers_every_tree_on_small_domains",),
+    ),
+    Mutation(
+        "synth PrivTree: theta = kappa (a one-record cell sits above the clamp)",
+        "dpm_jax/synth/privtree.py",
+        (("        return self.kappa + 1\n", "        return self.kappa\n"),),
+        ("tests/test_privtree.py::test_calibration_states_its_bound_and_the_one_point_delta",),
     ),
     Mutation(
         "synth output: cells in draw order (non-empty first) instead of by code",

@@ -1,6 +1,9 @@
 """The KD-tree paper's experiments with dpm_jax.synthesize: Figure 3 (a, b), Figure 4, App. G.3, speed.
 
-    nice python benchmarks/synth_kdtree.py [--keys 5] [--only fig3,fig4,g3,speed]
+    nice python benchmarks/synth_kdtree.py [--keys 5] [--only fig3,fig3_variants,fig4,g3,speed]
+        [--methods grid,kdtree,...]
+
+--methods reruns Figure 3 for those methods only and keeps the other methods' rows.
 
 "Differentially Private Synthetic Data Using KD-Trees", Section 4 and App. G, against the
 published results of Balog et al. (ICML 2018) in ../shared/data/balog (kernel
@@ -87,18 +90,39 @@ def balog(d: int) -> dict:
     )
 
 
-def figure3(num_keys: int) -> list[dict]:
+FIG3_METHODS = ("grid", "kdtree", "privtree", "dpm")
+
+
+def figure3(num_keys: int, methods=FIG3_METHODS) -> list[dict]:
     rows = []
     for d in (2, 5):
         X = np.load(DATA / f"mixture_of_Gaussians_N100000_D{d}.npz")["X_private"]
         meta = json.loads((DATA / f"mixture_of_Gaussians_N100000_D{d}.json").read_text())
         kxx = next(v for k, v in meta.items() if k.startswith("kernel_mean"))
-        for method in ("grid", "kdtree", "dpm"):
+        for method in methods:
             for epsilon in EPSILONS:
                 row = evaluate(X, kxx, balog_gamma(d), epsilon, method, BALOG_BOUNDS, num_keys)
                 row.update(figure="3a" if d == 2 else "3b", d=d)
                 print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
                 rows.append(row)
+    return rows
+
+
+PRIVTREE_VARIANTS = (SynthConfig(cells_per_axis=4.0),)  # a coarser forced level below the tree
+
+
+def figure3_variants(num_keys: int) -> list[dict]:
+    """Figure 3b (d = 5) for PrivTree configurations other than the default."""
+    X = np.load(DATA / "mixture_of_Gaussians_N100000_D5.npz")["X_private"]
+    meta = json.loads((DATA / "mixture_of_Gaussians_N100000_D5.json").read_text())
+    kxx = next(v for k, v in meta.items() if k.startswith("kernel_mean"))
+    rows = []
+    for config in PRIVTREE_VARIANTS:
+        for epsilon in EPSILONS:
+            row = evaluate(X, kxx, balog_gamma(5), epsilon, "privtree", BALOG_BOUNDS, num_keys, config=config)
+            row.update(figure="3b", d=5)
+            print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
+            rows.append(row)
     return rows
 
 
@@ -152,7 +176,7 @@ def speed(repeats: int = 3) -> list[dict]:
     rows = []
     for n in (100_000, 1_000_000):
         X = mixture(n, 10, 30.0, seed=1)
-        for method in ("grid", "kdtree"):
+        for method in ("grid", "kdtree", "privtree"):
             run = jax.jit(lambda k, x: synthesize(k, x, Budget(1.0, 1e-6), BALOG_BOUNDS, method=method))
             start = time.perf_counter()
             jax.block_until_ready(run(jax.random.key(0), X))
@@ -174,7 +198,7 @@ def table(results: dict) -> str:
         ref = results["balog"][f"d{d}"]
         lines += [f"### Figure {figure} (d = {d}, n = 100,000, replace-one (epsilon, 1e-6))", ""]
         lines += ["| method | " + " | ".join(f"eps {e}" for e in EPSILONS) + " |", "|---" * 4 + "|"]
-        for method in ("grid", "kdtree", "dpm"):
+        for method in FIG3_METHODS:
             rows = [r for r in results.get("fig3", []) if r["d"] == d and r["method"] == method]
             cells = [f"{r['median']:.4g} ({r['median_cells']:.0f} cells)" for r in rows]
             lines.append(f"| dpm_jax {method} | " + " | ".join(cells) + " |")
@@ -186,6 +210,16 @@ def table(results: dict) -> str:
             + " | ".join(f"{v:.4g}" for v in ref["alg2_best"])
             + " |"
         )
+        lines.append("")
+    if "fig3_variants" in results:
+        lines += [
+            "### Figure 3b, PrivTree variants (d = 5)",
+            "",
+            "| config | epsilon | median | cells |",
+            "|---|---|---|---|",
+        ]
+        for r in results["fig3_variants"]:
+            lines.append(f"| {r['config']} | {r['epsilon']} | {r['median']:.4g} | {r['median_cells']:.0f} |")
         lines.append("")
     for name, title, key in (
         ("fig4", "Figure 4: grid on 100,000 N(0, I_d) points", "d"),
@@ -228,7 +262,7 @@ def plot(results: dict) -> None:
     axes[0].set(xlabel="(epsilon n)^(-1/3)", ylabel="RKHS distance (median)", title="Figure 4: grid, N(0, I_d)")
     axes[0].legend()
     for d, marker in ((2, "o"), (5, "s")):
-        for method in ("grid", "kdtree", "dpm"):
+        for method in FIG3_METHODS:
             rows = [r for r in results.get("fig3", []) if r["d"] == d and r["method"] == method]
             if rows:
                 axes[1].loglog(
@@ -245,12 +279,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=5)
     parser.add_argument("--only", default="fig3,fig4,g3,speed")
+    parser.add_argument("--methods", default=",".join(FIG3_METHODS), help="Figure 3's methods to rerun")
     args = parser.parse_args(argv)
     out_path = RESULTS / "synth_kdtree.json"
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    parts = dict(fig3=figure3, fig4=figure4, g3=g3)
+    parts = dict(fig3=figure3, fig3_variants=figure3_variants, fig4=figure4, g3=g3)
+    methods = tuple(args.methods.split(","))
     for name in args.only.split(","):
-        results[name] = speed() if name == "speed" else parts[name](args.keys)
+        if name == "fig3":  # the rerun methods' rows replace theirs; the others' stay
+            kept = [r for r in results.get("fig3", []) if r["method"] not in methods]
+            fresh = figure3(args.keys, methods)
+            results[name] = sorted(kept + fresh, key=lambda r: (r["d"], FIG3_METHODS.index(r["method"]), r["epsilon"]))
+        else:
+            results[name] = speed() if name == "speed" else parts[name](args.keys)
         results["balog"] = dict(d2=balog(2), d5=balog(5))
         results["machine"] = "shared 2-core CPU (about six engineers' jobs), JAX CPU"
         out_path.write_text(json.dumps(results, indent=1))

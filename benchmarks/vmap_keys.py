@@ -19,13 +19,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import textwrap
 
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.files import write_json
+from workers import ask, start_worker, stop
 
 _WORKER = textwrap.dedent("""
     import hashlib, sys, time, warnings
@@ -57,44 +56,18 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _start(path: str | None, n: int, batch: int) -> tuple[subprocess.Popen, dict]:
-    env = dict(os.environ, DPM_JAX_NO_COMPILATION_CACHE="1")
-    if path:
-        env["PYTHONPATH"] = path
-    # Outside the repository: with ``python -c`` the working directory would shadow PYTHONPATH.
-    process = subprocess.Popen(
-        [sys.executable, "-c", _WORKER, str(n), str(batch)],
-        env=env,
-        cwd=tempfile.gettempdir(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    ready = process.stdout.readline().split()
-    if not ready or ready[0] != "ready":
-        raise RuntimeError(f"the worker for {path or 'this checkout'} did not start")
-    return process, dict(batch_equals_single_calls=ready[1] == "True", digest=ready[2], module=ready[3])
-
-
-def _call(process: subprocess.Popen, which: str, seed: int) -> tuple[float, float]:
-    process.stdin.write(f"{which} {seed}\n")
-    process.stdin.flush()
-    wall, cpu = process.stdout.readline().split()
-    return float(wall), float(cpu)
-
-
 def measure(checkouts: dict, n: int, batch: int, calls: int) -> dict:
     workers, result = {}, {}
     for name, path in checkouts.items():
-        workers[name], result[name] = _start(path, n, batch)
+        workers[name], ready = start_worker(_WORKER, [n, batch], path)
+        result[name] = dict(batch_equals_single_calls=ready[0] == "True", digest=ready[1], module=ready[2])
     times = {(name, which): [] for name in checkouts for which in ("one", "batch")}
     for i in range(calls):
         order = [(name, which) for name in checkouts for which in ("one", "batch")]
         for name, which in order if i % 2 == 0 else order[::-1]:
-            times[name, which].append(_call(workers[name], which, i + 1))
-    for process in workers.values():
-        process.stdin.close()
-        process.wait()
+            wall, cpu = ask(workers[name], f"{which} {i + 1}")
+            times[name, which].append((float(wall), float(cpu)))
+    stop(workers.values())
     for name in checkouts:
         one, many = times[name, "one"], times[name, "batch"]
         median = lambda values, k: statistics.median(v[k] for v in values)

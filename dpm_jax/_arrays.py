@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 from typing import Callable, NamedTuple
 
@@ -11,7 +9,6 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
-    "strided_row_blocks",
     "fold_row_blocks",
     "map_row_blocks",
     "looped_under_vmap",
@@ -129,31 +126,13 @@ _DEVICE_ROWS = 4  # strided blocks hold this many times max_rows rows (the devic
 _MIN_RUN = 256  # rows a block reads in one contiguous run (fewer: more cache lines than rows)
 
 
-_STRIDED = contextvars.ContextVar("dpm_jax_strided_row_blocks", default=False)
-
-
-@contextlib.contextmanager
-def strided_row_blocks(strided: bool = True):
-    """Within it, programs traced lay their row blocks out strided (:func:`row_blocks`).
-
-    For rows sharded over devices; the caller makes the choice part of its jit's cache key
-    (a static argument), so a program traced one way is never reused for the other. The
-    release is the same either way (the blocks only change which rows a loop step reads).
-    """
-    token = _STRIDED.set(bool(strided))
-    try:
-        yield
-    finally:
-        _STRIDED.reset(token)
-
-
-def row_blocks(n: int, max_rows: int) -> RowBlocks:
+def row_blocks(n: int, max_rows: int, strided: bool = False) -> RowBlocks:
     """Blocks of at most ``max_rows`` rows that cover ``n`` rows, for a loop over row blocks.
 
     By default contiguous blocks of equal size, ceil(n / max_rows) of them, the last ending
     at row n and overlapping the one before it (fewer than num_blocks rows).
 
-    Within :func:`strided_row_blocks`, strided when n factors as groups x num_blocks x run:
+    With ``strided`` (rows sharded over devices), strided when n factors as groups x num_blocks x run:
     the rows are viewed as (groups, num_blocks, run) and block i is the groups' runs i,
     ``groups`` runs of ``run`` consecutive rows, so a loop indexes an axis that is never
     split over devices. Rows sharded over devices (:mod:`dpm_jax.sharding`) stay on their
@@ -165,7 +144,6 @@ def row_blocks(n: int, max_rows: int) -> RowBlocks:
     blocks when n does not factor so. On one device strided blocks are slower (the reads of a
     block are scattered over the array and its addresses take divisions), hence not the default.
     """
-    strided = _STRIDED.get()
     # Strided blocks are split over the devices: blocks _DEVICE_ROWS times larger hold about
     # max_rows rows per device, and the partial reductions of a block are summed over the
     # devices once per block.
@@ -203,15 +181,16 @@ def _fresh(blocks: RowBlocks, n: int, index) -> jax.Array:
     return start + jnp.arange(blocks.size) >= index * blocks.size
 
 
-def fold_row_blocks(step: Callable, initial, max_rows: int, *per_row: jax.Array):
-    """``step(carry, fresh, *blocks)`` over the row blocks of the per-row arrays (:func:`row_blocks`).
+def fold_row_blocks(step: Callable, initial, max_rows: int, *per_row: jax.Array, strided: bool = False):
+    """``step(carry, fresh, *blocks)`` over the row blocks of the per-row arrays (:func:`row_blocks`,
+    strided for rows sharded over devices: the caller's choice, made once per program).
 
     ``fresh`` (size,) marks the block's rows that no earlier block held: a reduction that
     counts only those counts every row once, whatever the blocks. Per-row results depend on
     their row alone, so they are the same whatever the blocks.
     """
     n = per_row[0].shape[0]
-    blocks = row_blocks(n, max_rows)
+    blocks = row_blocks(n, max_rows, strided)
     views = _block_views(blocks, per_row)
 
     def one_block(index, carry):
@@ -220,11 +199,14 @@ def fold_row_blocks(step: Callable, initial, max_rows: int, *per_row: jax.Array)
     return jax.lax.fori_loop(0, blocks.num_blocks, one_block, initial)
 
 
-def map_row_blocks(function: Callable, out_shape: tuple, dtype, max_rows: int, *per_row: jax.Array) -> jax.Array:
-    """(n, *out_shape) ``function(*blocks)`` (each (size, *out_shape), per row) over the row blocks."""
+def map_row_blocks(
+    function: Callable, out_shape: tuple, dtype, max_rows: int, *per_row: jax.Array, strided: bool = False
+) -> jax.Array:
+    """(n, *out_shape) ``function(*blocks)`` (each (size, *out_shape), per row) over the row blocks
+    (:func:`row_blocks`)."""
     n = per_row[0].shape[0]
     out_shape = tuple(out_shape)
-    blocks = row_blocks(n, max_rows)
+    blocks = row_blocks(n, max_rows, strided)
     views = _block_views(blocks, per_row)
 
     if blocks.groups:

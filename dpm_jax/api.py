@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,7 @@ import numpy as np
 
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact
-from dpm_jax._arrays import strided_row_blocks, to_unit_range
+from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes, rows_over_devices
 from dpm_jax.averaging import leaf_centers
 from dpm_jax.budget import Budget, validate_budget_and_config
@@ -52,12 +52,15 @@ from dpm_jax.mechanisms import (
     em_weight_table,
 )
 from dpm_jax.tree import (
+    LevelStart,
     Leaves,
     SplitTree,
+    PublicInputs,
     build_tree,
     level_count_noise,
     level_schedule,
     level_structure_noise,
+    padded_randomness,
     root_interval_size,
 )
 
@@ -66,14 +69,14 @@ __all__ = [
     "cluster",
     "MAX_POINTS",
     "validate_key",
-    "validate_bounds",
+    "validated_input",
+    "public_bounds",
     "within_float32",
     "released_arrays",
     "cluster_result",
     "RunPlan",
     "plan_run",
-    "root_count",
-    "split_bits",
+    "start_levels",
     "structure_noise",
     "warn_if_starved",
     "em_table_on_device",
@@ -416,6 +419,30 @@ def _validate_mask(point_mask, n: int) -> jax.Array:
     return jnp.asarray(point_mask, bool)
 
 
+class ValidInput(NamedTuple):
+    """An entry point's data after the checks every algorithm makes before any work (:func:`validated_input`)."""
+
+    points: jax.Array  # (n, d) float32 (a copy: the caller's X is never touched)
+    mask: jax.Array  # (n,) bool, False marks padding points
+
+
+def validated_input(key: jax.Array, X: Any, point_mask: Any = None) -> ValidInput:
+    """The key and data of an entry point (:func:`cluster`, :func:`dpm_jax.synthesize`,
+    :func:`dpm_jax.kmeans`, :func:`dpm_jax.private_bounds`), checked in this order before any
+    statistic of ``X`` is computed: the key (:func:`validate_key`); X numeric (a DataFrame's columns
+    named when not), of rank 2, not empty, at most :data:`MAX_POINTS` rows, finite where concrete;
+    ``point_mask`` of shape (n,) (None: every row)."""
+    validate_key(key)
+    points = _validate_points(X)
+    return ValidInput(points, _validate_mask(point_mask, points.shape[0]))
+
+
+def public_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
+    """Public (lo, hi) as a run reads them: (d,) float32 each, after :func:`validate_bounds`' checks."""
+    lower, upper = validate_bounds(bounds, d)
+    return tuple(jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in (lower, upper))
+
+
 @entry_point("cluster")  # accountant, first-call message, 32-bit engine (dpm_jax.entry)
 def cluster(
     key: jax.Array, X: Any, budget: Budget, bounds=None, *, config: DPMConfig = DPMConfig(), point_mask: Any = None
@@ -445,27 +472,25 @@ def cluster(
     with ``jax_enable_x64`` on (:mod:`dpm_jax.entry`). Inside ``with accountant:`` the call
     charges ``budget`` to the :class:`dpm_jax.Accountant` before it reads ``X``.
     """
-    validate_key(key)
     validate_budget_and_config(budget, config)
+    points, mask = validated_input(key, X, point_mask)
+    d = points.shape[1]
     if bounds_lib.is_private(bounds):
-        points = _validate_points(X)
 
         def prepare(rest: Budget):  # plans (and refuses) the run before the bounds are estimated
-            plan_run(rest, config, points.shape[1])
-            # The undecorated run: the accountant has charged the whole budget already (dpm_jax.entry).
-            return functools.partial(cluster.__wrapped__, key, points, rest, config=config, point_mask=point_mask)
+            run_plan = plan_run(rest, config, d)
+            return lambda released: _cluster_within(
+                key, points, mask, public_bounds(released, d), rest, run_plan, config
+            )
 
-        mask = _validate_mask(point_mask, points.shape[0])
         return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
-    points = _validate_points(X)
-    n, d = points.shape
-    lower, upper = validate_bounds(bounds, d)
-    mask = _validate_mask(point_mask, n)
+    within = public_bounds(bounds, d)
+    return _cluster_within(key, points, mask, within, budget, plan_run(budget, config, d), config)
 
-    run_plan = plan_run(budget, config, d)
-    lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (d,))
-    upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (d,))
 
+def _cluster_within(key, points, mask, within, budget: Budget, run_plan: RunPlan, config: DPMConfig) -> ClusterResult:
+    """The run on validated data within validated bounds ``within`` (public, or the released private ones)."""
+    lower, upper = within
     arrays = _cluster_arrays(
         key,
         points,
@@ -522,10 +547,9 @@ def gaussian_thresholds_on_device(sigma: float):
 
 
 def root_count(key: jax.Array, num_points: jax.Array, run_plan: RunPlan, padded: int):
-    """The steps before the levels, for every kind of run (in memory, streamed, sharded): the run's
-    depth (its depth rule's ``choose``), the count stream's noise of every node in heap layout
-    (:func:`dpm_jax.tree.level_count_noise`) and the root's noisy count n~ = |S| + Z (Algorithm 1,
-    line 7), exact integers. Traceable."""
+    """The run's depth (its depth rule's ``choose``), the count stream's noise of every node in heap
+    layout (:func:`dpm_jax.tree.level_count_noise`) and the root's noisy count n~ = |S| + Z
+    (Algorithm 1, line 7), exact integers. Traceable."""
     depth = run_plan.depth_rule.choose(key, num_points)
     noise = level_count_noise(derive_key(key, run_plan.count_stream), run_plan.by_depth, depth, padded)
     return depth, noise, add_count_noise(num_points, exact.Int(tuple(limb[1] for limb in noise.limbs)))
@@ -547,6 +571,52 @@ def structure_noise(key: jax.Array, run_plan: RunPlan, depth, config: DPMConfig)
     return level_structure_noise(derive_key(key, stream), by_depth, depth, config.padded_depth)
 
 
+_structure_noise = jax.jit(structure_noise, static_argnames=("run_plan", "config"))
+
+
+# Compiled as the in-memory program compiles them (there they are traced inline): the streamed
+# path calls them on the host, and XLA's fused float32 arithmetic then rounds the same way.
+_root_count = jax.jit(root_count, static_argnames=("run_plan", "padded"))
+_root_interval_size = jax.jit(root_interval_size, static_argnames="config")
+
+
+def start_levels(
+    key: jax.Array,
+    num_points: jax.Array,
+    lower: jax.Array,
+    upper: jax.Array,
+    em_table,
+    run_plan: RunPlan,
+    config: DPMConfig,
+    algorithm_2: Callable[[jax.Array, exact.Int], jax.Array],
+) -> LevelStart:
+    """The steps before the levels, for every kind of run (in memory, streamed, sharded): the depth and
+    the root's noisy count n~ (:func:`root_count`, line 7), the split interval size (line 8), the
+    schedule of the run's depth and the randomness of every node (count noise, split bits).
+
+    ``algorithm_2(key, n~) -> beta``: Algorithm 2's release on the run's data, with its key stream's
+    key and the released root count (in memory: its sorts; streamed: sorted columns). Called on the
+    paper grid only; the cell grid has no such release and reports its root's interval size
+    (:func:`dpm_jax.tree.root_interval_size`). Traceable when ``algorithm_2`` is.
+    """
+    padded = config.padded_depth
+    depth, noise, root_exact = _root_count(key, num_points, run_plan=run_plan, padded=padded)
+    if run_plan.interval is None:
+        beta = _root_interval_size(lower, upper, config=config)
+    else:
+        beta = algorithm_2(derive_key(key, run_plan.interval.stream), root_exact)
+    return LevelStart(
+        PublicInputs(em_table, lower, upper, root_exact, beta, depth),
+        level_schedule(run_plan.by_depth, depth, padded),
+        padded_randomness(
+            split_bits(key, run_plan, config),
+            noise,
+            2 ** (padded - 1),
+            _structure_noise(key, run_plan=run_plan, depth=depth, config=config),
+        ),
+    )
+
+
 @functools.partial(jax.jit, static_argnames=("run_plan", "config", "rows_sharded"))
 def _cluster_arrays(
     key,
@@ -561,48 +631,23 @@ def _cluster_arrays(
     config: DPMConfig,
     rows_sharded: bool = False,
 ):
-    # Rows sharded over devices: the loops over row blocks read strided blocks, which stay on
-    # the rows' devices (dpm_jax._arrays.row_blocks); the same release either way.
-    with strided_row_blocks(rows_sharded):
-        return _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresholds, run_plan, config)
-
-
-def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresholds, run_plan, config):
     # When X is closed over by a caller's jit/vmap it becomes a compile-time constant,
     # and XLA would constant-fold the data sort of Algorithm 2 at compile time (tens of
     # seconds for 100k points); the barrier keeps the data opaque to the compiler.
     points = jax.lax.optimization_barrier(points)
 
-    depth, noise, root_exact = root_count(key, jnp.sum(mask, dtype=jnp.int32), run_plan, config.padded_depth)
-    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
-    # Line 8: Algorithm 2's release (the cell grid has none: it reports its root's interval size).
-    if run_plan.interval is None:
-        beta = root_interval_size(lower, upper, config)
-    else:
-        beta, _ = estimate_split_interval_size(
-            derive_key(key, run_plan.interval.stream),
-            em_table,
-            to_unit_range(points, lower, upper),  # a per-record map: DP is unaffected
-            mask,
-            exact.to_float32(root_exact),
-            run_plan.interval,
-            config,
-        )
-    # Lines 10, 13-28.
-    tree, leaves = build_tree(
-        split_bits(key, run_plan, config),
-        noise,
-        em_table,
-        points,
-        mask,
-        lower,
-        upper,
-        root_exact,
-        beta,
-        schedule,
-        config,
-        structure_noise(key, run_plan, depth, config),
-    )
+    def algorithm_2(interval_key, root_exact):  # line 8, on the points' sorted coordinates
+        unit_points = to_unit_range(points, lower, upper)  # a per-record map: DP is unaffected
+        noisy_size = exact.to_float32(root_exact)
+        return estimate_split_interval_size(
+            interval_key, em_table, unit_points, mask, noisy_size, run_plan.interval, config
+        )[0]
+
+    start = start_levels(key, jnp.sum(mask, dtype=jnp.int32), lower, upper, em_table, run_plan, config, algorithm_2)
+    # Lines 10, 13-28. Rows sharded over devices: the loops over row blocks (here and in the leaf
+    # sums) read strided blocks, which stay on the rows' devices (dpm_jax._arrays.row_blocks);
+    # the same release either way.
+    tree, leaves = build_tree(start, points, mask, config, rows_sharded)
     # Line 11.
     centers = leaf_centers(
         derive_key(key, run_plan.leaf_sums.stream),
@@ -615,10 +660,10 @@ def _cluster_program(key, points, mask, lower, upper, em_table, gaussian_thresho
         upper,
         gaussian_thresholds,
         run_plan.leaf_sums,
+        rows_sharded,
     )
-    return dict(
-        **released_arrays(tree, leaves, centers, beta, lower, upper, depth), labels_nonprivate=leaves.point_slot
-    )
+    arrays = released_arrays(tree, leaves, centers, start.public.beta, lower, upper, start.public.depth)
+    return dict(**arrays, labels_nonprivate=leaves.point_slot)
 
 
 def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper, depth) -> dict:

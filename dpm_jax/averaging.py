@@ -15,9 +15,10 @@ plus integer, nothing rounded. A coordinate's change |v| <= 2**19 moves floor(T 
 by at most r = 2**(19 - s) (floor(a) - floor(b) < a - b + 1 and is an integer), so
 the released vector's L2 sensitivity is r sqrt(d), exactly the sensitivity of T in
 units of 2**s: the coarse step costs no privacy. s is public (it depends on epsilon,
-delta and d only) and chosen so that sigma = multiplier * r sqrt(d) stays near 2**14,
+delta and d only) and chosen so that sigma = multiplier * r sqrt(d) stays near 2**14
+(or a smaller power of 2 where a small delta needs it, :func:`leaf_sums_release`),
 which keeps the sampler's table small; the released sum's resolution 2**s is then
-about 1/2**14 of its noise. The centre (Q + 1/2) 2**s / 2**20 / n~ of the
+about 1/sigma of its noise. The centre (Q + 1/2) 2**s / 2**20 / n~ of the
 leaf's noisy count n~ (already released by the tree) is post-processing.
 
 Privacy: the leaves are disjoint, so one point changes one leaf's vector; the
@@ -57,7 +58,8 @@ __all__ = ["LeafSumsRelease", "leaf_sums_release", "leaf_centers", "blockwise_le
 FIXED_POINT_BITS = 20
 _CODE_HALF_RANGE = 2 ** (FIXED_POINT_BITS - 1)
 _CHUNK = 2**10  # a chunk's sum of codes stays within 2**29 in magnitude
-_TARGET_SIGMA = 2.0**14
+# sigma of the leaf sums' noise in units of 2**s codes, tried in order (leaf_sums_release).
+_TARGET_SIGMAS = (2.0**14, 2.0**12, 2.0**10, 2.0**8)
 _BLOCK_ROWS = 2**16  # rows whose codes exist at once (a multiple of _CHUNK)
 
 
@@ -103,19 +105,39 @@ class LeafSumsRelease(NamedTuple):
 
 @functools.lru_cache(maxsize=64)
 def leaf_sums_release(epsilon: float, delta: float, d: int) -> LeafSumsRelease:
-    """Calibrate the leaf-sum release to (epsilon, delta) for d dimensions (host side)."""
+    """Calibrate the leaf-sum release to (epsilon, delta) for d dimensions (host side).
+
+    The first of :data:`_TARGET_SIGMAS` whose sampler costs at most a tenth of delta: a
+    smaller sigma (a coarser shift s) means a shorter table and a smaller total variation
+    (:func:`dpm_jax.mechanisms.discrete_gaussian_table`), so a small delta in many dimensions
+    (e.g. 10^6 rows at delta = n^-1.5 in 100 dimensions) is served instead of refused; the
+    noise in units of the range is the same, and the extra rounding of floor(T / 2**s) stays
+    below 1 / sigma of the noise's standard deviation.
+    """
+    costs = []
+    for target in _TARGET_SIGMAS:
+        release, sampler_delta = _calibrated(epsilon, delta, d, target)
+        if release is not None:
+            return release
+        costs.append(sampler_delta)
+    raise ValueError(
+        f"epsilon is too large for the exact sampler of the leaf sums: its proven error, charged to "
+        f"delta and growing like e^epsilon, would be {min(costs):.3g} at the averaging mechanism's "
+        f"epsilon = {epsilon:.3g}, more than 10% of its delta share {delta:.3g}; use a smaller "
+        "epsilon or a larger delta"
+    )
+
+
+def _calibrated(epsilon: float, delta: float, d: int, target_sigma: float) -> tuple[LeafSumsRelease | None, float]:
+    """(the release with sigma near ``target_sigma``, its sampler's delta), or (None, that delta)
+    where the sampler would cost more than a tenth of delta."""
     root_d = math.sqrt(d) * (1.0 + 2.0**-50)  # rounded up: the sensitivity is an upper bound
     sampler_delta = 0.0
     for _ in range(10):  # the sampler's delta depends (weakly) on the table it needs
         if sampler_delta > 0.1 * delta:
-            raise ValueError(
-                f"epsilon is too large for the exact sampler of the leaf sums: its proven error, charged to "
-                f"delta and growing like e^epsilon, would be {sampler_delta:.3g} at the averaging mechanism's "
-                f"epsilon = {epsilon:.3g}, more than 10% of its delta share {delta:.3g}; use a smaller "
-                "epsilon (e.g. below 20) or a larger delta"
-            )
+            return None, sampler_delta
         multiplier = discrete_gaussian_multiplier(epsilon, delta - sampler_delta)
-        ratio = 2 ** int(np.clip(math.floor(math.log2(_TARGET_SIGMA / (multiplier * root_d))), 0, FIXED_POINT_BITS - 1))
+        ratio = 2 ** int(np.clip(math.floor(math.log2(target_sigma / (multiplier * root_d))), 0, FIXED_POINT_BITS - 1))
         sensitivity = ratio * root_d
         table = discrete_gaussian_table(max(1.0, multiplier * sensitivity))
         needed = tv_delta(d * table.tv, epsilon) * (1.0 + 1e-6)
@@ -125,7 +147,7 @@ def leaf_sums_release(epsilon: float, delta: float, d: int) -> LeafSumsRelease:
     else:
         raise ValueError(f"the averaging delta {delta:.3g} cannot pay for its sampler at d = {d}")
     shift = FIXED_POINT_BITS - 1 - int(math.log2(ratio))
-    return LeafSumsRelease(epsilon, delta, shift, sensitivity, multiplier, table.sigma, sampler_delta)
+    return LeafSumsRelease(epsilon, delta, shift, sensitivity, multiplier, table.sigma, sampler_delta), sampler_delta
 
 
 def fixed_point_codes(unit_points: jax.Array, code_offset: int = _CODE_HALF_RANGE) -> jax.Array:
@@ -180,6 +202,7 @@ def leaf_centers(
     upper: jax.Array,
     table_arrays,
     plan: LeafSumsRelease,
+    strided_rows: bool = False,
 ) -> jax.Array:
     """Noisy centres of all leaf slots in data units; padded slots are NaN.
 
@@ -192,9 +215,10 @@ def leaf_centers(
       lower, upper: (d,) public bounds.
       table_arrays: (thresholds_high, thresholds_low) of ``plan.table`` on the device.
       plan: :func:`leaf_sums_release`.
+      strided_rows: the rows are sharded over devices (:func:`blockwise_leaf_sums`).
     """
     num_slots = leaf_count.shape[0]
-    sums = blockwise_leaf_sums(points, lower, upper, point_mask, point_slot, num_slots, plan)
+    sums = blockwise_leaf_sums(points, lower, upper, point_mask, point_slot, num_slots, plan, strided_rows)
     return centers_from_sums(key, sums, leaf_count, leaf_valid, lower, upper, table_arrays, plan)
 
 
@@ -206,13 +230,14 @@ def blockwise_leaf_sums(
     point_slot: jax.Array,
     num_slots: int,
     release: LeafSumsRelease,
+    strided_rows: bool = False,
 ) -> exact.Int:
     """:func:`leaf_sums` of the release's codes of ``points`` (data units), _BLOCK_ROWS rows at a time.
 
     The codes of only one block exist at once (those of all n points would be a
     copy of the data); exact sums of the blocks' exact sums equal the sum at once, whatever
-    the blocks (:func:`dpm_jax._arrays.fold_row_blocks`: strided, so rows sharded over devices
-    stay on their devices).
+    the blocks (:func:`dpm_jax._arrays.fold_row_blocks`; with ``strided_rows``, strided, so rows
+    sharded over devices stay on their devices).
     """
 
     def add_block(total, fresh, points, mask, slot):
@@ -220,7 +245,8 @@ def blockwise_leaf_sums(
         return exact.add(total, leaf_sums(codes, mask & fresh, slot, num_slots))
 
     total = exact.from_int32(jnp.zeros((num_slots, points.shape[1]), jnp.int32))
-    return fold_row_blocks(add_block, total, _BLOCK_ROWS, points, point_mask, point_slot)
+    per_row = (points, point_mask, point_slot)
+    return fold_row_blocks(add_block, total, _BLOCK_ROWS, *per_row, strided=strided_rows)
 
 
 def centers_from_sums(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax
 
-from dpm_jax.api import _validate_mask, _validate_points, validate_key
+from dpm_jax.api import validated_input
 from dpm_jax.bounds import PrivateBounds, check_found, estimate_bounds, plan_bounds
 from dpm_jax.budget import Budget
 
@@ -24,9 +24,7 @@ def private_bounds(
     used here). Raises a ValueError when a dimension has no occupied bucket (outside jit).
     ``X`` is never modified.
     """
-    validate_key(key)
-    points = _validate_points(X)
-    mask = _validate_mask(point_mask, points.shape[0])
+    points, mask = validated_input(key, X, point_mask)
     plan = plan_bounds(budget, points.shape[1], request)
     lower, upper = estimate_bounds(key, points, mask, plan)
     check_found(lower, upper, plan)

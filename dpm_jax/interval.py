@@ -62,6 +62,7 @@ __all__ = [
     "num_interval_dimensions",
     "utility_sensitivity",
     "gap_histogram",
+    "quantised",
     "counts_from_gap_histogram",
     "first_gap_threshold",
     "select_interval_size",
@@ -149,7 +150,7 @@ def sorted_levels(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndar
     ordered = jnp.zeros((d, n), jnp.int32)
     after_previous = _SENTINEL
     for dim in range(d):
-        levels = jnp.floor(unit_points[:, dim] * _QUANTISATION_LEVELS).astype(jnp.int32)
+        levels = quantised(unit_points[:, dim])
         # min(levels, x | _SENTINEL) = levels for the sorted values x >= 0 of the previous
         # dimension: a data dependence only, so that XLA builds each column after the
         # previous sort instead of all columns at once (d columns alive at the peak).
@@ -157,6 +158,12 @@ def sorted_levels(unit_points: jnp.ndarray, point_mask: jnp.ndarray) -> jnp.ndar
         ordered = ordered.at[dim].set(jnp.sort(column))
         after_previous = ordered[dim, -1] | _SENTINEL
     return ordered
+
+
+def quantised(unit_coordinates: jax.Array) -> jax.Array:
+    """int32 quantisation levels of coordinates in [0, 1]: 2**30 levels of the public range, the
+    values Algorithm 2 sorts (:func:`sorted_levels`; streamed, a column at a time)."""
+    return jnp.floor(unit_coordinates * _QUANTISATION_LEVELS).astype(jnp.int32)
 
 
 def gap_histogram(num_thresholds: int, levels, real_gaps, threshold_step):

@@ -9,15 +9,12 @@ and output, are those of :func:`dpm_jax.cluster` on the whole array: with the sa
 the release is bit-identical (tests/test_stream.py). The mechanisms, their key streams
 and the ledger are the in-memory path's own functions, called with the same arguments.
 
-No per-point state is kept between passes: each pass routes every chunk from the root
-through the splits released so far (lines 26-27), so memory is bounded by the chunk size
-and the tree. Both split grids (``DPMConfig.split_grid``) bin and route a chunk with the
-in-memory tree's own functions (:func:`dpm_jax.tree.level_grid`,
-:func:`dpm_jax.tree.level_counts`): on the cell grid every level bins the chunk
-relative to its nodes' cells, which are public (the bounds cut by the released splits)
-and carried from level to level, and a point is routed at each level by its half-bin on
-that level's grid, the one its node's histogram counted it in. The exception to the
-bounded memory is Algorithm 2 (the paper grid only), the one step that is not a
+The steps before the levels are the in-memory run's (:func:`dpm_jax.api.start_levels`, with
+Algorithm 2 on sorted columns); the levels and the leaf sums are passes over the chunks
+(:mod:`dpm_jax.tree_passes`, every step the in-memory tree's). This module holds the chunk
+source and the passes. No per-point state is kept between passes, so memory is bounded by
+the chunk size and the tree. The exception to the bounded
+memory is Algorithm 2 (the paper grid only), the one step that is not a
 reduction (Section 3.5): it sorts each dimension, so it holds one quantised column of
 all n points at a time (4 n bytes, as many columns per pass as fit in ``column_bytes``),
 sorted on the host; the gap histogram of the sorted column is accumulated in blocks (a
@@ -30,7 +27,7 @@ if its parent were split, the next level's histogram on the children's cells, of
 the rows of children that are not nodes are then zeroed: the same counts), one for the
 leaf sums: P + 3 on the cell grid, P + 4 on the paper grid when the columns fit, P =
 ``config.padded_depth`` (under ``tau_r="auto"`` the levels from the chosen depth on split
-nothing, but still take their pass).
+nothing, but still take their pass); under private bounds one more, for the bounds' histograms.
 
 Privacy: the same as :func:`dpm_jax.cluster` (docs/privacy.md), as the same
 statistics enter the same mechanisms. The chunking is not released and does not
@@ -43,7 +40,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -58,16 +55,14 @@ from dpm_jax.api import (
     cluster_result,
     em_table_on_device,
     gaussian_thresholds_on_device,
-    validate_bounds,
+    public_bounds,
     validate_key,
     within_float32,
     plan_run,
     released_arrays,
-    root_count,
-    split_bits,
-    structure_noise,
+    start_levels,
 )
-from dpm_jax.averaging import blockwise_leaf_sums, centers_from_sums
+from dpm_jax.averaging import centers_from_sums
 from dpm_jax.cache import library_programs
 from dpm_jax.entry import entry_point
 from dpm_jax.tables import parquet_row_groups
@@ -78,31 +73,12 @@ from dpm_jax.interval import (
     first_gap_threshold,
     gap_histogram,
     interval_dimensions,
+    quantised,
     select_interval_size,
 )
 from dpm_jax.keys import derive_key
-from dpm_jax.tree import (
-    DrawnSplit,
-    LevelRelease,
-    assemble_tree,
-    choose_splits,
-    count_children,
-    drawn_split,
-    level_grid,
-    level_counts,
-    level_randomness,
-    next_point_nodes,
-    padded_randomness,
-    level_schedule,
-    point_inputs,
-    release_level,
-    structure_halts,
-    root_cells,
-    root_interval_size,
-    root_node_counts,
-    route_on_split_dimensions,
-    tree_inputs,
-)
+from dpm_jax.tree import PublicInputs
+from dpm_jax.tree_passes import leaf_sums_over_passes, levels_over_passes
 
 __all__ = ["cluster_stream", "ChunkError", "DEFAULT_CHUNK_ROWS"]
 
@@ -290,73 +266,50 @@ def cluster_stream(
         source yields nothing or changes between passes. Shape and value errors are found
         in the first pass, before any noise is drawn; no partial result is ever returned.
     """
-    if bounds_lib.is_private(bounds):
-        options = dict(config=config, chunk_rows=chunk_rows, column_bytes=column_bytes, progress=progress)
-        return _with_private_bounds(key, data, budget, bounds, options)
     validate_key(key)
     validate_budget_and_config(budget, config)
+    request = bounds_lib.as_request(bounds) if bounds_lib.is_private(bounds) else None
     if int(chunk_rows) < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     source = _Chunks(data, int(chunk_rows))
     report = _progress_printer(sys.stderr.isatty() if progress is None else progress)
     report("validation")
     rows = source.survey()
-    n, d = sum(rows), source.d
-    lower, upper = (jnp.broadcast_to(jnp.asarray(b, jnp.float32), (d,)) for b in validate_bounds(bounds, d))
+    if request is not None:
+        return _with_private_bounds(key, source, rows, budget, request, config, column_bytes, report)
+    within = public_bounds(bounds, source.d)
+    return _run(key, source, rows, budget, within, plan_run(budget, config, source.d), config, column_bytes, report)
 
-    run_plan = plan_run(budget, config, d)
+
+def _run(key, source: _Chunks, rows: list[int], budget: Budget, within, run_plan, config, column_bytes, report):
+    """The run on the surveyed ``source`` within validated bounds (public, or the released private ones)."""
+    n = sum(rows)
+    lower, upper = within
     em_table = em_table_on_device()
+
+    def algorithm_2(interval_key, root_exact):  # line 8, from sorted columns
+        public_numbers = (lower, upper, exact.to_float32(root_exact), em_table)
+        return _interval_size(
+            interval_key, source, rows, public_numbers, run_plan.interval, config, column_bytes, report
+        )
+
     # tau_r="auto": the depth of a noisy count of the rows the validation pass counted, the
     # exact integer cluster counts; the run's allocation is that depth's (dpm_jax.depth).
-    depth, noise, root_exact = _root_count(key, jnp.int32(n), run_plan=run_plan, padded=config.padded_depth)
-    root_size = exact.to_float32(root_exact)
-    # Line 8: Algorithm 2's release from sorted columns (the cell grid has none: it reports its root's interval size).
-    if run_plan.interval is None:
-        beta = _root_interval_size(lower, upper, config=config)
-    else:
-        beta = _interval_size(
-            derive_key(key, run_plan.interval.stream),
-            source,
-            rows,
-            (lower, upper, root_size, em_table),
-            run_plan.interval,
-            config,
-            column_bytes,
-            report,
-        )
-    # Lines 10, 13-28, level by level.
-    public = _Public(em_table, lower, upper, root_exact, beta, depth)
-    randomness = padded_randomness(
-        split_bits(key, run_plan, config),
-        noise,
-        2 ** (config.padded_depth - 1),
-        _structure_noise(key, run_plan=run_plan, depth=depth, config=config),
-    )
-    schedule = level_schedule(run_plan.by_depth, depth, config.padded_depth)
-    releases, routes = _levels(source, rows, report, public, randomness, schedule, config)
-    tree, leaves = _assemble_tree(releases, padded=config.padded_depth)
+    start = start_levels(key, jnp.int32(n), lower, upper, em_table, run_plan, config, algorithm_2)
+    # Lines 10, 13-28, one pass per level (dpm_jax.tree_passes).
+    accumulate = functools.partial(_accumulate, source, rows, report)
+    tree, leaves, routes = levels_over_passes(start, config, accumulate)
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
-    centers = _centers(key, source, rows, report, public, routes, leaves, run_plan, config)
+    centers = _centers(key, accumulate, start.public, routes, leaves, run_plan, config)
     report(None)
-    arrays = dict(released_arrays(tree, leaves, centers, beta, lower, upper, depth), labels_nonprivate=None)
+    arrays = released_arrays(tree, leaves, centers, start.public.beta, lower, upper, start.public.depth)
+    arrays = dict(arrays, labels_nonprivate=None)
     return cluster_result(arrays, lower, upper, run_plan, budget, config)
 
 
-def _centers(key, source: _Chunks, rows: list[int], report, public, routes, leaves, run_plan, config: DPMConfig):
+def _centers(key, accumulate, public: PublicInputs, routes, leaves, run_plan, config: DPMConfig):
     """Line 11: the leaves' exact code sums accumulated over the chunks, then the leaf sums' release."""
-    sums = _accumulate(
-        source,
-        rows,
-        "leaf sums",
-        report,
-        _leaf_sums_of_chunk,
-        public,
-        routes,
-        jnp.int32(config.padded_depth),
-        width=2 ** (config.padded_depth - 1),
-        config=config,
-        leaf_sums=run_plan.leaf_sums,
-    )
+    sums = leaf_sums_over_passes(public, routes, config, run_plan.leaf_sums, accumulate)
     return _centers_from_sums(
         derive_key(key, run_plan.leaf_sums.stream),
         sums,
@@ -369,215 +322,27 @@ def _centers(key, source: _Chunks, rows: list[int], report, public, routes, leav
     )
 
 
-def _levels(source: _Chunks, rows: list[int], report, public, randomness, schedule, config: DPMConfig):
-    """Lines 13-28, level by level, one pass over the chunks per level: (the levels' releases, the routes).
-
-    The released splits of the levels so far are kept padded to the tree's levels (one compiled
-    program per pass kind); every step is the in-memory tree's (:func:`dpm_jax.tree.split_level`).
-    """
-    width = 2 ** (config.padded_depth - 1)
-    cells = _root_cells(public, config=config)
-    routes = _Routes(
-        *(jnp.zeros((config.padded_depth, width), dtype) for dtype in (jnp.int32, jnp.int32, bool)),
-        *(jnp.zeros((config.padded_depth,) + end.shape, end.dtype) for end in cells),
-    )
-    releases = []
-    node_exact, node_active = root_node_counts(public.root_exact, width), jnp.arange(width) == 0
-    counts = _accumulate(
-        source,
-        rows,
-        "level 0 histogram",
-        report,
-        _root_histogram_of_chunk,
-        public,
-        routes,
-        cells,
-        width=width,
-        config=config,
-    )
-    for level in range(config.padded_depth):
-        level_bits, level_noise, level_tests = _level_randomness(randomness, jnp.int32(level), width)
-        split_dim, split, halted = _choose_splits(
-            public,
-            jnp.int32(level),
-            counts,
-            node_exact,
-            node_active,
-            cells,
-            level_bits,
-            schedule.split_epsilons[level],
-            schedule.count_offsets[level],
-            level_tests,
-            schedule.structure_epsilons[level],
-            config=config,
-            split_sensitivity=schedule.split_sensitivity,
-        )
-        # One pass: this level's children sizes and, for every child as if its parent were
-        # split, the next level's histogram (rows of children not split into are zeroed below).
-        last = level == config.padded_depth - 1
-        child_true, next_counts = _accumulate(
-            source,
-            rows,
-            f"level {level} children" + ("" if last else f", level {level + 1} histogram"),
-            report,
-            _children_of_chunk,
-            public,
-            routes,
-            jnp.int32(level),
-            cells,
-            split_dim,
-            split,
-            width=width,
-            config=config,
-            next_histogram=not last,
-        )
-        release, child_exact = _release_level(
-            public,
-            jnp.int32(level),
-            node_exact,
-            node_active,
-            split_dim,
-            split.position,
-            child_true,
-            level_noise,
-            halted,
-            config=config,
-        )
-        releases.append(release)
-        routes, node_exact, node_active, counts = _next_level(
-            routes, jnp.int32(level), cells, split_dim, split, release, child_exact, next_counts, width=width
-        )
-        cells = (split.cell_lower, split.cell_upper)
-    return releases, routes
-
-
-def _with_private_bounds(key: jax.Array, data: Any, budget: Budget, bounds, options: dict) -> ClusterResult:
-    """``cluster_stream`` on private bounds (:mod:`dpm_jax.bounds`): a validation pass, one pass
-    accumulating the exact per-dimension histograms, the bounds release, then the run on the rest
-    of the budget (which validates again); the bounds line comes first in the ledger."""
-    validate_key(key)
-    request = bounds_lib.as_request(bounds)
-    if int(options["chunk_rows"]) < 1:
-        raise ValueError(f"chunk_rows must be >= 1, got {options['chunk_rows']}")
-    source = _Chunks(data, int(options["chunk_rows"]))
-    rows = source.survey()
+def _with_private_bounds(key, source: _Chunks, rows: list[int], budget: Budget, request, config, column_bytes, report):
+    """``cluster_stream`` on private bounds (:mod:`dpm_jax.bounds`) after the validation pass: the run
+    planned (and refused) on the rest of the budget, one pass accumulating the exact per-dimension
+    histograms, the bounds release, then the run on the rest; the bounds line comes first in the ledger."""
     plan, rest = bounds_lib.split_for_bounds(budget, request, source.d)
+    run_plan = plan_run(rest, config, source.d)
+    report("bounds")
     counts = jnp.zeros((source.d, plan.num_buckets), jnp.int32)
     for _, piece, real in source.pieces("bounds", rows):
         counts = counts + _piece_histogram(piece, jnp.arange(source.chunk_rows) < real, plan.mantissa_bits)
     lower, upper = bounds_lib.bounds_from_counts(key, counts, plan)
     bounds_lib.check_found(lower, upper, plan)
-    run = cluster_stream.__wrapped__  # the accountant has charged the whole budget already (dpm_jax.entry)
-    return bounds_lib.with_bounds_entry(run(key, data, rest, (lower, upper), **options), plan, budget)
+    within = public_bounds((lower, upper), source.d)
+    result = _run(key, source, rows, rest, within, run_plan, config, column_bytes, report)
+    return bounds_lib.with_bounds_entry(result, plan, budget)
 
 
 _piece_histogram = jax.jit(bounds_lib.histogram, static_argnums=2)
 
 
-class _Public(NamedTuple):
-    """The run's public values every pass reads (a pytree, an argument of the passes' programs): the
-    exponential mechanism's table, the bounds, the root's noisy count n~ (exact), beta and the depth."""
-
-    em_table: tuple
-    lower: jax.Array
-    upper: jax.Array
-    root_exact: exact.Int
-    beta: jax.Array
-    depth: jax.Array
-
-
-class _Routes(NamedTuple):
-    """The released splits per level, (P, width) each (P the padded depth): what routes a point from the root."""
-
-    split_dim: jax.Array
-    first_right: jax.Array  # x >= s* iff the point's half-bin on its level's grid is >= this
-    is_split: jax.Array
-    cell_lower: jax.Array  # (P, width, d) every level's cells (cell grid), else (P, 0)
-    cell_upper: jax.Array
-
-
-# The node-level steps are compiled, as in the in-memory program: XLA's fused float32
-# arithmetic (the released split positions, the centres) then rounds the same way.
-@functools.partial(jax.jit, static_argnames=("config", "split_sensitivity"))
-def _choose_splits(
-    public,
-    level,
-    counts,
-    node_exact,
-    node_active,
-    cells,
-    level_bits,
-    epsilon,
-    offset,
-    level_tests,
-    structure_epsilon,
-    *,
-    config,
-    split_sensitivity,
-) -> tuple[jax.Array, DrawnSplit, jax.Array | None]:
-    """Lines 22-25 for a level's nodes: the drawn dimensions, what the splits determine, and the
-    nodes the "no structure" test halts (:func:`dpm_jax.tree.structure_halts`; None when off)."""
-    inputs = _inputs(public, config)._replace(split_sensitivity=split_sensitivity)
-    grid, candidate_valid = level_grid(inputs, *cells)
-    split_dim, split_index = choose_splits(
-        inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset
-    )
-    split = drawn_split(inputs, grid, *cells, split_dim, split_index)
-    halted = structure_halts(inputs, grid, counts, node_exact, node_active, level, level_tests, structure_epsilon)
-    return split_dim, split, halted
-
-
-@functools.partial(jax.jit, static_argnames="config")
-def _release_level(
-    public, level, node_exact, node_active, split_dim, position, child_true, level_noise, halted, *, config
-):
-    return release_level(
-        _inputs(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise, halted
-    )
-
-
-@functools.partial(jax.jit, static_argnames="config")
-def _root_cells(public, *, config):
-    return root_cells(_inputs(public, config))
-
-
-_root_interval_size = jax.jit(root_interval_size, static_argnames="config")
 _centers_from_sums = jax.jit(centers_from_sums, static_argnames="plan")
-_level_randomness = jax.jit(level_randomness, static_argnames="width")
-_structure_noise = jax.jit(structure_noise, static_argnames=("run_plan", "config"))
-
-
-@functools.partial(jax.jit, static_argnames="width")
-def _next_level(
-    routes: _Routes,
-    level,
-    cells,
-    split_dim,
-    split: DrawnSplit,
-    release: LevelRelease,
-    child_exact: exact.Int,
-    next_counts,
-    *,
-    width: int,
-):
-    """The routes with this level's splits; the next level's released counts, active slots and
-    histogram (only the points of split nodes: the in-memory path's active points)."""
-    routes = _Routes(
-        *(
-            part.at[level].set(value)
-            for part, value in zip(routes, (split_dim, split.first_right, release.is_split, *cells))
-        )
-    )
-    node_active = release.child_active[:width]
-    if next_counts is not None:
-        next_counts = jnp.where(node_active[:, None, None], next_counts, 0)
-    return routes, exact.Int(tuple(limb[:width] for limb in child_exact.limbs)), node_active, next_counts
-
-
-@functools.partial(jax.jit, static_argnames="padded")
-def _assemble_tree(releases: list[LevelRelease], *, padded: int):
-    stacked = LevelRelease(*(jnp.stack(field) for field in zip(*releases)))
-    return assemble_tree(stacked, jnp.zeros(0, jnp.int32), padded)
 
 
 @functools.partial(jax.jit, static_argnames=("release", "num_dims", "config"))
@@ -585,9 +350,6 @@ def _select_interval_size(key, em_table, histograms, noisy_count, *, release, nu
     return select_interval_size(
         key, em_table, counts_from_gap_histogram(jnp.stack(histograms)), noisy_count, release, num_dims, config
     )
-
-
-_root_count = jax.jit(root_count, static_argnames=("run_plan", "padded"))
 
 
 def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
@@ -606,14 +368,12 @@ def _progress_printer(enabled: bool) -> Callable[[str | None], None]:
     return report
 
 
-def _accumulate(
-    source: _Chunks, rows: list[int], pass_name: str, report, function, public, routes: _Routes, *args, **static
-):
+def _accumulate(source: _Chunks, rows: list[int], report, pass_name: str, function, *args, **static):
     """The exact sum over all pieces of ``function(piece, valid, ...)`` (int32 arrays or exact Ints)."""
     report(pass_name)
     total = previous = None
     for _, piece, valid in source.pieces(pass_name, rows):
-        part = function(jnp.asarray(piece), np.arange(source.chunk_rows) < valid, public, routes, *args, **static)
+        part = function(jnp.asarray(piece), np.arange(source.chunk_rows) < valid, *args, **static)
         total = part if total is None else _add(total, part)
         # At most two pieces in flight: dispatch is asynchronous, and a reader faster than
         # the device would otherwise hold every piece it has read.
@@ -633,76 +393,11 @@ def _add(total, part):
     )
 
 
-def _inputs(public: _Public, config: DPMConfig, piece=None):
-    """The tree's public inputs (no points), or those of a piece, binned as in :func:`dpm_jax.tree.build_tree`."""
-    em_table, lower, upper, root_exact, beta, depth = public
-    if piece is None:
-        return tree_inputs(None, None, em_table, lower, upper, root_exact, beta, config, depth)
-    return point_inputs(piece, em_table, lower, upper, root_exact, beta, config, depth)
-
-
-def _route(inputs, valid, routes: _Routes, num_levels):
-    """Every point's local index and activity after the first ``num_levels`` levels (lines 26-27), each
-    level's split applied to the half-bins of that level's grid, as in the in-memory tree."""
-
-    def one_level(level, state):
-        node, active = state
-        grid, _ = level_grid(inputs, routes.cell_lower[level], routes.cell_upper[level])
-        go_right = route_on_split_dimensions(inputs, grid, node, routes.split_dim[level], routes.first_right[level])
-        return next_point_nodes(node, active, go_right, routes.is_split[level])
-
-    return jax.lax.fori_loop(0, num_levels, one_level, (jnp.zeros(valid.shape[0], jnp.int32), valid))
-
-
-def _histogram(inputs, cells, point_node, point_active):
-    """(width, d, 2B) half-bin counts of the active points on the grid of ``cells``."""
-    grid, _ = level_grid(inputs, *cells)
-    return level_counts(inputs, grid, point_node, point_active)
-
-
-@functools.partial(jax.jit, static_argnames=("width", "config"))
-def _root_histogram_of_chunk(piece, valid, public, routes, cells, *, width: int, config: DPMConfig):
-    return _histogram(_inputs(public, config, piece), cells, jnp.zeros(piece.shape[0], jnp.int32), valid)
-
-
-@functools.partial(jax.jit, static_argnames=("width", "config", "next_histogram"))
-def _children_of_chunk(
-    piece,
-    valid,
-    public,
-    routes,
-    level,
-    cells,
-    split_dim,
-    split: DrawnSplit,
-    *,
-    width: int,
-    config: DPMConfig,
-    next_histogram: bool,
-):
-    inputs = _inputs(public, config, piece)
-    node, active = _route(inputs, valid, routes, level)
-    grid, _ = level_grid(inputs, *cells)
-    go_right = route_on_split_dimensions(inputs, grid, node, split_dim, split.first_right)
-    child_true = count_children(node, active, go_right, width)
-    if not next_histogram:
-        return child_true, None
-    child = 2 * node + go_right.astype(jnp.int32)  # the local index on the next level, if split
-    return child_true, _histogram(inputs, (split.cell_lower, split.cell_upper), child, active)
-
-
-@functools.partial(jax.jit, static_argnames=("width", "config", "leaf_sums"))
-def _leaf_sums_of_chunk(piece, valid, public, routes, levels, *, width: int, config: DPMConfig, leaf_sums):
-    # At the padded depth a point's local index is its leaf's slot (dpm_jax.tree).
-    slot, _ = _route(_inputs(public, config, piece), valid, routes, levels)
-    return blockwise_leaf_sums(piece, public.lower, public.upper, valid, slot, config.max_clusters, leaf_sums)
-
-
 @functools.partial(jax.jit, static_argnames="dims")
 def _quantised_columns(piece, lower, upper, *, dims: tuple[int, ...]):
     # The quantisation of dpm_jax.interval.sorted_levels, on the same scaled values.
     unit = to_unit_range(piece, lower, upper)
-    return jnp.stack([jnp.floor(unit[:, dim] * np.float32(2**30)).astype(jnp.int32) for dim in dims])
+    return jnp.stack([quantised(unit[:, dim]) for dim in dims])
 
 
 @functools.partial(jax.jit, static_argnames="num_thresholds")

@@ -104,7 +104,9 @@ __all__ = [
     "root_interval_size",
     "release_level",
     "next_point_nodes",
-    "tree_inputs",
+    "PublicInputs",
+    "LevelStart",
+    "inputs_of",
     "root_node_counts",
     "padded_randomness",
     "level_randomness",
@@ -257,6 +259,7 @@ class _TreeInputs(NamedTuple):
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
     split_grid: "PaperGrid | CellSplitGrid"  # the run's split grid (DPMConfig.split_grid), a strategy
     tests_structure: bool = False  # DPMConfig.tests_structure: the "no structure" test runs (dpm_jax.structure)
+    strided_rows: bool = False  # rows sharded over devices: the loops over row blocks read strided blocks
 
 
 def choose_splits(
@@ -650,51 +653,29 @@ def _heap_noise(key: jax.Array, rows: list, size: int, depth, first_depth: int) 
 
 
 def build_tree(
-    split_bits: jax.Array,
-    count_noise: exact.Int,
-    em_table,
-    points: jnp.ndarray,
-    point_mask: jnp.ndarray,
-    lower: jnp.ndarray,
-    upper: jnp.ndarray,
-    root_exact: exact.Int,
-    beta,
-    schedule: "LevelSchedule",
-    config: DPMConfig,
-    structure_noise: exact.Int | None = None,
+    start: "LevelStart", points: jnp.ndarray, point_mask: jnp.ndarray, config: DPMConfig, strided_rows: bool = False
 ) -> tuple[SplitTree, Leaves]:
     """Run BuildClustering on all levels (Algorithm 1, lines 13-28).
 
-    The randomness comes in pre-drawn, in heap layout (row/element i belongs to
-    tree node i, index 0 unused; P the padded depth), so that each draw has a documented place:
-
     Args:
-      split_bits: (2**P, EM_TRIES, EM_DIGITS) uint32 random words driving the
-        exponential mechanism of each inner node (:func:`dpm_jax.mechanisms.select_with_bits`).
-      count_noise: (2**(P+1),) exact integer noise of the count mechanism of every
-        node, each drawn with its level's epsilon_cnt; node 1's is the root count's.
-      em_table: the exponential mechanism's weight table on the device.
+      start: the steps before the levels (:class:`LevelStart`): the public values every level
+        reads, the run's schedule and the randomness, pre-drawn in heap layout (row/element i
+        belongs to tree node i, index 0 unused), so that each draw has a documented place.
       points: (n, d) points in data units (scaled to [0, 1] by the public bounds where read).
       point_mask: (n,) bool, padding points are False.
-      lower, upper: (d,) public bounds (to report split positions in data units).
-      root_exact: n~ of the whole data set, exact (|D| + count_noise[1], Algorithm 1 line 7).
-      beta: split interval size as a fraction of the range (released; unused by the cell grid).
-      schedule: the run's depth and its per-level budgets and offsets (:func:`level_schedule`).
       config: hyper-parameters.
-      structure_noise: (2**P,) exact integer noise of every inner node's "no structure" test
-        (:func:`level_structure_noise`), or None without the test.
+      strided_rows: the points' rows are sharded over devices: the loops over row blocks read
+        strided blocks, which stay on the rows' devices (:func:`dpm_jax._arrays.row_blocks`).
     """
     n = points.shape[0]
     padded = config.padded_depth
-    inputs = point_inputs(points, em_table, lower, upper, root_exact, beta, config, schedule.depth)
-    inputs = inputs._replace(split_sensitivity=schedule.split_sensitivity)
+    inputs = inputs_of(start.public, config, points, start.schedule.split_sensitivity, strided_rows)
     width, max_splits = inputs.width, inputs.max_splits
-    randomness = padded_randomness(split_bits, count_noise, width, structure_noise)
 
     def scan_step(state: LevelState, level_inputs):
         level, epsilon, offset, structure_epsilon = level_inputs
         return split_level(
-            inputs, state, level, epsilon, offset, *level_randomness(randomness, level, width), structure_epsilon
+            inputs, state, level, epsilon, offset, *level_randomness(start.randomness, level, width), structure_epsilon
         )
 
     root_histogram = (
@@ -705,12 +686,17 @@ def build_tree(
     initial = LevelState(
         jnp.zeros(n, jnp.int32),
         point_mask,
-        root_node_counts(root_exact, width),
+        root_node_counts(start.public.root_exact, width),
         jnp.arange(width) == 0,
         root_histogram,
         *root_cells(inputs),
     )
-    level_inputs = (jnp.arange(padded), schedule.split_epsilons, schedule.count_offsets, schedule.structure_epsilons)
+    level_inputs = (
+        jnp.arange(padded),
+        start.schedule.split_epsilons,
+        start.schedule.count_offsets,
+        start.schedule.structure_epsilons,
+    )
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
     # At depth padded a point's local index is its leaf's slot (module docstring).
     return assemble_tree(released, last.point_node, padded)
@@ -799,7 +785,8 @@ class CellSplitGrid(NamedTuple):
             return counts + level_histogram(bins, node, active & fresh, width, max_splits)
 
         initial = jnp.zeros((width, inputs.points.shape[1], 2 * max_splits), jnp.int32)
-        return fold_row_blocks(add_block, initial, _BIN_BLOCK_ROWS, inputs.points, point_node, point_active)
+        per_row = (inputs.points, point_node, point_active)
+        return fold_row_blocks(add_block, initial, _BIN_BLOCK_ROWS, *per_row, strided=inputs.strided_rows)
 
     def split_dimension_half_bins(self, inputs, grid, point_node, split_dim):
         pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)  # (width, 1)
@@ -814,7 +801,8 @@ class CellSplitGrid(NamedTuple):
             return cell_half_bin_indices(column, node, split_grid, inputs.max_splits)
 
         dtype = bin_dtype(2 * inputs.max_splits)
-        return map_row_blocks(bin_block, (1,), dtype, _BIN_BLOCK_ROWS, inputs.points, point_node)
+        per_row = (inputs.points, point_node)
+        return map_row_blocks(bin_block, (1,), dtype, _BIN_BLOCK_ROWS, *per_row, strided=inputs.strided_rows)
 
     def drawn_split(self, inputs, grid, cell_lower, cell_upper, split_dim, split_index):
         first_right = split_index + 1  # candidate j sits at boundary j + 1
@@ -892,6 +880,48 @@ def tree_inputs(
         split_grid=grid,
         tests_structure=config.tests_structure,
     )
+
+
+class PublicInputs(NamedTuple):
+    """The public values every level reads, fixed before the first (the public bounds and the releases
+    of the depth, n~ and beta): arrays only, so it is an argument of compiled programs (the streamed
+    passes'); the tree's inputs follow from it and the config (:func:`inputs_of`)."""
+
+    em_table: tuple  # the exponential mechanism's weight table on the device
+    lower: jax.Array  # (d,) float32 public bounds
+    upper: jax.Array
+    root_exact: exact.Int  # the root's noisy count n~ (Algorithm 1, line 7), exact
+    beta: jax.Array  # the split interval size as a fraction of the range (line 8; the cell grid: its root's)
+    depth: jax.Array  # int32 the run's depth (its depth rule's choice, :mod:`dpm_jax.depth`)
+
+
+class LevelStart(NamedTuple):
+    """The steps before the levels, as every kind of run (in memory, streamed, sharded) takes them
+    (:func:`dpm_jax.api.start_levels`): what the levels read, their schedule and their randomness."""
+
+    public: PublicInputs
+    schedule: "LevelSchedule"  # the run's depth and its per-level epsilons and offsets
+    randomness: tuple  # split bits, count noise and test noise in heap layout, padded (:func:`padded_randomness`)
+
+
+def inputs_of(
+    public: PublicInputs,
+    config: DPMConfig,
+    points=None,
+    split_sensitivity: int | None = None,
+    strided_rows: bool = False,
+) -> _TreeInputs:
+    """The tree's inputs of ``public`` (no points), or those of ``points`` (data units: binned as
+    :func:`point_inputs` bins them); ``split_sensitivity``: the split releases' (None: the score's);
+    ``strided_rows``: the points' rows are sharded over devices (:func:`dpm_jax._arrays.row_blocks`)."""
+    em_table, lower, upper, root_exact, beta, depth = public
+    if points is None:
+        inputs = tree_inputs(None, None, em_table, lower, upper, root_exact, beta, config, depth)
+    else:
+        inputs = point_inputs(points, em_table, lower, upper, root_exact, beta, config, depth)
+    if split_sensitivity is not None:
+        inputs = inputs._replace(split_sensitivity=split_sensitivity)
+    return inputs._replace(strided_rows=strided_rows)
 
 
 def root_node_counts(root_exact: exact.Int, width: int) -> exact.Int:

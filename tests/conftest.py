@@ -13,6 +13,17 @@ import os
 os.environ["DPM_JAX_NO_COMPILATION_CACHE"] = "1"
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
 
+# Compile without LLVM's optimisations (XLA's backend level 0). The suite compiles
+# thousands of programs that each run once on a few hundred rows, so LLVM's passes were
+# about 45 % of its CPU time (tests/test_tree.py: 123 s -> 68 s of user time). The
+# level changes how machine code is generated, not what the programs compute: the
+# golden test holds every release to outputs recorded at the default level, in this
+# process and once more in a fresh process at the default level
+# (tests/test_golden.py). Set DPM_JAX_TESTS_OPTIMIZED=1 to test at the default level.
+FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
+if os.environ.get("DPM_JAX_TESTS_OPTIMIZED") != "1":
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_FLAG}".strip()
+
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -16,7 +16,6 @@ from dpm_jax._arrays import (
     materialized,
     reciprocal,
     row_blocks,
-    strided_row_blocks,
 )
 
 
@@ -65,12 +64,11 @@ def test_row_blocks_visit_every_row_once(n, strided, monkeypatch):
     def add(total, fresh, rows, label):
         return total.at[jnp.where(fresh, label, 5)].add(rows, mode="drop")
 
-    with strided_row_blocks(strided):
-        blocks = row_blocks(n, 64)
-        total = jax.jit(lambda v, b: fold_row_blocks(add, jnp.zeros((5, 3), jnp.int32), 64, v, b))(values, labels)
-        mapped = jax.jit(lambda v, b: map_row_blocks(lambda x, y: x * 2 + y[:, None], (3,), jnp.int32, 64, v, b))(
-            values, labels
-        )
+    blocks = row_blocks(n, 64, strided)
+    fold = lambda v, b: fold_row_blocks(add, jnp.zeros((5, 3), jnp.int32), 64, v, b, strided=strided)  # noqa: E731
+    total = jax.jit(fold)(values, labels)
+    double = lambda x, y: x * 2 + y[:, None]  # noqa: E731
+    mapped = jax.jit(lambda v, b: map_row_blocks(double, (3,), jnp.int32, 64, v, b, strided=strided))(values, labels)
     assert blocks.size * blocks.num_blocks >= n and (blocks.groups == 0 or blocks.size * blocks.num_blocks == n)
     assert blocks.groups == (0 if not strided else {1: 1, 7: 1, 600: 8, 1000: 8, 4099: 0, 2**16: 64}[n])
     expected = np.zeros((5, 3), np.int64)
@@ -79,11 +77,9 @@ def test_row_blocks_visit_every_row_once(n, strided, monkeypatch):
     np.testing.assert_array_equal(np.asarray(mapped), 2 * np.asarray(values) + np.asarray(labels)[:, None])
 
 
-def test_strided_row_blocks_are_the_default_off_and_restored():
+def test_strided_row_blocks_are_the_default_off():
     assert row_blocks(10**6, 2**16).groups == 0
-    with strided_row_blocks():
-        assert row_blocks(10**6, 2**16).groups == 64  # up to 64 devices keep their rows
-    assert row_blocks(10**6, 2**16).groups == 0
+    assert row_blocks(10**6, 2**16, strided=True).groups == 64  # up to 64 devices keep their rows
 
 
 def test_materialized_under_vmap_is_the_values():

@@ -150,6 +150,19 @@ def test_released_floor_moves_by_at_most_the_sensitivity(d):
     assert np.abs(difference).max() <= 2 ** (19 - s)
 
 
+def test_a_small_delta_in_many_dimensions_gets_a_shorter_table_instead_of_a_refusal():
+    # 10^6 rows at the paper's delta n^-1.5 in 100 dimensions: the averaging's share (0.588, 8e-10)
+    # was refused at sigma 2**14 (sampler 9.6e-11 > 8e-11); a coarser shift serves it.
+    default = leaf_sums_release(1.0, 1e-6, 10)
+    assert 2.0**13 <= default.sigma <= 2.0**14  # unchanged where the first target fits
+    plan = leaf_sums_release(0.588, 8e-10, 100)
+    assert plan.sampler_delta <= 0.1 * 8e-10
+    assert plan.sampler_delta >= 100 * discrete_gaussian_table(plan.sigma).tv * (1 + math.exp(0.588))
+    assert plan.sigma < 2.0**13 and plan.coarse_shift > default.coarse_shift
+    rho = 1.0 / (2.0 * plan.multiplier**2)
+    assert cdp_delta(rho, 0.588) + plan.sampler_delta <= 8e-10
+
+
 @pytest.mark.parametrize("epsilon, delta", [(0.05, 1e-9), (0.6, 1e-6), (1.0, 1e-6), (4.0, 1e-7), (10.0, 1e-3)])
 def test_leaf_sums_release_pays_for_its_delta(epsilon, delta):
     for d in (1, 3, 10, 40):

@@ -12,7 +12,10 @@ little compile time; the sibling-subtraction path (d >= 32) is held to this one 
 tests/test_tree.py::test_sibling_subtraction_gives_the_same_clustering.
 """
 
+import os
 import pathlib
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -70,6 +73,16 @@ def test_outputs_are_bit_identical_to_the_recorded_ones():
             np.testing.assert_array_max_ulp(recorded[name], outputs[name], maxulp=CENTRE_ULPS)
             differing.remove(name)
     assert not differing, f"outputs changed: {differing}"
+
+
+def test_the_compilers_default_optimisation_gives_the_recorded_outputs_too():
+    """The suite compiles at XLA's backend level 0 (tests/conftest.py); users get the default level."""
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    script = "import test_golden; test_golden.test_outputs_are_bit_identical_to_the_recorded_ones(); print('SAME')"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=pathlib.Path(__file__).parent, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "SAME" in done.stdout, done.stderr[-3000:]
 
 
 if __name__ == "__main__":

@@ -179,17 +179,18 @@ def test_lemma10_delta_is_charged():
 
 
 @pytest.mark.slow
-def test_jit_and_vmap_over_keys_match_single_runs():
+@pytest.mark.parametrize("method", ["kdtree", "privtree"])
+def test_jit_and_vmap_over_keys_match_single_runs(method):
     # Long because: compiles the synthesis under jit and vmap (22 s, 2 cores at load 6).
     X = _blobs(200)
     budget = Budget(1.0, 1e-6)
     # X is an argument, not a closed-over constant: XLA would constant-fold the sort of the data
     # (slow to compile; a full-suite run once crashed in that compilation).
-    run = jax.jit(lambda k, points: synthesize(k, points, budget, bounds=BOUNDS, method="kdtree"))
+    run = jax.jit(lambda k, points: synthesize(k, points, budget, bounds=BOUNDS, method=method))
     keys_ = jax.random.split(jax.random.key(5), 3)
     batched = jax.vmap(run, in_axes=(0, None))(keys_, X)
     for i in range(3):
-        single = synthesize(keys_[i], X, budget, bounds=BOUNDS, method="kdtree")
+        single = synthesize(keys_[i], X, budget, bounds=BOUNDS, method=method)
         np.testing.assert_array_equal(np.asarray(batched.weights[i]), np.asarray(single.weights))
         np.testing.assert_array_equal(np.asarray(batched.lower[i]), np.asarray(single.lower))
 

@@ -33,14 +33,7 @@ import numpy as np
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import keys
 from dpm_jax._arrays import to_unit_range
-from dpm_jax.api import (
-    _validate_mask,
-    _validate_points,
-    em_table_on_device,
-    gaussian_thresholds_on_device,
-    validate_bounds,
-    validate_key,
-)
+from dpm_jax.api import em_table_on_device, gaussian_thresholds_on_device, public_bounds, validated_input
 from dpm_jax.averaging import LeafSumsRelease, leaf_sums_release
 from dpm_jax.budget import Budget
 from dpm_jax.entry import entry_point
@@ -245,15 +238,13 @@ def kmeans(
     Works under ``jax.jit`` (``k``, ``budget`` and the keywords static) and ``jax.vmap`` over keys.
     Inside ``with accountant:`` the call charges ``budget`` once before it reads ``X``.
     """
-    validate_key(key)
-    points = _validate_points(X)
+    points, mask = validated_input(key, X, point_mask)
     n, d = points.shape
     _validate_arguments(n, k, z, levels, grid_dim, budget)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "histogram":
         check_balls(plan_nets(min(d, grid_dim), int(levels), int(z)))
-    mask = _validate_mask(point_mask, n)
     plan_of = functools.partial(
         plan_greedy, k=int(k), d=d, z=int(z), levels=int(levels), grid_dim=int(grid_dim),
         projection_seed=int(projection_seed), method=method,
@@ -268,8 +259,8 @@ def kmeans(
 
 def _run_within(key, points, mask, plan: GreedyPlan, bounds) -> KMeansResult:
     """The run of ``plan`` within ``bounds`` (public, or the released private estimate), validated."""
-    lower, upper = validate_bounds(bounds, plan.d)
-    return _run(key, points, mask, jnp.asarray(lower), jnp.asarray(upper), plan)
+    lower, upper = public_bounds(bounds, plan.d)
+    return _run(key, points, mask, lower, upper, plan)
 
 
 def _validate_arguments(n: int, k, z, levels, grid_dim, budget) -> None:

@@ -7,11 +7,14 @@ Methods:
             the empty cells drawn implicitly (Algorithm 5).
   "kdtree"  Algorithms 2-3: h data-independent levels, then D levels of noisy split
             decisions; the leaves released as in Algorithm 1.
+  "privtree" h data-independent levels, then up to D levels of PrivTree's biased-count
+            decisions (:mod:`dpm_jax.synth.privtree`); the leaves released as in Algorithm 1.
   "dpm"     DPM's own release (:func:`dpm_jax.cluster`): its leaf boxes and noisy counts
             already describe the data; sampling from them is post-processing.
 
 Key path: ``derive_key(key, "synth_tree")`` folded with 0 (the size n~) and 1 (the
-decisions); ``derive_key(key, "synth_leaf")`` for the leaf counts (folds 0, 1, 2: the
+decisions: then with the decision row, then 0 or 1, :func:`dpm_jax.synth.kdtree.grow`);
+``derive_key(key, "synth_leaf")`` for the leaf counts (folds 0, 1, 2: the
 non-empty counts, the empty cells' skips, their conditioned counts).
 Neighbours differ by adding or removing one record (replace-one costs twice: docs/synthetic.md).
 """
@@ -26,7 +29,7 @@ import jax.numpy as jnp
 
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact, keys
-from dpm_jax.api import _validate_mask, _validate_points, validate_bounds, validate_key
+from dpm_jax.api import public_bounds, validated_input
 from dpm_jax.budget import Budget, validate_budget_and_config
 from dpm_jax.config import DPMConfig
 from dpm_jax.entry import entry_point
@@ -53,7 +56,7 @@ def synthesize(
 ) -> SynthResult:
     """A DP weighted synthetic data set of ``X`` (n, d) under ``budget``, within public ``bounds``.
 
-    Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree" or "dpm" (then
+    Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree", "privtree" or "dpm" (then
     ``cluster_config`` is its DPMConfig). ``bounds``: public (lo, hi), or "private" (here
     :data:`dpm_jax.bounds.COVERING`, a wider box than clustering's) /
     :class:`dpm_jax.PrivateBounds`: estimated under DP with a share of ``budget`` first (the
@@ -69,9 +72,7 @@ def synthesize(
         raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
     if not isinstance(config, SynthConfig):
         raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
-    validate_key(key)
-    points = _validate_points(X)
-    mask = _validate_mask(point_mask, points.shape[0])
+    points, mask = validated_input(key, X, point_mask)
     prepare = functools.partial(
         _prepare, key, points, mask, method=method, config=config, cluster_config=cluster_config
     )
@@ -91,7 +92,7 @@ def _prepare(key, points, mask, budget: Budget, *, method: str, config: SynthCon
     plan = plan_synthesis(budget, config, method, points.shape[1], points.shape[0])
 
     def run(bounds) -> SynthResult:
-        lower, upper = (jnp.asarray(b) for b in validate_bounds(bounds, points.shape[1]))
+        lower, upper = public_bounds(bounds, points.shape[1])
         arrays = _synthesize_arrays(key, points, mask, lower, upper, plan=plan)
         ledgers = ((-1, plan.ledger),)
         return SynthResult(**arrays, depth=jnp.int32(-1), ledgers=ledgers, method=method, bounds=(lower, upper))
@@ -111,10 +112,10 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan) -> d
     codes = cell_codes(points, lower, upper, total)
     order = jnp.lexsort((codes, ~mask))
     codes, valid = codes[order], mask[order]
-    noise = None
-    if plan.decisions is not None:
-        noise = plan.decisions.noise(jax.random.fold_in(tree_key, 1), (plan.num_decisions, codes.shape[0]))
-    partition = grow(codes, valid, h, plan.num_decisions, total, noise, plan.tau)
+    decision_key = jax.random.fold_in(tree_key, 1)
+    partition = grow(
+        codes, valid, h, plan.num_decisions, total, decision_key, plan.decisions, plan.tau, plan.bias, plan.floor
+    )
     kept, weights, positions, passed, ghost_weights = plan.leaves.draw(
         leaf_key, partition.count, partition.num_empty, choice
     )

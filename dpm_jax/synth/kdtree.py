@@ -82,12 +82,17 @@ def _segment_max(values, slot, n):
     return jax.ops.segment_max(values, slot, num_segments=n)
 
 
-def _decide(level: Level, nxt: Level, codes, alive, noise: Int, tau: int, total: int, at: int):
-    """Split decisions of one decision level: which cells split, and their empty children."""
+def _decide(level: Level, nxt: Level, codes, reached, noise: Int, tau: int, total: int, at: int, biased):
+    """Split decisions of one decision level: which cells split, and their empty children.
+
+    ``reached`` marks the slots whose cell holds points still alive; ``biased``: the count
+    compared with tau, max(count - bias, floor) (KD-tree: bias 0, floor 0, the count itself;
+    PrivTree: :mod:`dpm_jax.synth.privtree`).
+    """
     n = codes.shape[0]
     slot = level.slot
-    reached = _segment_max(alive.astype(jnp.int32), slot, n) > 0
-    noisy = exact.add(exact.from_int32(level.count), noise)
+    bias, floor = biased
+    noisy = exact.add(exact.from_int32(jnp.maximum(level.count - bias, floor)), noise)
     split = reached & ~exact.less(noisy, exact.from_int32(jnp.full(n, tau, jnp.int32)))
     children = jax.ops.segment_sum(((nxt.slot < n) & _first_of_slot(nxt.slot)).astype(jnp.int32), slot, num_segments=n)
     side = _segment_max((jnp.right_shift(codes, total - at - 1) & 1).astype(jnp.int32), slot, n)
@@ -100,30 +105,66 @@ def _first_of_slot(slot: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.ones(1, bool), slot[1:] != slot[:-1]])
 
 
-def grow(codes, valid, h, decisions: int, total: int, noise: Int | None, tau: int) -> Partition:
+def decision_capacity(n: int) -> int:
+    """Static number of decision draws of a level when few cells are reached (else n are drawn)."""
+    return min(n, max(256, n // 16))
+
+
+def _reached_noise(key: jax.Array, release, reached: jax.Array) -> Int:
+    """One independent noise draw per reached slot, in slot order (unreached slots: any value).
+
+    Below the first decision level only the children of split cells are reached, usually far
+    fewer than n: when at most ``decision_capacity(n)`` are, that many draws are made (key
+    folded with 0), else n (folded with 1). Either way the reached cells get i.i.d. draws of
+    the release's noise, so the tree's law is the same as with n draws per level; only the
+    work differs (under vmap both branches run).
+    """
+    n = reached.shape[0]
+    capacity = decision_capacity(n)
+    rank = jnp.cumsum(reached.astype(jnp.int32)) - 1
+
+    def draw(fold: int, size: int):
+        def run():
+            noise = release.noise(jax.random.fold_in(key, fold), (size,))
+            return jax.tree.map(lambda limb: limb[jnp.clip(rank, 0, size - 1)], noise)
+
+        return run
+
+    few = jnp.sum(reached, dtype=jnp.int32) <= capacity
+    return jax.lax.cond(few, draw(0, capacity), draw(1, n))
+
+
+def grow(
+    codes, valid, h, decisions: int, total: int, key, release, tau: int, bias: int = 0, floor: int = 0
+) -> Partition:
     """Grow the tree on sorted ``codes`` (valid points first) of ``total`` bits.
 
     ``h`` (may be traced, 0 <= h, h + decisions <= total): forced-split levels, which need
-    no work (every point is still in a splitting cell at level h); ``noise``: the
-    (decisions, n) decision noise (None when decisions == 0); ``tau``: the split threshold.
+    no work (every point is still in a splitting cell at level h); ``key``, ``release``: the
+    decision noise of row ``row`` is ``release.noise`` drawn from ``key`` folded with the row
+    (:func:`_reached_noise`; None when decisions == 0); ``tau``: the split threshold,
+    met by max(count - row ``bias``, ``floor``) + noise at decision row ``row`` (PrivTree's
+    biased count; 0, 0 for the KD-tree). Empty cells never split.
     One scan step per decision level h .. h + decisions - 1; the points still alive after
     it stop at level h + decisions.
     """
     n = codes.shape[0]
     level_h = level_of(codes, valid, total, h)
 
-    def step(carry, inputs):
+    def step(carry, row):
         alive, leaf_depth, level = carry
-        row, row_noise = inputs
         at = h + row
         nxt = level_of(codes, valid, total, at + 1)
-        split, empty, start = _decide(level, nxt, codes, alive, row_noise, tau, total, at)
+        reached = _segment_max(alive.astype(jnp.int32), level.slot, n) > 0
+        row_noise = _reached_noise(jax.random.fold_in(key, row), release, reached)
+        biased = (row * bias, floor)
+        split, empty, start = _decide(level, nxt, codes, reached, row_noise, tau, total, at, biased)
         stop = alive & ~split[jnp.minimum(level.slot, n - 1)]
         return (alive & ~stop, jnp.where(stop, at, leaf_depth), nxt), (empty, start)
 
     carry = (valid, jnp.full(n, total, jnp.int32), level_h)
     if decisions:
-        carry, (empty_child, child_start) = jax.lax.scan(step, carry, (jnp.arange(decisions), noise))
+        carry, (empty_child, child_start) = jax.lax.scan(step, carry, jnp.arange(decisions))
     else:
         empty_child, child_start = jnp.zeros((1, n), bool), jnp.zeros((1, n), jnp.uint32)
     alive, leaf_depth, _ = carry

@@ -1,0 +1,49 @@
+"""Long-lived benchmark workers: one Python process per checkout, fed a line, answering a line.
+
+For the A/B benchmarks (benchmarks/ab_speed.py, benchmarks/vmap_keys.py): each checkout's
+worker compiles once, then the workers take turns call by call, so that every ratio compares
+calls a second apart on a shared machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def start_worker(code: str, args: list, path: str | os.PathLike | None) -> tuple[subprocess.Popen, list[str]]:
+    """``python -c code *args`` on the checkout at ``path`` (PYTHONPATH; None: the installed one),
+    without the persistent compilation cache, started and waited for: (the process, the words
+    after "ready" of its first line). A worker whose first line is not "ready ..." is an error."""
+    env = dict(os.environ, DPM_JAX_NO_COMPILATION_CACHE="1")
+    if path:
+        env["PYTHONPATH"] = str(path)
+    # Outside the repository: with ``python -c`` the working directory would shadow PYTHONPATH.
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    ready = process.stdout.readline().split()
+    if not ready or ready[0] != "ready":
+        raise RuntimeError(f"the worker for {path or 'this checkout'} did not start")
+    return process, ready[1:]
+
+
+def ask(process: subprocess.Popen, line: str) -> list[str]:
+    """The words of the worker's answer to one line."""
+    process.stdin.write(f"{line}\n")
+    process.stdin.flush()
+    return process.stdout.readline().split()
+
+
+def stop(workers) -> None:
+    """Close the workers' input (their loops end) and wait for them."""
+    for process in workers:
+        process.stdin.close()
+        process.wait()
