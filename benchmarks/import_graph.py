@@ -106,7 +106,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "cache", "files", "tables", "sharding",
     })),
     ("engine", frozenset({
-        "histogram", "scoring", "interval", "tree", "tree_passes", "averaging", "depth", "dpm_releases", "bounds",
+        "histogram", "scoring", "structure", "interval", "tree", "tree_passes", "averaging", "depth", "dpm_releases",
+        "bounds",
         "synth.cells", "synth.implicit", "synth.kdtree", "synth.plan", "synth.privtree", "synth.result",
         "synth.threshold",
         "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift",

@@ -60,7 +60,17 @@ _RELEASED_COUNTS = "tests/test_api.py::test_every_released_count_is_its_true_cou
 _LEAF_NOISE = "tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_stream"
 _RELEASE_SENSITIVITIES = "tests/test_sensitivity.py::test_the_runs_releases_state_the_sensitivities_their_inputs_have"
 
+_STRUCTURE_AUDIT = "tests/test_structure.py::test_structure_audit_stays_below_the_claim"
+_STRUCTURE_LEDGER = (
+    "tests/test_structure.py::test_the_ledger_states_one_structure_line_per_level_and_adds_up_to_the_budget"
+)
+
 RELEASE_MUTATIONS = (
+    ReleaseMutation(
+        "release: structure tests with twice their epsilon",
+        "lambda r: r._replace(structures=tuple(t._replace(epsilon=2 * t.epsilon) for t in r.structures))",
+        (_STRUCTURE_LEDGER, _STRUCTURE_AUDIT),
+    ),
     ReleaseMutation(
         "release: split choices with half their sensitivity",
         _SPLITS.format("sensitivity=s.sensitivity // 2"),
@@ -126,6 +136,23 @@ for _name, _module in list(sys.modules.items()):
 """
 
 MUTATIONS = (
+    Mutation(
+        "structure test: its noise drawn with twice the epsilon its line states",
+        "dpm_jax/tree.py",
+        (
+            (
+                "    return _heap_noise(key, rows, 2**padded, depth, releases[0].depth)",
+                "    return _heap_noise(key, [[2 * e for e in r] for r in rows], 2**padded, depth, releases[0].depth)",
+            ),
+        ),
+        (_STRUCTURE_AUDIT,),
+    ),
+    Mutation(
+        "structure test: the window counts' minimum taken over every boundary (the cell's empty tails)",
+        "dpm_jax/structure.py",
+        (("    excess = jnp.where(inner, ", "    excess = jnp.where(boundary < cells, "),),
+        ("tests/test_structure.py::test_window_excess_is_the_minimum_over_the_inner_windows",),
+    ),
     Mutation(
         "tree: + 1 on every child count before the noise",
         "dpm_jax/tree.py",

@@ -54,6 +54,7 @@ VARIANTS = {
     "cell-narrow": dpm_jax.DPMConfig(split_window=1),  # the cell grid with one half-bin per side (before the window)
     "cell-depth7": dpm_jax.DPMConfig(tau_r=7),  # the cell grid at the paper's fixed depth (before tau_r="auto")
     "cell-lattice": dpm_jax.DPMConfig(lattice_step=1.0),  # integer features only (Letters)
+    "cell-no-structure": dpm_jax.DPMConfig(structure_share=0.0),  # the default before the structure test (issue 27)
 }
 LATTICE_CASES = {"letters"}
 TABLE2_CASES = {"synth-10d", "synth-100d"}

@@ -59,6 +59,7 @@ from dpm_jax.tree import (
     build_tree,
     level_count_noise,
     level_schedule,
+    level_structure_noise,
     padded_randomness,
     root_interval_size,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "RunPlan",
     "plan_run",
     "start_levels",
+    "structure_noise",
     "warn_if_starved",
     "em_table_on_device",
     "gaussian_thresholds_on_device",
@@ -559,6 +561,19 @@ def split_bits(key: jax.Array, run_plan: RunPlan, config: DPMConfig) -> jax.Arra
     return jax.random.bits(derive_key(key, run_plan.split_stream), shape, dtype=jnp.uint32)
 
 
+def structure_noise(key: jax.Array, run_plan: RunPlan, depth, config: DPMConfig) -> exact.Int | None:
+    """The "no structure" tests' noise of every inner node in heap layout, (2**padded_depth,), or
+    None without the test (:func:`dpm_jax.tree.level_structure_noise`, :mod:`dpm_jax.structure`)."""
+    by_depth = run_plan.by_depth
+    if not by_depth[0].structures:
+        return None
+    (stream,) = {test.stream for releases in by_depth for test in releases.structures}
+    return level_structure_noise(derive_key(key, stream), by_depth, depth, config.padded_depth)
+
+
+_structure_noise = jax.jit(structure_noise, static_argnames=("run_plan", "config"))
+
+
 # Compiled as the in-memory program compiles them (there they are traced inline): the streamed
 # path calls them on the host, and XLA's fused float32 arithmetic then rounds the same way.
 _root_count = jax.jit(root_count, static_argnames=("run_plan", "padded"))
@@ -593,7 +608,12 @@ def start_levels(
     return LevelStart(
         PublicInputs(em_table, lower, upper, root_exact, beta, depth),
         level_schedule(run_plan.by_depth, depth, padded),
-        padded_randomness(split_bits(key, run_plan, config), noise, 2 ** (padded - 1)),
+        padded_randomness(
+            split_bits(key, run_plan, config),
+            noise,
+            2 ** (padded - 1),
+            _structure_noise(key, run_plan=run_plan, depth=depth, config=config),
+        ),
     )
 
 

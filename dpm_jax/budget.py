@@ -18,7 +18,11 @@ Accounting used here (basic composition, add/remove-one neighbours):
             + the samplers' deltas (counts, splits, interval size; carved out of the
               count share; the averaging sampler's is inside delta_avg)
 With ``DPMConfig.split_grid="cell"`` Algorithm 2 does not run: eps_int = 0 and its
-share of epsilon goes to the split choices (eps_exp = (share_int + share_exp) epsilon).
+share of epsilon goes to the split choices (eps_exp = (share_int + share_exp) epsilon), and
+``DPMConfig.structure_share`` of the averaging's epsilon goes to the "no structure" tests
+(:mod:`dpm_jax.structure`), one per split level with weights sqrt(2**i) as Equation 2's:
+  epsilon = ... + sum_i eps_str_i (tau_r levels) + eps_avg, their sampler deltas carved out of
+  the count share like the others'.
 Every entry of the ledger is one mechanism applied at one level to all nodes of that
 level at once (parallel composition), so the entries add up exactly to the Budget.
 """
@@ -93,6 +97,8 @@ class Allocation(NamedTuple):
     count_sampler_deltas: tuple[float, ...]  # levels 0..tau_r
     split_sampler_deltas: tuple[float, ...]  # levels 0..tau_r-1
     interval_sampler_delta: float
+    structure_epsilons: tuple[float, ...] = ()  # levels 0..tau_r-1 (dpm_jax.structure); () without the test
+    structure_sampler_deltas: tuple[float, ...] = ()
 
 
 # A budget whose samplers would need more than this share of the count delta is
@@ -125,12 +131,14 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     eps_int = budget.epsilon * eps_int_share
     eps_cnt = budget.epsilon * eps_cnt_share
     eps_exp = budget.epsilon * eps_exp_share
-    eps_avg = budget.epsilon - math.fsum([eps_int, eps_cnt, eps_exp])
+    eps_str = budget.epsilon * config.epsilon_shares[3] * config.structure_share if config.tests_structure else 0.0
+    eps_avg = budget.epsilon - math.fsum([eps_int, eps_cnt, eps_exp, eps_str])
     delta_cnt = budget.delta * config.delta_shares[0]
     delta_avg = budget.delta - delta_cnt
 
     count_epsilons = proportional_parts(eps_cnt, level_weights(config.tau_r + 1))
     split_epsilons = proportional_parts(eps_exp, level_weights(config.tau_r))
+    structure_epsilons = proportional_parts(eps_str, level_weights(config.tau_r)) if eps_str > 0 else ()
     for name, epsilon in [("interval size", eps_int)] * interval + [
         (f"split level {i}", e) for i, e in enumerate(split_epsilons)
     ]:
@@ -148,7 +156,8 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     count_sampler = tuple(tv_delta(count_sampler_tv(e), e) for e in count_epsilons)
     split_sampler = tuple(tv_delta(em_sampler_tv(candidates), e) for e in split_epsilons)
     interval_sampler = tv_delta(em_sampler_tv(config.num_sigmas), eps_int) if interval else 0.0
-    sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,))
+    structure_sampler = tuple(tv_delta(count_sampler_tv(e), e) for e in structure_epsilons)
+    sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,) + structure_sampler)
     if not sampler_total <= _MAX_SAMPLER_SHARE * delta_cnt:
         raise ValueError(
             f"degenerate budget: at epsilon {budget.epsilon:.4g} the samplers' deviation from their "
@@ -162,8 +171,12 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     # The averaging takes what is left, rounded down until the ledger's lines (as
     # the releases of dpm_jax.dpm_releases state them) add up to no more
     # than the budget: float rounding of the parts must never spend more than the user gave.
-    eps_avg = at_most(budget.epsilon, [eps_int, *count_epsilons, *split_epsilons], eps_avg)
-    delta_lines = [c + s for c, s in zip(count_deltas, count_sampler)] + [*split_sampler, interval_sampler]
+    eps_avg = at_most(budget.epsilon, [eps_int, *count_epsilons, *split_epsilons, *structure_epsilons], eps_avg)
+    delta_lines = [c + s for c, s in zip(count_deltas, count_sampler)] + [
+        *split_sampler,
+        interval_sampler,
+        *structure_sampler,
+    ]
     delta_avg = at_most(budget.delta, delta_lines, delta_avg)
     return Allocation(
         eps_int,
@@ -176,6 +189,8 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
         count_sampler,
         split_sampler,
         interval_sampler,
+        structure_epsilons,
+        structure_sampler,
     )
 
 

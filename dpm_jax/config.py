@@ -28,6 +28,7 @@ CELL_GRID = "cell"  # a grid relative to every node's own cell (dpm_jax.histogra
 SPLIT_GRIDS = (PAPER_GRID, CELL_GRID)
 _DEFAULT_MAX_DEPTH = 7  # DPMConfig.max_depth: the paper's tau_r, so "auto" keeps its shapes
 _DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_grid.py and benchmarks/zoo.py
+_DEFAULT_STRUCTURE_SHARE = 1 / 12  # DPMConfig.structure_share: 0.05 of epsilon with the default shares (issue 27)
 
 
 def is_real_number(value) -> bool:
@@ -155,6 +156,12 @@ class DPMConfig:
         Gaussian of 100,000 points into k = 75 clusters; wider windows stop there
         (k = 1) but merge clusters whose gap is narrower than the window. Measured in
         docs/evaluation.md (benchmarks/zoo.py, benchmarks/split_grid.py).
+      structure_share: the fraction of the averaging's epsilon share spent instead on the
+        "no structure" test of every node (only with ``split_grid="cell"``, :mod:`dpm_jax.structure`;
+        1/12: 0.05 of epsilon with the default shares): a noisy minimum, over the windows in the
+        middle three quarters of the node's cell, of the window's count minus half its count under
+        uniformity; a node with no window emptier than that becomes a leaf. 0 turns the test off
+        (the engine before it, bit for bit).
     """
 
     tau_r: int | str = _option(
@@ -198,6 +205,12 @@ class DPMConfig:
         _DEFAULT_SPLIT_WINDOW,
         int,
         "half-bins on each side of a candidate in its split interval (cell grid only; 1 for many small clusters)",
+    )
+
+    structure_share: float = _option(
+        _DEFAULT_STRUCTURE_SHARE,
+        float,
+        "fraction of the averaging's epsilon share for the per-node 'no structure' test (cell grid; 0: off)",
     )
 
     def __post_init__(self):
@@ -250,6 +263,10 @@ class DPMConfig:
                 )
         _check_shares("epsilon_shares", self.epsilon_shares, 4)
         _check_shares("delta_shares", self.delta_shares, 2)
+        if not is_real_number(self.structure_share) or not 0 <= self.structure_share < 1:
+            raise ValueError(
+                f"structure_share must be a number in [0, 1) (of the averaging's share), got {self.structure_share!r}"
+            )
         if self.sigma_step <= 0:
             raise ValueError(f"sigma_step must be > 0, got {self.sigma_step}")
         for name in ("num_sigmas", "interval_max_dims", "max_splits_per_dim", "split_window"):
@@ -263,6 +280,11 @@ class DPMConfig:
                 f"split_window needs split_grid={CELL_GRID!r} (the paper's split interval is beta, from "
                 f"Algorithm 2), got split_window={self.split_window} with split_grid={self.split_grid!r}"
             )
+
+    @property
+    def tests_structure(self) -> bool:
+        """The per-node "no structure" test runs (:mod:`dpm_jax.structure`): on the cell grid, share > 0."""
+        return self.structure_share > 0 and self.split_grid == CELL_GRID
 
     @property
     def padded_depth(self) -> int:

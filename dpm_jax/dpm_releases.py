@@ -12,6 +12,8 @@ and stating its ledger line from them:
   integer utility's sensitivity (Lemma 1, in 2**-10 units);
 * the split choice of every level (lines 22-25, Definition 7, Lemma 5): a
   :class:`dpm_jax.releases.SelectionRelease` with the integer score's sensitivity;
+* the "no structure" test of every level (not in the paper, :mod:`dpm_jax.structure`): a
+  :class:`dpm_jax.releases.CountRelease` of the drawn split's window count, sensitivity 1;
 * the leaf sums (line 11, Section 3.4): :class:`dpm_jax.averaging.LeafSumsRelease`;
 * under ``tau_r="auto"`` the depth's count (:mod:`dpm_jax.depth`).
 
@@ -46,6 +48,7 @@ class DPMReleases(NamedTuple):
     splits: tuple[SelectionRelease, ...]  # split choices of levels 0..depth-1
     leaf_sums: LeafSumsRelease
     depth_count: CountRelease | None = None  # tau_r="auto": the count the depth is chosen from
+    structures: tuple[CountRelease, ...] = ()  # "no structure" tests of levels 0..depth-1; () when off
 
     @property
     def depth(self) -> int:
@@ -66,6 +69,11 @@ class DPMReleases(NamedTuple):
         return tuple(split.epsilon for split in self.splits)
 
     @property
+    def structure_epsilons(self) -> tuple[float, ...]:
+        """The "no structure" tests' epsilon per level (:mod:`dpm_jax.structure`); () when off."""
+        return tuple(test.epsilon for test in self.structures)
+
+    @property
     def split_sensitivity(self) -> int:
         """The integer score's sensitivity the split choices draw with (the same at every level)."""
         (sensitivity,) = {split.sensitivity for split in self.splits}
@@ -76,8 +84,9 @@ class DPMReleases(NamedTuple):
         root, *children = self.counts
         order = [self.depth_count] if self.depth_count is not None else []
         order += [root] + ([self.interval] if self.interval is not None else [])
-        for split, child_counts in zip(self.splits, children):
-            order += [split, child_counts]
+        tests = self.structures or (None,) * len(self.splits)
+        for split, test, child_counts in zip(self.splits, tests, children):
+            order += [split] + ([test] if test is not None else []) + [child_counts]
         return order + [self.leaf_sums]
 
     def ledger(self) -> Ledger:
@@ -113,7 +122,18 @@ def dpm_releases(
         )
         for level in range(config.tau_r)
     )
-    return DPMReleases(counts, _interval(allocation, config, d), splits, leaf_sums)
+    structures = tuple(
+        CountRelease(
+            f"structure/level{level}",
+            epsilon,
+            keys.STRUCTURE,
+            rows=heap_rows(level) if count_row is None else (f"row {count_row}", heap_rows(level)),
+            level=level,
+            rule="window count of each node's drawn split (disjoint nodes); only the halt bit is released",
+        )
+        for level, epsilon in enumerate(allocation.structure_epsilons)
+    )
+    return DPMReleases(counts, _interval(allocation, config, d), splits, leaf_sums, structures=structures)
 
 
 def _node_counts(allocation: Allocation, level: int, count_row: int | None) -> CountRelease:

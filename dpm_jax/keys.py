@@ -25,6 +25,7 @@ __all__ = [
     "SYNTH_TREE",
     "SYNTH_LEAF",
     "BOUNDS",
+    "STRUCTURE",
     "derive_key",
     "MAX_SEED",
     "key_from_seed",
@@ -38,6 +39,8 @@ STREAMS = {COUNT: 0, INTERVAL: 1, SPLIT: 2, AVERAGE: 3, DEPTH: 4, BOUNDS: 5, SYN
 # The greedy k-means (dpm_jax.greedy, issue 26).
 GREEDY_SELECT, GREEDY_COUNT, GREEDY_SUM = "greedy_select", "greedy_count", "greedy_sum"
 STREAMS.update({GREEDY_SELECT: 8, GREEDY_COUNT: 9, GREEDY_SUM: 10})
+STRUCTURE = "structure"  # DPM's per-node "no structure" test (dpm_jax.structure, issue 27)
+STREAMS[STRUCTURE] = 11
 MAX_SEED = 2**32
 
 

@@ -72,6 +72,7 @@ from dpm_jax.histogram import (
     level_histogram,
     root_cell,
 )
+from dpm_jax import structure
 from dpm_jax.budget import heap_count_epsilons
 from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import add_count_noise, count_noise, em_exponent_scale, select_with_bits
@@ -117,6 +118,8 @@ __all__ = [
     "DrawnSplit",
     "level_schedule",
     "level_count_noise",
+    "level_structure_noise",
+    "structure_halts",
     "drawn_split",
     "point_inputs",
 ]
@@ -255,6 +258,7 @@ class _TreeInputs(NamedTuple):
     num_levels: int  # padded_depth: levels the scan runs (those from ``depth`` on split nothing)
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
     split_grid: "PaperGrid | CellSplitGrid"  # the run's split grid (DPMConfig.split_grid), a strategy
+    tests_structure: bool = False  # DPMConfig.tests_structure: the "no structure" test runs (dpm_jax.structure)
     strided_rows: bool = False  # rows sharded over devices: the loops over row blocks read strided blocks
 
 
@@ -338,11 +342,15 @@ def split_level(
     offset,
     level_bits: jax.Array,
     level_noise: exact.Int,
+    level_structure: exact.Int | None = None,
+    structure_epsilon=None,
 ) -> tuple[LevelState, LevelRelease]:
     """One level of BuildClustering (lines 15-18 and Split, 21-28) for all its nodes at once.
 
     ``level_bits`` (width, EM_TRIES, EM_DIGITS) and ``level_noise`` (2 width,) are the
-    level's rows of the split bits and of the children's count noise.
+    level's rows of the split bits and of the children's count noise; ``level_structure``
+    (width,) its nodes' "no structure" test noise and ``structure_epsilon`` its epsilon
+    (None without the test, :func:`structure_halts`).
     """
     width = inputs.width
     # 1. half-bin counts per (node, dim): carried from the previous level (and the
@@ -357,10 +365,20 @@ def split_level(
     # 4. route the points (lines 26-27).
     split = drawn_split(inputs, grid, state.cell_lower, state.cell_upper, split_dim, split_index)
     go_right = route_on_split_dimensions(inputs, grid, state.point_node, split_dim, split.first_right)
+    halted = structure_halts(
+        inputs,
+        grid,
+        counts,
+        state.node_exact,
+        state.node_active,
+        level,
+        level_structure,
+        structure_epsilon,
+    )
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
     release, child_exact = release_level(
-        inputs, level, state.node_exact, state.node_active, split_dim, split.position, child_true, level_noise
+        inputs, level, state.node_exact, state.node_active, split_dim, split.position, child_true, level_noise, halted
     )
     applied = release.is_split
     next_node, next_active = next_point_nodes(state.point_node, state.point_active, go_right, applied)
@@ -462,15 +480,19 @@ def release_level(
     position: jax.Array,
     child_true: jax.Array,
     level_noise: exact.Int,
+    halted: jax.Array | None = None,
 ) -> tuple[LevelRelease, exact.Int]:
     """Lines 16-18 of a level from its exact child sizes: the noisy child counts, the stopping
     rule and the level's :class:`LevelRelease`; also the children's noisy counts, exact.
 
     From the run's depth on (``level >= inputs.depth``) no node draws a split: every reached
-    node is a leaf (line 14, maximal depth)."""
+    node is a leaf (line 14, maximal depth). ``halted`` (width,) bool: the nodes the "no
+    structure" test stops (:func:`structure_halts`; None: none), leaves whatever their children."""
     child_exact = add_count_noise(child_true, level_noise)
     drawn = node_active & (level < inputs.depth)
     applied = stopping_rule(child_exact, drawn, inputs.min_child)
+    if halted is not None:
+        applied = applied & ~halted
     release = LevelRelease(
         noisy_count=jnp.where(node_active, exact.to_float32(node_exact), 0.0),
         reached=node_active,
@@ -482,6 +504,30 @@ def release_level(
         child_active=jnp.repeat(applied, 2),
     )
     return release, child_exact
+
+
+def structure_halts(
+    inputs: _TreeInputs,
+    grid: CellGrid | None,
+    counts: jax.Array,
+    node_exact: exact.Int,
+    node_active: jax.Array,
+    level: jax.Array,
+    noise: exact.Int | None,
+    epsilon,
+) -> jax.Array | None:
+    """(width,) bool: the nodes that the "no structure" test (:mod:`dpm_jax.structure`) makes
+    leaves, from the level's half-bin counts; None where the test is off.
+
+    The counts are those the exponential mechanism scores (the same on every path: in memory,
+    streamed), so the in-memory and streamed runs halt the same nodes. The thresholds come from
+    the nodes' *released* sizes n~ (public), never their true counts.
+    """
+    if not inputs.tests_structure or noise is None:
+        return None
+    excess, full_theta = structure.window_excess(counts, grid.used, exact.to_float32(node_exact), structure.TEST_WINDOW)
+    drawn = node_active & (level < inputs.depth)
+    return structure.halts(excess, noise, full_theta, epsilon, drawn)
 
 
 def next_point_nodes(
@@ -542,6 +588,7 @@ class LevelSchedule(NamedTuple):
     split_epsilons: jax.Array  # (padded_depth,) float32 epsilon_exp per level; from depth on a placeholder
     count_offsets: jax.Array  # (padded_depth,) float32 lambda of every level's node counts (Equation 1)
     split_sensitivity: int  # the integer score's sensitivity the split releases state
+    structure_epsilons: jax.Array  # (padded_depth,) float32 the "no structure" tests' epsilon per level (0: off)
 
 
 def level_schedule(releases: tuple, depth, padded: int) -> LevelSchedule:
@@ -558,10 +605,15 @@ def level_schedule(releases: tuple, depth, padded: int) -> LevelSchedule:
     pad = lambda values, size: list(values) + [values[-1]] * (size - len(values))
     splits = np.asarray([pad(r.split_epsilons, padded) for r in releases], np.float32)
     offsets = np.asarray([pad(r.count_offsets[:-1], padded) for r in releases], np.float32)
+    tests = np.asarray([pad(r.structure_epsilons or (0.0,), padded) for r in releases], np.float32)
     (sensitivity,) = {r.split_sensitivity for r in releases}
     row = jnp.asarray(depth, jnp.int32) - first
     return LevelSchedule(
-        jnp.asarray(depth, jnp.int32), jnp.asarray(splits)[row], jnp.asarray(offsets)[row], sensitivity
+        jnp.asarray(depth, jnp.int32),
+        jnp.asarray(splits)[row],
+        jnp.asarray(offsets)[row],
+        sensitivity,
+        jnp.asarray(tests)[row],
     )
 
 
@@ -573,13 +625,30 @@ def level_count_noise(key: jax.Array, releases: tuple, depth, padded: int) -> ex
     level's epsilon (those entries are never released), as rows of one call; the run's depth picks
     its row. Only that row is added to counts, and which row is post-processing of the released depth.
     """
-    size = 2 ** (padded + 1)
-    rows = [heap_count_epsilons(r) for r in releases]
+    return _heap_noise(key, [heap_count_epsilons(r) for r in releases], 2 ** (padded + 1), depth, releases[0].depth)
+
+
+def level_structure_noise(key: jax.Array, releases: tuple, depth, padded: int) -> exact.Int | None:
+    """The "no structure" tests' noise of every inner node in heap layout (2**padded,), for the
+    run's depth (as :func:`level_count_noise`, rows per depth under ``tau_r="auto"``); None when
+    the releases hold no test (:mod:`dpm_jax.structure`)."""
+    if not releases[0].structures:
+        return None
+    rows = [
+        (r.structure_epsilons[0],) + sum(((e,) * 2**level for level, e in enumerate(r.structure_epsilons)), ())
+        for r in releases
+    ]
+    return _heap_noise(key, rows, 2**padded, depth, releases[0].depth)
+
+
+def _heap_noise(key: jax.Array, rows: list, size: int, depth, first_depth: int) -> exact.Int:
+    """Discrete Laplace noise of ``size`` heap entries for each row of per-node epsilons (each
+    padded with its last value: those entries are never used), the run's depth picking its row."""
     epsilons = np.asarray([list(r) + [r[-1]] * (size - len(r)) for r in rows])
-    if len(releases) == 1:
+    if len(rows) == 1:
         return count_noise(key, epsilons[0])
     noise = count_noise(key, epsilons)
-    row = jnp.asarray(depth, jnp.int32) - releases[0].depth
+    row = jnp.asarray(depth, jnp.int32) - first_depth
     return exact.Int(tuple(limb[row] for limb in noise.limbs))
 
 
@@ -604,8 +673,10 @@ def build_tree(
     width, max_splits = inputs.width, inputs.max_splits
 
     def scan_step(state: LevelState, level_inputs):
-        level, epsilon, offset = level_inputs
-        return split_level(inputs, state, level, epsilon, offset, *level_randomness(start.randomness, level, width))
+        level, epsilon, offset, structure_epsilon = level_inputs
+        return split_level(
+            inputs, state, level, epsilon, offset, *level_randomness(start.randomness, level, width), structure_epsilon
+        )
 
     root_histogram = (
         level_histogram(inputs.half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
@@ -620,7 +691,12 @@ def build_tree(
         root_histogram,
         *root_cells(inputs),
     )
-    level_inputs = (jnp.arange(padded), start.schedule.split_epsilons, start.schedule.count_offsets)
+    level_inputs = (
+        jnp.arange(padded),
+        start.schedule.split_epsilons,
+        start.schedule.count_offsets,
+        start.schedule.structure_epsilons,
+    )
     last, released = jax.lax.scan(scan_step, initial, level_inputs)  # LevelRelease, stacked by level
     # At depth padded a point's local index is its leaf's slot (module docstring).
     return assemble_tree(released, last.point_node, padded)
@@ -802,6 +878,7 @@ def tree_inputs(
         # (measured at 10 and 100 dimensions, benchmarks/speed.py).
         use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and grid.carries_counts,
         split_grid=grid,
+        tests_structure=config.tests_structure,
     )
 
 
@@ -824,7 +901,7 @@ class LevelStart(NamedTuple):
 
     public: PublicInputs
     schedule: "LevelSchedule"  # the run's depth and its per-level epsilons and offsets
-    randomness: tuple  # split bits and count noise in heap layout, padded (:func:`padded_randomness`)
+    randomness: tuple  # split bits, count noise and test noise in heap layout, padded (:func:`padded_randomness`)
 
 
 def inputs_of(
@@ -852,19 +929,29 @@ def root_node_counts(root_exact: exact.Int, width: int) -> exact.Int:
     return exact.Int(tuple(jnp.zeros(width, jnp.int32).at[0].set(limb) for limb in root_exact.limbs))
 
 
-def padded_randomness(split_bits: jax.Array, count_noise: exact.Int, width: int):
-    """The heap-layout split bits and count noise, padded so that every level can slice ``width`` slots."""
+def padded_randomness(
+    split_bits: jax.Array, count_noise: exact.Int, width: int, structure_noise: exact.Int | None = None
+):
+    """The heap-layout split bits, count noise and "no structure" test noise (or None), padded so
+    that every level can slice ``width`` slots."""
     bits = jnp.concatenate([split_bits, jnp.zeros((width,) + split_bits.shape[1:], split_bits.dtype)])
     noise = tuple(jnp.concatenate([limb, jnp.zeros(2 * width, limb.dtype)]) for limb in count_noise.limbs)
-    return bits, noise
+    tests = None
+    if structure_noise is not None:
+        tests = tuple(jnp.concatenate([limb, jnp.zeros(width, limb.dtype)]) for limb in structure_noise.limbs)
+    return bits, noise, tests
 
 
-def level_randomness(randomness, level, width: int) -> tuple[jax.Array, exact.Int]:
-    """A level's rows: split bits of its nodes (width,) and count noise of their children (2 width,)."""
-    bits, noise = randomness
+def level_randomness(randomness, level, width: int) -> tuple[jax.Array, exact.Int, exact.Int | None]:
+    """A level's rows: split bits of its nodes (width,), count noise of their children (2 width,)
+    and the test noise of its nodes (width,; None without the test)."""
+    bits, noise, tests = randomness
     first = jnp.left_shift(1, level)  # heap id of the level's first node
     level_noise = exact.Int(tuple(jax.lax.dynamic_slice_in_dim(limb, 2 * first, 2 * width) for limb in noise))
-    return jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise
+    level_tests = None
+    if tests is not None:
+        level_tests = exact.Int(tuple(jax.lax.dynamic_slice_in_dim(limb, first, width) for limb in tests))
+    return jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise, level_tests
 
 
 def assemble_tree(released: LevelRelease, point_slot: jax.Array, padded: int) -> tuple[SplitTree, Leaves]:

@@ -51,6 +51,7 @@ from dpm_jax.tree import (
     next_point_nodes,
     inputs_of,
     release_level,
+    structure_halts,
     root_cells,
     root_node_counts,
     route_on_split_dimensions,
@@ -83,8 +84,8 @@ def levels_over_passes(
         "level 0 histogram", _root_histogram_of_chunk, public, routes, cells, width=width, config=config
     )
     for level in range(config.padded_depth):
-        level_bits, level_noise = _level_randomness(start.randomness, jnp.int32(level), width)
-        split_dim, split = _choose_splits(
+        level_bits, level_noise, level_tests = _level_randomness(start.randomness, jnp.int32(level), width)
+        split_dim, split, halted = _choose_splits(
             public,
             jnp.int32(level),
             counts,
@@ -94,6 +95,8 @@ def levels_over_passes(
             level_bits,
             schedule.split_epsilons[level],
             schedule.count_offsets[level],
+            level_tests,
+            schedule.structure_epsilons[level],
             config=config,
             split_sensitivity=schedule.split_sensitivity,
         )
@@ -122,6 +125,7 @@ def levels_over_passes(
             split.position,
             child_true,
             level_noise,
+            halted,
             config=config,
         )
         releases.append(release)
@@ -157,21 +161,39 @@ class Routes(NamedTuple):
 # arithmetic (the released split positions, the centres) then rounds the same way.
 @functools.partial(jax.jit, static_argnames=("config", "split_sensitivity"))
 def _choose_splits(
-    public, level, counts, node_exact, node_active, cells, level_bits, epsilon, offset, *, config, split_sensitivity
-) -> tuple[jax.Array, DrawnSplit]:
-    """Lines 22-25 for a level's nodes: the drawn dimensions and what the splits determine."""
+    public,
+    level,
+    counts,
+    node_exact,
+    node_active,
+    cells,
+    level_bits,
+    epsilon,
+    offset,
+    level_tests,
+    structure_epsilon,
+    *,
+    config,
+    split_sensitivity,
+) -> tuple[jax.Array, DrawnSplit, jax.Array | None]:
+    """Lines 22-25 for a level's nodes: the drawn dimensions, what the splits determine, and the
+    nodes the "no structure" test halts (:func:`dpm_jax.tree.structure_halts`; None when off)."""
     inputs = inputs_of(public, config, split_sensitivity=split_sensitivity)
     grid, candidate_valid = level_grid(inputs, *cells)
     split_dim, split_index = choose_splits(
         inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset
     )
-    return split_dim, drawn_split(inputs, grid, *cells, split_dim, split_index)
+    split = drawn_split(inputs, grid, *cells, split_dim, split_index)
+    halted = structure_halts(inputs, grid, counts, node_exact, node_active, level, level_tests, structure_epsilon)
+    return split_dim, split, halted
 
 
 @functools.partial(jax.jit, static_argnames="config")
-def _release_level(public, level, node_exact, node_active, split_dim, position, child_true, level_noise, *, config):
+def _release_level(
+    public, level, node_exact, node_active, split_dim, position, child_true, level_noise, halted, *, config
+):
     return release_level(
-        inputs_of(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise
+        inputs_of(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise, halted
     )
 
 

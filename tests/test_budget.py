@@ -72,17 +72,22 @@ def test_shares_and_per_level_weights(config):
     eps_int, eps_cnt, eps_exp, eps_avg = (budget.epsilon * s for s in config.epsilon_shares)
     if config.split_grid == "cell":  # no interval size: its share goes to the split choices
         eps_int, eps_exp = 0.0, eps_int + eps_exp
+    eps_str = eps_avg * config.structure_share if config.tests_structure else 0.0  # from the averaging
+    eps_avg -= eps_str
+    assert math.isclose(math.fsum(a.structure_epsilons), eps_str, rel_tol=1e-12)
     assert math.isclose(a.interval_epsilon, eps_int)
     assert math.isclose(math.fsum(a.count_epsilons), eps_cnt, rel_tol=1e-12)
     assert math.isclose(math.fsum(a.split_epsilons), eps_exp, rel_tol=1e-12)
     assert math.isclose(a.average_epsilon, eps_avg, rel_tol=1e-12)
     # Equation 2: eps_i proportional to sqrt(2**i), so consecutive ratios are sqrt(2).
-    for parts in (a.count_epsilons, a.split_epsilons):
+    for parts in (a.count_epsilons, a.split_epsilons, a.structure_epsilons):
         for low, high in zip(parts, parts[1:]):
             assert math.isclose(high / low, math.sqrt(2), rel_tol=1e-9)
     # delta: 0.2 for the counts (the offsets, split evenly over the tau_r + 1 count
     # levels, plus every exact sampler's delta), 0.8 for the averaging.
-    samplers = math.fsum(a.count_sampler_deltas + a.split_sampler_deltas + (a.interval_sampler_delta,))
+    samplers = math.fsum(
+        a.count_sampler_deltas + a.split_sampler_deltas + (a.interval_sampler_delta,) + a.structure_sampler_deltas
+    )
     assert math.isclose(math.fsum(a.count_deltas) + samplers, budget.delta * config.delta_shares[0], rel_tol=1e-12)
     assert len(set(a.count_deltas)) <= 2  # equal parts (the last absorbs rounding)
     # the sampler deltas are the proven total-variation bounds times (1 + e^epsilon)
@@ -214,5 +219,6 @@ def test_the_cell_grid_gives_the_interval_share_to_the_split_choices():
         math.fsum(cell.split_epsilons), math.fsum(paper.split_epsilons) + paper.interval_epsilon, rel_tol=1e-12
     )
     assert cell.count_epsilons == paper.count_epsilons
-    assert math.isclose(cell.average_epsilon, paper.average_epsilon, rel_tol=1e-12)
+    # the paper's grid runs no structure test; the cell grid's takes its share from the averaging
+    assert math.isclose(cell.average_epsilon + math.fsum(cell.structure_epsilons), paper.average_epsilon, rel_tol=1e-12)
     assert not any(entry.name == "interval_size" for entry in ledger)

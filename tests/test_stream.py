@@ -1,5 +1,7 @@
 """cluster_stream (dpm_jax.stream): the in-memory release from chunks, and clear errors on bad chunks."""
 
+import dataclasses
+
 import numpy as np
 import jax
 import pytest
@@ -246,3 +248,30 @@ def test_the_cell_grid_reads_the_data_tau_r_plus_3_times(small_blobs, budget):
             column_bytes=3 * 4 * 600,
         )  # the paper grid: one pass for all 3 columns
     assert reads == {"cell": 4 + 3, "paper": 4 + 4}
+
+
+# The "no structure" test (dpm_jax.structure) at a budget where it runs on the first levels (epsilon
+# theta >= its gate): tau_r = 4, half of the averaging's share of epsilon 8 on the tests.
+STRUCTURE_CONFIG = dpm_jax.DPMConfig(tau_r=4, structure_share=0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [4, 5])
+def test_the_structure_test_streams_the_in_memory_release(seed):
+    # Long because: compiles the passes and two in-memory runs (about 40 s, 2 cores at load 8).
+    """600 uniform points filling the bounds (no structure): the streamed levels halt the nodes the
+    in-memory tree halts (same key, same release: the root, whose windows all hold about twice
+    theta), and without the test the tree splits them into several leaves."""
+    points = np.random.default_rng(seed).uniform(-100.0, 100.0, size=(600, 3)).astype(np.float32)
+    budget, bounds = dpm_jax.Budget(8.0, 1e-4), (-100.0, 100.0)
+    key = jax.random.key(seed)
+    in_memory = dpm_jax.cluster(key, points, budget, bounds=bounds, config=STRUCTURE_CONFIG)
+    streamed = cluster_stream(
+        key, [points[:250], points[250:]], budget, bounds=bounds, config=STRUCTURE_CONFIG, chunk_rows=128
+    )
+    assert_same_release(in_memory, streamed)
+    assert any(line.name.startswith("structure/") for line in in_memory.ledger)
+    without = dpm_jax.cluster(
+        key, points, budget, bounds=bounds, config=dataclasses.replace(STRUCTURE_CONFIG, structure_share=0.0)
+    )
+    assert int(in_memory.k) == 1 < int(without.k)

@@ -21,7 +21,9 @@ lambda_l read from the run's releases, :mod:`dpm_jax.dpm_releases`), whether its
   global grid (``split_grid="paper"``) draws there; the cell grid's candidates lie
   inside the node's cell;
 * ``stopping rule``: a noisy child count fell below tau_e (which includes a child
-  left empty because the data do not fill the box: the release cannot tell).
+  left empty because the data do not fill the box: the release cannot tell), or, with the
+  "no structure" test (``DPMConfig.structure_share`` > 0, the cell grid: :mod:`dpm_jax.structure`),
+  the test halted the node: the release holds the halt, not which rule made it.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ __all__ = [
     "float32_sum_neighbours",
     "cluster_mechanism",
     "split_step_mechanism",
+    "structure_step_mechanism",
     "greedy_selection_mechanism",
     "greedy_histogram_mechanism",
     "noisy_count_at_least",
@@ -385,6 +386,47 @@ def split_step_mechanism(
             offset,
         )
         return dim[0], candidate[0]
+
+    return mechanism
+
+
+def structure_step_mechanism(noisy_count: int, budget: Budget, config: DPMConfig) -> Mechanism:
+    """The root's "no structure" test (:mod:`dpm_jax.structure`) on the engine's own code path.
+
+    ``mechanism(key, unit_points) -> halted`` (bool): the run plan of ``budget`` and ``config``
+    at tau_r = 1 (:func:`dpm_jax.api.plan_run`, whose ``structure/level0`` release states the
+    claim), its test noise as a run draws it (:func:`dpm_jax.api.structure_noise`), the root's
+    cell grid and histogram (``tree.level_grid``, ``tree.level_counts``) and the decision
+    (``tree.structure_halts``), with the *public* released count ``noisy_count``. Conditioned on
+    n~ the tree's halt bit at the root is this mechanism; its claim is the line's
+    (epsilon, sampler delta). Pieces are looked up at call time (a test can substitute them).
+    """
+    from dpm_jax import api
+
+    config = dataclasses.replace(config, tau_r=1)
+    table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
+
+    def mechanism(key, unit_points):
+        n, d = unit_points.shape
+        run_plan = api.plan_run(budget, config, d)
+        (releases,) = run_plan.by_depth
+        count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
+        inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(0.5), config, 1)
+        grid, _ = tree.level_grid(inputs, *tree.root_cells(inputs))
+        histogram = tree.level_counts(inputs, grid, jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
+        noise = api.structure_noise(key, run_plan, 1, config)
+        level_noise = exact.Int(tuple(limb[1:2] for limb in noise.limbs))  # the root's (heap index 1)
+        halted = tree.structure_halts(
+            inputs,
+            grid,
+            histogram,
+            tree.root_node_counts(count, 1),
+            jnp.ones(1, bool),
+            jnp.int32(0),
+            level_noise,
+            releases.structure_epsilons[0],
+        )
+        return halted[0]
 
     return mechanism
 

@@ -48,6 +48,8 @@ DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
     "dpm-narrow": dpm_jax.DPMConfig(split_window=1),  # the cell grid before split_window (one half-bin per side)
     "dpm-paper": dpm_jax.DPMConfig(split_grid="paper", tau_r=7),  # the published design (Algorithm 2's beta)
     "dpm-depth7": dpm_jax.DPMConfig(tau_r=7),  # the paper's fixed depth (the default before tau_r="auto")
+    "dpm-no-structure": dpm_jax.DPMConfig(structure_share=0.0),  # the default before the structure test (issue 27)
+    "dpm-window12": dpm_jax.DPMConfig(split_window=12),  # a wider split window (issue 27: large beside small)
 }
 
 # name -> the variant of DPM_VARIANTS that is run with the data set's public lattice step.
