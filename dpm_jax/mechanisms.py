@@ -615,11 +615,13 @@ def exponential_mechanism(
 # (:func:`_gaussian_weights`): exp(-k^2 / (2 sigma^2)) 2**128 by the exact recurrence
 # w_(k+1) = w_k r^(2k+1), r = exp(-1 / (2 sigma^2)) from 70-digit decimal arithmetic,
 # truncated to integers after every product; S their exact sum. Distance from the ideal
-# law, per draw: every w_k is within 2**-96 of its ideal value (relative to w_0 = 1; the
-# truncations add at most (k + 1)(2k + 3) 2**-128 with K < 2**16 ... 2**22, see
-# _MAX_HALF_WIDTH), which moves the normalised weights by under 2**-70 in all (S >= 1);
-# each W_k (k != 0) is floored (under one unit of 2**-62 each, and W_0 gains what they
-# lose); the tail beyond K = ceil(sigma sqrt(160 ln 2)) + 1 (ideal mass < 2**-64) is cut:
+# law, per draw: in units of 2**-128 (w_0 = 1), r is off by under 1, r^2 by 3, the factor
+# r^(2k+1) by 4k + 1 and so w_k by at most 2k^2 (each product adds its factor's error and
+# one truncation); the 2K + 1 weights together by under 4 K^3, against S >= K / 5
+# (S ~ sigma sqrt(2 pi), K ~ 10.6 sigma): the normalised weights move by under
+# 20 K^2 2**-128 < 2**-79 in all for K < 2**22 (_MAX_HALF_WIDTH). Each W_k (k != 0) is
+# floored (under one unit of 2**-62 each, and W_0 gains what they lose); the tail beyond
+# K = ceil(sigma sqrt(160 ln 2)) + 1 (ideal mass < 2**-64) is cut:
 # tv <= (4 (2K + 1) + 4) / 2**62 + 2**-64. (Before: float64 weights, whose error bound
 # rested on an assumed accuracy of the host's exp and added 4 2**17 units: ten times the
 # whole bound at sigma = 2**8.)
@@ -642,12 +644,12 @@ _MAX_HALF_WIDTH = 2**22  # K: the truncation bound above holds below it (sigma b
 
 
 def _gaussian_weights(sigma: float, half_width: int) -> list[int]:
-    """[w_0, ..., w_K]: exp(-k^2 / (2 sigma^2)) 2**128 as integers, each within 2**32 of it (see above)."""
-    with decimal.localcontext() as context:
-        context.prec = 70
-        ratio = (-1 / (2 * decimal.Decimal(sigma) ** 2)).exp()  # Decimal(sigma) is the float exactly
+    """[w_0, ..., w_K]: exp(-k^2 / (2 sigma^2)) 2**128 as integers, w_k within 2k^2 of it (see above)."""
     one = 1 << _WEIGHT_BITS
-    r = int(ratio * one)  # floor: r and the products below only ever lose less than a unit
+    with decimal.localcontext() as context:
+        context.prec = 70  # 2**128 has 39 digits: the product below is exact to far below a unit
+        ratio = (-1 / (2 * decimal.Decimal(sigma) ** 2)).exp()  # Decimal(sigma) is the float exactly
+        r = int(ratio * one)  # floor: r and the products below only ever lose less than a unit
     r_squared = (r * r) >> _WEIGHT_BITS
     weights, weight, factor = [one], one, r  # factor = r^(2k + 1)
     for _ in range(half_width):

@@ -20,7 +20,7 @@ from scipy import stats
 
 from dpm_jax import Budget, DPMConfig
 from dpm_jax.budget import allocate
-from dpm_jax import exact
+from dpm_jax import exact, mechanisms
 from dpm_jax.mechanisms import (
     EM_DIGITS,
     EM_EPSILON_MARGIN,
@@ -671,6 +671,18 @@ def test_discrete_gaussian_table_is_within_its_tv_of_the_exact_pmf():
         inside = mpmath.fsum(abs(mpmath.mpf(m) / mpmath.mpf(2) ** 62 - p) for m, p in zip(mass, pmf))
         outside = 1 - mpmath.fsum(pmf)
         assert (inside + outside) / 2 <= table.tv
+
+
+@pytest.mark.parametrize("sigma", [1.0, 300.0, 16384.0])
+def test_gaussian_weights_are_within_their_stated_error(sigma):
+    """w_k = exp(-k^2 / (2 sigma^2)) 2**128 to within 2k^2 (mechanisms.py's table notes), by 60 digits."""
+    mpmath.mp.dps = 60
+    half_width = math.ceil(sigma * math.sqrt(160 * math.log(2))) + 1
+    weights = mechanisms._gaussian_weights(sigma, half_width)
+    assert len(weights) == half_width + 1 and weights[0] == 2**128
+    for k in range(0, half_width + 1, max(1, half_width // 300)):
+        ideal = mpmath.exp(-(mpmath.mpf(k) ** 2) / (2 * mpmath.mpf(sigma) ** 2)) * mpmath.mpf(2) ** 128
+        assert abs(weights[k] - ideal) <= max(1, 2 * k * k), k
 
 
 @pytest.mark.parametrize("sigma", [1.0, 3.5, 40.0])
