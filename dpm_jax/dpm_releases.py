@@ -129,7 +129,7 @@ def dpm_releases(
             keys.STRUCTURE,
             rows=heap_rows(level) if count_row is None else (f"row {count_row}", heap_rows(level)),
             level=level,
-            rule="window count of each node's drawn split (disjoint nodes); only the halt bit is released",
+            rule="min over a node's inner windows of count - threshold (disjoint nodes); only the halt bit is released",
         )
         for level, epsilon in enumerate(allocation.structure_epsilons)
     )

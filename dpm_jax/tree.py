@@ -258,7 +258,6 @@ class _TreeInputs(NamedTuple):
     num_levels: int  # padded_depth: levels the scan runs (those from ``depth`` on split nothing)
     use_siblings: bool  # counts carried by sibling subtraction (many dimensions)
     split_grid: "PaperGrid | CellSplitGrid"  # the run's split grid (DPMConfig.split_grid), a strategy
-    tests_structure: bool = False  # DPMConfig.tests_structure: the "no structure" test runs (dpm_jax.structure)
     strided_rows: bool = False  # rows sharded over devices: the loops over row blocks read strided blocks
 
 
@@ -523,7 +522,7 @@ def structure_halts(
     streamed), so the in-memory and streamed runs halt the same nodes. The thresholds come from
     the nodes' *released* sizes n~ (public), never their true counts.
     """
-    if not inputs.tests_structure or noise is None:
+    if noise is None:  # the releases hold no test (DPMConfig.tests_structure off)
         return None
     excess, full_theta = structure.window_excess(counts, grid.used, exact.to_float32(node_exact), structure.TEST_WINDOW)
     drawn = node_active & (level < inputs.depth)
@@ -878,7 +877,6 @@ def tree_inputs(
         # (measured at 10 and 100 dimensions, benchmarks/speed.py).
         use_siblings=lower.shape[0] >= _SIBLING_MIN_DIMS and grid.carries_counts,
         split_grid=grid,
-        tests_structure=config.tests_structure,
     )
 
 
