@@ -50,6 +50,7 @@ from dpm_jax.mechanisms import (
     add_count_noise,
     discrete_gaussian_table,
     em_weight_table,
+    random_words,
 )
 from dpm_jax.tree import (
     LevelStart,
@@ -558,7 +559,7 @@ def root_count(key: jax.Array, num_points: jax.Array, run_plan: RunPlan, padded:
 def split_bits(key: jax.Array, run_plan: RunPlan, config: DPMConfig) -> jax.Array:
     """The split choices' random words of every node in heap layout, (2**padded_depth, EM_TRIES, EM_DIGITS)."""
     shape = (config.max_clusters, EM_TRIES, EM_DIGITS)
-    return jax.random.bits(derive_key(key, run_plan.split_stream), shape, dtype=jnp.uint32)
+    return random_words(derive_key(key, run_plan.split_stream), shape)
 
 
 def structure_noise(key: jax.Array, run_plan: RunPlan, depth, config: DPMConfig) -> exact.Int | None:

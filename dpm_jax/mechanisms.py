@@ -41,6 +41,7 @@ from dpm_jax._arrays import materialized
 from dpm_jax.exact import Int
 
 __all__ = [
+    "random_words",
     "count_noise",
     "add_count_noise",
     "count_sampler_tv",
@@ -59,6 +60,18 @@ __all__ = [
     "discrete_gaussian_noise",
     "discrete_gaussian_multiplier",
 ]
+
+
+def random_words(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Uniform uint32 words of ``shape``: exactly ``jax.random.bits(key, shape, uint32)``.
+
+    Drawn flat and reshaped. JAX's threefry counts the words in row-major order, so the two
+    are equal word for word (tests/test_mechanisms.py checks it); XLA's CPU compiler takes
+    about five times longer for the hash over a multi-axis shape than over a flat one, and
+    every sampler here draws its words through this function.
+    """
+    return jax.random.bits(key, (math.prod(shape),), dtype=jnp.uint32).reshape(shape)
+
 
 # ---------------------------------------------------------- discrete Laplace (counts)
 # Counts are released with the discrete Laplace (two-sided geometric) mechanism:
@@ -149,9 +162,7 @@ def _discrete_laplace_words(key: jax.Array, epsilon: np.ndarray) -> tuple[jax.Ar
 def _sample_discrete_laplace_words(key, threshold_hi, threshold_lo, shape):
     """The device part of :func:`_discrete_laplace_words` (thresholds: (K,) + shape, uint32)."""
     num_bits = threshold_hi.shape[0]
-    # drawn flat and reshaped: multi-axis PRNG shapes take seconds longer to compile
-    words = jax.random.bits(key, (4 * num_bits * math.prod(shape),), dtype=jnp.uint32)
-    words = words.reshape((2, num_bits, 2) + shape)
+    words = random_words(key, (2, num_bits, 2) + shape)
     u_hi, u_lo = words[:, :, 0], words[:, :, 1]
     digits = (u_hi < threshold_hi) | ((u_hi == threshold_hi) & (u_lo < threshold_lo))
     digits = digits.astype(jnp.int32)
@@ -601,7 +612,7 @@ def exponential_mechanism(
     if not isinstance(epsilon, jax.core.Tracer) and epsilon <= EM_EPSILON_MARGIN:
         raise ValueError(f"epsilon {epsilon:.3g} is below the sampler's margin {EM_EPSILON_MARGIN:.3g}")
     rows = scores.limbs[0].shape[0]
-    bits = jax.random.bits(key, (rows, EM_TRIES, EM_DIGITS), dtype=jnp.uint32)
+    bits = random_words(key, (rows, EM_TRIES, EM_DIGITS))
     scale = em_exponent_scale(epsilon, jnp.broadcast_to(jnp.asarray(sensitivity, jnp.float32), (rows,)))
     return select_with_bits(bits, table, scores, valid, scale)
 
@@ -691,7 +702,7 @@ def discrete_gaussian_noise(
     among the table's cumulative sums by a binary search of exact integer comparisons.
     """
     size = math.prod(shape)
-    words = jax.random.bits(key, (2 * size,), dtype=jnp.uint32).reshape(2, size)
+    words = random_words(key, (2, size))
     u_high = jnp.right_shift(words[0], 1).astype(jnp.int32)
     u_low = jnp.right_shift(words[1], 1).astype(jnp.int32)
     length = thresholds_high.shape[0]

@@ -97,6 +97,20 @@ def test_discrete_laplace_matches_its_pmf(epsilon):
     assert abs(z.var() / (2 * r / (1 - r) ** 2) - 1) < 0.05
 
 
+@pytest.mark.parametrize("partitionable", [True, False])
+def test_random_words_are_jax_random_bits_of_the_same_shape(partitionable):
+    # The samplers draw flat and reshape (a faster compile); the words, hence every release,
+    # must be those of jax.random.bits over the multi-axis shape, under either threefry mode.
+    shapes = [(7,), (3, 5), (4, 64, 7), (2, 3, 2, 5)]
+    with jax.threefry_partitionable(partitionable):
+        for i, shape in enumerate(shapes):
+            key = jax.random.key(i)
+            expected = jax.random.bits(key, shape, dtype=jnp.uint32)
+            np.testing.assert_array_equal(mechanisms.random_words(key, shape), expected)
+            batched = jax.vmap(lambda k: mechanisms.random_words(k, shape))(jax.random.split(key, 3))
+            np.testing.assert_array_equal(batched[1], jax.random.bits(jax.random.split(key, 3)[1], shape, jnp.uint32))
+
+
 def test_count_noise_uses_each_entrys_epsilon():
     """One call, two budgets interleaved: each half matches its own pmf (p < 1e-3 fails)."""
     epsilons = np.tile([0.2, 2.0], 100_000)

@@ -373,7 +373,7 @@ def split_step_mechanism(
         grid, candidate_valid = tree.level_grid(inputs, *tree.root_cells(inputs))
         point_node, point_active = jnp.zeros(n, jnp.int32), jnp.ones(n, bool)
         histogram = tree.level_counts(inputs, grid, point_node, point_active)
-        bits = jax.random.bits(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
+        bits = mechanisms.random_words(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS))
         dim, candidate = tree.choose_splits(
             inputs,
             jnp.int32(0),

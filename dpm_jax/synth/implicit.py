@@ -48,6 +48,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax.mechanisms import random_words
+
 __all__ = ["geometric_table", "pass_probability", "draw_geometric", "ghost_capacity", "ghost_tv", "skip_positions"]
 
 _PRECISION = 60
@@ -110,7 +112,7 @@ def draw_geometric(key: jax.Array, high: jax.Array, low: jax.Array, shape: tuple
     overflow = the draw is >= 2**num_bits. Extra leading axes of the table broadcast.
     """
     num_words = high.shape[-1]
-    words = jax.random.bits(key, shape + (num_words, 2), dtype=jnp.uint32)
+    words = random_words(key, shape + (num_words, 2))
     u_hi, u_lo = words[..., 0], words[..., 1]
     digits = (u_hi < high) | ((u_hi == high) & (u_lo < low))
     place = jnp.asarray(np.left_shift(1, np.arange(num_words - 1)).astype(np.int32))

@@ -1,0 +1,80 @@
+"""A/B first call of ``dpm_jax.cluster`` for two source trees: fresh processes, interleaved.
+
+    python benchmarks/ab_first_call.py --a /path/to/baseline --b . [--repeats 7] [--out results/ab_first_call.json]
+
+What a Colab user pays once per session: import, then the first ``cluster`` on Synth data of
+``--n`` x ``--d`` (dpm_jax.eval.datasets.synthetic_blobs, seed 42; the DPM paper's delta
+n^-1.5), with no compilation cache (``cluster`` never uses it: its programs are shaped by the
+private n). Each repeat starts one fresh process per tree, A and B in alternating order, and
+records the first call's wall time, the seconds XLA spent compiling (JAX's
+``backend_compile_duration`` events) and the process's CPU seconds for the call. Compile CPU
+is the least load-sensitive of the three on a shared machine; only ratios B / A within one run
+mean something.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import textwrap
+
+from workers import start_worker, stop
+
+_WORKER = textwrap.dedent("""
+    import math, sys, time
+    import jax, dpm_jax
+    import jax._src.monitoring as monitoring
+    from dpm_jax.eval.datasets import synthetic_blobs
+    n, d = int(sys.argv[1]), int(sys.argv[2])
+    data = synthetic_blobs(n=n, d=d, seed=42)
+    budget = dpm_jax.Budget(1.0, 1.0 / (n * math.sqrt(n)))
+    compile_s = []
+    monitoring.register_event_duration_secs_listener(
+        lambda event, seconds, **_: compile_s.append(seconds) if event.endswith("backend_compile_duration") else None
+    )
+    wall, cpu = time.perf_counter(), time.process_time()
+    jax.block_until_ready(dpm_jax.cluster(jax.random.key(0), data.points, budget, bounds=data.bounds).centers)
+    print("ready", time.perf_counter() - wall, time.process_time() - cpu, sum(compile_s), flush=True)
+""")
+
+_FIELDS = ("first_call_s", "first_call_cpu_s", "compile_s")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--a", required=True, help="source tree A (the baseline)")
+    parser.add_argument("--b", default=".", help="source tree B")
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--d", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=7, help="fresh processes per tree")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    trees = {"A": pathlib.Path(args.a).resolve(), "B": pathlib.Path(args.b).resolve()}
+    runs = {name: [] for name in trees}
+    for repeat in range(args.repeats):
+        for name in ("A", "B") if repeat % 2 == 0 else ("B", "A"):
+            process, words = start_worker(_WORKER, [args.n, args.d], trees[name])
+            stop([process])
+            runs[name].append(dict(zip(_FIELDS, map(float, words))))
+            print(f"repeat {repeat} {name}: {runs[name][-1]}", file=sys.stderr)
+    medians = {name: {f: statistics.median(r[f] for r in rows) for f in _FIELDS} for name, rows in runs.items()}
+    result = dict(
+        n=args.n,
+        d=args.d,
+        repeats=args.repeats,
+        trees={name: str(path) for name, path in trees.items()},
+        runs=runs,
+        medians=medians,
+        ratio_b_over_a={f: medians["B"][f] / medians["A"][f] for f in _FIELDS},
+    )
+    print(json.dumps(dict(medians=medians, ratio_b_over_a=result["ratio_b_over_a"]), indent=1))
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
