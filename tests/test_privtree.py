@@ -13,7 +13,7 @@ from dpm_jax.budget import Budget
 from dpm_jax.mechanisms import count_noise
 from dpm_jax.synth.api import synthesize
 from dpm_jax.synth.cells import cell_boxes, cell_codes
-from dpm_jax.synth.kdtree import decision_capacity
+from dpm_jax.synth.kdtree import decision_capacities
 from dpm_jax.synth.plan import SynthConfig, plan_synthesis
 from dpm_jax.synth.privtree import calibrate, clamp_gap, privacy_loss, split_probability
 
@@ -119,27 +119,31 @@ def test_calibration_states_its_bound_and_the_one_point_delta():
 # --- the code path: decisions re-derived from the keyed noise ------------------------------
 
 
-def _numpy_leaves(codes, h, decisions, total, key, alpha, tau, bias, floor):
+def _numpy_leaves(codes, h, decisions, total, key, alpha, tau, bias, floor, branch_on="released"):
     """PrivTree on sorted codes, independently of dpm_jax.synth.kdtree: (start, depth, count) per leaf.
 
-    Row ``row``'s noise: ``key`` folded with the row, then with 0 (decision_capacity draws)
-    when at most that many cells are reached, else with 1 (n draws); the reached cells take
-    them in code order."""
+    Row ``row``'s noise: ``key`` folded with the row, then with the index of the smallest of
+    decision_capacities(n) that holds every cell the released tree can reach (2**h at the
+    first row, twice the previous row's splits below), that many draws; the reached cells take
+    them in code order. ``branch_on="reached"``: the rule that timed the unreleased number of
+    non-empty cells (for the test that tells the two apart)."""
     n = codes.size
     depth = np.full(n, h + decisions)
     alive = np.ones(n, bool)
+    most_reached = 2**h
     for row in range(decisions):
         at = h + row
         _, slot, counts = np.unique(codes >> (total - at), return_inverse=True, return_counts=True)
         reached = np.zeros(counts.size, bool)
         reached[slot[alive]] = True
-        few = reached.sum() <= decision_capacity(n)
-        size = decision_capacity(n) if few else n
-        draws = _noise(jax.random.fold_in(jax.random.fold_in(key, row), 0 if few else 1), (size,), alpha)
+        bound = most_reached if branch_on == "released" else reached.sum()
+        tier, size = next((i, c) for i, c in enumerate(decision_capacities(n)) if bound <= c)
+        draws = _noise(jax.random.fold_in(jax.random.fold_in(key, row), tier), (size,), alpha)
         noise = np.zeros(counts.size, np.int64)
         noise[reached] = draws[: reached.sum()]
         biased = np.maximum(counts - row * bias, floor)
-        split = biased + noise >= tau
+        split = reached & (biased + noise >= tau)
+        most_reached = 2 * int(split.sum())
         stop = alive & ~split[slot]
         depth[stop] = at
         alive &= ~stop
@@ -154,22 +158,29 @@ def _noise(key, shape, epsilon):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("levels", [4, 9])
-def test_decisions_are_rederived_from_the_tree_stream(levels):
+@pytest.mark.parametrize("levels, background", [(4, True), (9, True), (9, False)])
+def test_decisions_are_rederived_from_the_tree_stream(levels, background):
     # Long because: compiles a PrivTree synthesis (about 10 s, 2 cores at load 6).
     """Every released cell that holds data is a leaf of PrivTree grown in NumPy from the noise
     of derive_key(key, "synth_tree") folded with 1 (discrete Laplace of the release's alpha,
     per decision level, one draw per reached cell: _numpy_leaves), with
     biased counts max(c - row bias, theta - kappa) against theta, and its weight is its count
-    plus the leaf noise. A dropped bias, a halved noise scale or another clamp grows another tree."""
+    plus the leaf noise. A dropped bias, a halved noise scale or another clamp grows another tree.
+    With the background in one corner at 9 levels, fewer cells hold data than the smallest
+    capacity while 2**9 are released: the number of draws must follow the released tree, not
+    the non-empty cells (a timing channel), and that case grows another tree under the other rule."""
     key = jax.random.key(4)
-    config = SynthConfig(levels=levels, decisions=6)  # 9: the first level draws n (> capacity cells)
+    config = SynthConfig(levels=levels, decisions=6)  # 9: 2**9 first-level cells exceed the smallest capacity
     budget = Budget(2.0, 1e-6)
     theta = plan_synthesis(budget, config, "privtree", 2, 1).decisions.theta
     # a uniform background of about theta points per level-4 cell: many decisions near theta,
     # where the noise decides (a wrong noise scale grows another tree)
-    background = np.random.default_rng(1).uniform(0.0, 16.0, (16 * theta, 2)).astype(np.float32)
-    X = np.concatenate([_blobs(1500), background])
+    rng = np.random.default_rng(1)
+    if background:
+        uniform = rng.uniform(0.0, 16.0, (16 * theta, 2))
+    else:  # about theta points in each of 32 level-9 cells: few non-empty cells, decided by the noise
+        uniform = rng.uniform((8.0, 0.0), (16.0, 4.0), (32 * theta, 2))
+    X = np.concatenate([_blobs(1500), uniform.astype(np.float32)])
     result = synthesize(key, X, budget, bounds=BOUNDS, method="privtree", config=config)
     plan = plan_synthesis(budget, config, "privtree", 2, X.shape[0])
     release = plan.decisions
@@ -183,8 +194,14 @@ def test_decisions_are_rederived_from_the_tree_stream(levels):
     _, first = np.unique(codes >> (total - levels), return_counts=True)
     if levels == 4:
         assert np.sum(np.abs(first - plan.tau) <= 2.0 / release.alpha) >= 5  # decisions the noise decides
+    elif background:
+        assert first.size > decision_capacities(X.shape[0])[0]
     else:
-        assert first.size > decision_capacity(X.shape[0])
+        assert first.size <= decision_capacities(X.shape[0])[0] < 2**levels
+        timed = _numpy_leaves(
+            codes, levels, 6, total, tree_key, release.alpha, plan.tau, plan.bias, plan.floor, branch_on="reached"
+        )
+        assert {(a, b) for a, b in zip(*timed[:2])} != {(a, b) for a, b in zip(start, depth)}
     assert len(set(depth.tolist())) >= 3  # the decisions matter: leaves at several depths
     leaf_noise = _noise(
         jax.random.fold_in(keys.derive_key(key, keys.SYNTH_LEAF), 0), (X.shape[0],), plan.leaves.epsilon

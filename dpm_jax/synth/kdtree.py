@@ -105,22 +105,28 @@ def _first_of_slot(slot: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.ones(1, bool), slot[1:] != slot[:-1]])
 
 
-def decision_capacity(n: int) -> int:
-    """Static number of decision draws of a level when few cells are reached (else n are drawn)."""
-    return min(n, max(256, n // 16))
+def decision_capacities(n: int) -> tuple[int, ...]:
+    """The static numbers of decision draws a level may make, ascending, the last n: a level
+    draws the smallest that holds every cell it can reach (at least 256 unless n is smaller)."""
+    return tuple(sorted({min(n, max(256, n // parts)) for parts in (64, 16, 4)} | {n}))
 
 
-def _reached_noise(key: jax.Array, release, reached: jax.Array) -> Int:
+def _reached_noise(key: jax.Array, release, reached: jax.Array, most_reached: jax.Array) -> Int:
     """One independent noise draw per reached slot, in slot order (unreached slots: any value).
 
     Below the first decision level only the children of split cells are reached, usually far
-    fewer than n: when at most ``decision_capacity(n)`` are, that many draws are made (key
-    folded with 0), else n (folded with 1). Either way the reached cells get i.i.d. draws of
-    the release's noise, so the tree's law is the same as with n draws per level; only the
-    work differs (under vmap both branches run).
+    fewer than n: the level draws the smallest of :func:`decision_capacities` that is at least
+    ``most_reached`` (the key folded with that size's index). Either way the reached cells get
+    i.i.d. draws of the release's noise, so the tree's law is the same as with n draws per
+    level; only the work differs (under vmap every branch runs).
+
+    ``most_reached`` must bound the reached count and be a function of the *released* tree
+    (:func:`grow`: 2**h at the first decision level, twice the previous level's splits below):
+    the branch taken, hence the run time, then says nothing the release does not. Branching on
+    the reached count itself would time the number of non-empty cells, which is not released.
     """
     n = reached.shape[0]
-    capacity = decision_capacity(n)
+    sizes = decision_capacities(n)
     rank = jnp.cumsum(reached.astype(jnp.int32)) - 1
 
     def draw(fold: int, size: int):
@@ -130,8 +136,8 @@ def _reached_noise(key: jax.Array, release, reached: jax.Array) -> Int:
 
         return run
 
-    few = jnp.sum(reached, dtype=jnp.int32) <= capacity
-    return jax.lax.cond(few, draw(0, capacity), draw(1, n))
+    tier = sum((most_reached > size).astype(jnp.int32) for size in sizes[:-1])
+    return jax.lax.switch(tier, [draw(fold, size) for fold, size in enumerate(sizes)])
 
 
 def grow(
@@ -152,22 +158,26 @@ def grow(
     level_h = level_of(codes, valid, total, h)
 
     def step(carry, row):
-        alive, leaf_depth, level = carry
+        alive, leaf_depth, level, most_reached = carry
         at = h + row
         nxt = level_of(codes, valid, total, at + 1)
         reached = _segment_max(alive.astype(jnp.int32), level.slot, n) > 0
-        row_noise = _reached_noise(jax.random.fold_in(key, row), release, reached)
+        row_noise = _reached_noise(jax.random.fold_in(key, row), release, reached, most_reached)
         biased = (row * bias, floor)
         split, empty, start = _decide(level, nxt, codes, reached, row_noise, tau, total, at, biased)
         stop = alive & ~split[jnp.minimum(level.slot, n - 1)]
-        return (alive & ~stop, jnp.where(stop, at, leaf_depth), nxt), (empty, start)
+        # the next level reaches at most the children of this level's splits (released cells)
+        children = 2 * jnp.sum(split, dtype=jnp.int32)
+        return (alive & ~stop, jnp.where(stop, at, leaf_depth), nxt, children), (empty, start)
 
-    carry = (valid, jnp.full(n, total, jnp.int32), level_h)
+    # the first decision level reaches at most its 2**h cells (capped: 2**30 exceeds any capacity)
+    first_cells = jnp.left_shift(jnp.int32(1), jnp.minimum(jnp.asarray(h, jnp.int32), 30))
+    carry = (valid, jnp.full(n, total, jnp.int32), level_h, first_cells)
     if decisions:
         carry, (empty_child, child_start) = jax.lax.scan(step, carry, jnp.arange(decisions))
     else:
         empty_child, child_start = jnp.zeros((1, n), bool), jnp.zeros((1, n), jnp.uint32)
-    alive, leaf_depth, _ = carry
+    alive, leaf_depth, _, _ = carry
     leaf_depth = jnp.where(alive, h + decisions, leaf_depth)
     return _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions)
 
