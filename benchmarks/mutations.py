@@ -1,6 +1,7 @@
 """Mutation check of the privacy wiring: does a test designed for each bug catch it?
 
     python benchmarks/mutations.py [--out results/mutations.json] [--only NAME]
+    python benchmarks/mutations.py --table results/mutations.json  # the docs' table
 
 Each mutation is one deliberate bug in the engine's privacy wiring (a noise scale,
 a sensitivity, an offset, the factor 2, which key feeds which draw, clipping, the
@@ -637,11 +638,27 @@ def run(mutation: Mutation | ReleaseMutation) -> dict:
     )
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """The rows of a results file as the table of docs/privacy.md (what each mutation breaks through)."""
+    through = {m.name: f"`{m.builder}`" for m in RELEASE_MUTATIONS}
+    through.update({m.name: f"`{m.file}`" for m in MUTATIONS})
+    lines = ["| mutation | broken through | caught | by the test designed for it |", "| --- | --- | --- | --- |"]
+    for row in rows:
+        tests = ", ".join(f"`{t.removeprefix('tests/')}`" for t in row["caught_by"]) or "-"
+        where = through.get(row["mutation"], "?")
+        lines.append(f"| {row['mutation']} | {where} | {'yes' if row['caught'] else '**no**'} | {tests} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None)
     parser.add_argument("--only", default=None, help="run the mutations whose name contains this")
+    parser.add_argument("--table", default=None, help="print a results file as a markdown table, run nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(pathlib.Path(args.table).read_text())))
+        return 0
     rows = []
     for mutation in RELEASE_MUTATIONS + MUTATIONS:
         if args.only and args.only not in mutation.name:
