@@ -1,6 +1,7 @@
 """Mutation check of the privacy wiring: does a test designed for each bug catch it?
 
     python benchmarks/mutations.py [--out results/mutations.json] [--only NAME]
+    python benchmarks/mutations.py --table results/mutations.json  # the docs' table
 
 Each mutation is one deliberate bug in the engine's privacy wiring (a noise scale,
 a sensitivity, an offset, the factor 2, which key feeds which draw, clipping, the
@@ -10,15 +11,36 @@ the mutated copy (PYTHONPATH puts the copy first). A mutation is "caught" when o
 those tests fails; the table lists which. Nothing in the working tree is modified.
 
 Two kinds of bug:
-* :class:`ReleaseMutation` breaks one of DPM's releases through its parameters (a split
-  choice with half its sensitivity, leaf sums without the mid-shift, ...): a pytest
-  plugin wraps :func:`dpm_jax.dpm_releases.dpm_releases` so every run draws with the
-  broken release (and states its line). No source text is matched, so a refactor of the
-  engine cannot switch it off; if the builder is renamed the plugin fails to load and the
-  mutation is reported NOT CAUGHT with the error.
-* :class:`Mutation` changes engine source (for what is not a release parameter: clipping,
-  exact sums, the score's arithmetic); each old string must occur exactly once, else
-  the run stops with an error.
+* :class:`ReleaseMutation` breaks a release through its parameters (a split choice with
+  half its sensitivity, leaf sums without the mid-shift, a histogram with half its L2
+  sensitivity, leaf counts at twice their epsilon, a Lemma-10 delta not charged, ...): a
+  pytest plugin (:data:`_PLUGIN`) wraps the builder the mutation names (``"module:function"``:
+  DPM's :func:`dpm_jax.dpm_releases.dpm_releases` and :func:`dpm_jax.budget.allocate`, the
+  greedy's :func:`dpm_jax.greedy.api.plan_greedy` and
+  :func:`dpm_jax.greedy.histogram.histogram_release`, the synthesis's
+  :func:`dpm_jax.synth.plan.plan_synthesis`, the private bounds'
+  :func:`dpm_jax.bounds.plan_bounds` and :func:`dpm_jax.bounds.split_for_bounds`) and applies
+  the mutation's transform to what it returns, so every run draws with the broken release and
+  states its line from it. No source text is matched, so a refactor of the engine cannot
+  switch it off; tests/test_mutation_catalogue.py imports every builder and applies every
+  transform to a real release (a renamed builder fails that fast test).
+* :class:`Mutation` changes engine source text. It stays text where no release holds the
+  broken thing, so no transform of a builder's output can express it:
+  - the draw departs from its release (the structure test's or the heap layout's noise at
+    twice the epsilon the line states, the split exponent doubled, the histogram's, the lift's
+    or PrivTree's noise at another scale, PrivTree's bias dropped at the call site, a sibling's
+    bits, the bounds drawn from another key than the call site's): a release mutation moves the
+    draw and the line together, and the designed tests re-derive the draw from the release, so
+    only a text change can make the two disagree;
+  - the derivation a test measures directly (the score's and Algorithm 2's integer
+    sensitivities, the histogram's N_m, PrivTree's theta and loss bound, the sampler's epsilon
+    margin): the tests compare the function's value with the measured change of neighbours;
+  - what is not a parameter at all: clipping, exact integer sums, the score's arithmetic,
+    sampler internals (the implicit empty cells' pass probability), control flow (forbidden
+    balls, dropped noise, the auto depth's rule), data read to choose a public number (the
+    bounds' threshold or grid), the accountant, output order, and the guarantee's edges.
+  Each old string must occur exactly once, else the run stops with an error (and
+  tests/test_mutation_catalogue.py fails first).
 """
 
 from __future__ import annotations
@@ -48,13 +70,27 @@ class Mutation(NamedTuple):
 
 class ReleaseMutation(NamedTuple):
     name: str
-    transform: str  # a Python expression: a function of a DPMReleases returning the broken one
+    transform: str  # a Python expression: a function of what the builder returns, returning the broken one
     tests: tuple[str, ...]
+    builder: str = "dpm_jax.dpm_releases:dpm_releases"  # "module:function" whose output is broken
+    with_arguments: bool = False  # transform(output, *args, **kwargs): it also sees the builder's arguments
+
+    @property
+    def module(self) -> str:
+        return self.builder.partition(":")[0]
+
+    @property
+    def function(self) -> str:
+        return self.builder.partition(":")[2]
 
 
 _SPLITS = "lambda r: r._replace(splits=tuple(s._replace({}) for s in r.splits))"
 _COUNTS = "lambda r: r._replace(counts=tuple(c._replace({}) for c in r.counts))"
 _LEAF_SUMS = "lambda r: r._replace(leaf_sums=r.leaf_sums._replace({}))"
+# the KD-tree's decisions (a CountRelease; PrivTree's are a PrivTreeRelease, the grid has none)
+_KDTREE_DECISIONS = (
+    "lambda p: p._replace(decisions=p.decisions._replace({})) if type(p.decisions).__name__ == 'CountRelease' else p"
+)
 _REPLAYED_SPLITS = "tests/test_api.py::test_every_split_is_select_splits_with_the_levels_parameters_and_keyed_bits"
 _RELEASED_COUNTS = "tests/test_api.py::test_every_released_count_is_its_true_count_plus_the_keyed_noise"
 _LEAF_NOISE = "tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_stream"
@@ -111,28 +147,97 @@ RELEASE_MUTATIONS = (
         _LEAF_SUMS.format("stream=keys.SPLIT"),
         (_LEAF_NOISE,),
     ),
+    ReleaseMutation(
+        "release: node counts' offsets lambda = 0 in the allocation",
+        "lambda a: a._replace(count_offsets=tuple(0.0 for _ in a.count_offsets))",
+        ("tests/test_budget.py::test_shares_and_per_level_weights",),
+        builder="dpm_jax.budget:allocate",
+    ),
+    ReleaseMutation(
+        "release: node counts' deltas not net of their samplers' (the samplers' delta charged twice)",
+        "lambda a: a._replace(count_deltas=tuple(d + s for d, s in zip(a.count_deltas, a.count_sampler_deltas)))",
+        ("tests/test_budget.py::test_ledger_adds_up_exactly_to_the_budget",),
+        builder="dpm_jax.budget:allocate",
+    ),
+    ReleaseMutation(
+        "release: greedy selection with half the ball value's sensitivity",
+        "lambda p: p._replace(select=p.select._replace(sensitivity=p.select.sensitivity // 2)) "
+        "if p.method == 'exponential' and p.select else p",
+        ("tests/test_greedy.py::test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity",),
+        builder="dpm_jax.greedy.api:plan_greedy",
+    ),
+    ReleaseMutation(
+        "release: greedy histogram with half its L2 sensitivity (and so half its sigma)",
+        "lambda r: r._replace(l2_sensitivity=r.l2_sensitivity / 2, sigma=r.sigma / 2)",
+        (
+            "tests/test_greedy.py::test_histogram_sensitivity_is_the_proven_bound_and_is_attained_within_its_stated_slack",
+        ),
+        builder="dpm_jax.greedy.histogram:histogram_release",
+    ),
+    ReleaseMutation(
+        "release: synth leaf counts with twice their epsilon (half the discrete Laplace noise)",
+        "lambda p: p._replace(leaves=p.leaves._replace(epsilon=2 * p.leaves.epsilon))",
+        ("tests/test_synth.py::test_nonempty_cell_counts_are_rederived_from_the_leaf_stream",),
+        builder="dpm_jax.synth.plan:plan_synthesis",
+    ),
+    ReleaseMutation(
+        "release: synth KD-tree decisions with the paper's printed count d log2(s1/s2) (d fewer levels)",
+        _KDTREE_DECISIONS.format("sensitivity=p.decisions.sensitivity - p.dimension"),
+        ("tests/test_synth.py::test_decision_noise_is_charged_for_every_level_decided",),
+        builder="dpm_jax.synth.plan:plan_synthesis",
+    ),
+    ReleaseMutation(
+        "release: synth KD-tree decisions without the Lemma-10 delta (empty cells never split)",
+        _KDTREE_DECISIONS.format("offset_delta=0.0"),
+        ("tests/test_synth.py::test_lemma10_delta_is_charged",),
+        builder="dpm_jax.synth.plan:plan_synthesis",
+    ),
+    ReleaseMutation(
+        "release: private bounds' Laplace counts with sensitivity 1, not d",
+        "lambda p: p._replace(noise=p.noise._replace(sensitivity=1)) if hasattr(p.noise, 'offset') else p",
+        ("tests/test_bounds.py::test_bounds_audit_stays_below_the_claim",),
+        builder="dpm_jax.bounds:plan_bounds",
+    ),
+    ReleaseMutation(
+        "release: private bounds in synthesize, the rest not reduced by their share (whole budget)",
+        "lambda out, budget, *_, **__: (out[0], budget)",
+        ("tests/test_synth.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),
+        builder="dpm_jax.bounds:split_for_bounds",
+        with_arguments=True,
+    ),
+    ReleaseMutation(
+        "release: private bounds in kmeans, the rest not reduced by their share (whole budget)",
+        "lambda out, budget, *_, **__: (out[0], budget)",
+        ("tests/test_greedy.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),
+        builder="dpm_jax.bounds:split_for_bounds",
+        with_arguments=True,
+    ),
 )
 
 _PLUGIN = """
+import importlib
+import math
 import sys
 
 import dpm_jax
-import dpm_jax.dpm_releases
 from dpm_jax import keys
 
-_original = dpm_jax.dpm_releases.dpm_releases
+_module = importlib.import_module({module!r})
+_original = getattr(_module, {function!r})
 _transform = {transform}
 
 
 def _broken(*args, **kwargs):
+    if {with_arguments!r}:
+        return _transform(_original(*args, **kwargs), *args, **kwargs)
     return _transform(_original(*args, **kwargs))
 
 
-for _name, _module in list(sys.modules.items()):
+for _name, _loaded in list(sys.modules.items()):
     if _name == "dpm_jax" or _name.startswith("dpm_jax."):
-        for _attribute, _value in list(vars(_module).items()):
+        for _attribute, _value in list(vars(_loaded).items()):
             if _value is _original:
-                setattr(_module, _attribute, _broken)
+                setattr(_loaded, _attribute, _broken)
 """
 
 MUTATIONS = (
@@ -238,27 +343,10 @@ MUTATIONS = (
         ("tests/test_mechanisms.py::test_em_exponent_scale_never_exceeds_epsilon_minus_margin",),
     ),
     Mutation(
-        "allocation: offsets lambda set to 0",
-        "dpm_jax/budget.py",
-        (
-            (
-                "count_offsets = tuple(count_offset(e, d_) for d_, e in zip(count_deltas, count_epsilons))",
-                "count_offsets = tuple(0.0 for _ in count_epsilons)",
-            ),
-        ),
-        ("tests/test_budget.py::test_shares_and_per_level_weights",),
-    ),
-    Mutation(
         "Algorithm 2: the utility's sensitivity halved",
         "dpm_jax/interval.py",
         (("return PERCENTILE_SENSITIVITY * num_dims * _UTILITY_UNITS", "return num_dims * _UTILITY_UNITS"),),
         ("tests/test_sensitivity.py::test_gap_counts_and_utility_change_by_at_most_their_sensitivity",),
-    ),
-    Mutation(
-        "ledger: the samplers' delta not carved out of the count share",
-        "dpm_jax/budget.py",
-        (("offset_delta = delta_cnt - sampler_total", "offset_delta = delta_cnt"),),
-        ("tests/test_budget.py::test_ledger_adds_up_exactly_to_the_budget",),
     ),
     Mutation(
         "auto depth: tau_e = n~ / 2**max_depth instead of n~ / 2**depth",
@@ -300,12 +388,6 @@ MUTATIONS = (
         ("tests/test_bounds.py::test_released_bounds_are_the_keyed_noisy_histogram_post_processed",),
     ),
     Mutation(
-        "private bounds: Laplace noise on the wrong scale (sensitivity 1, not d)",
-        "dpm_jax/bounds.py",
-        (("keys.BOUNDS, sensitivity=d, rule=", "keys.BOUNDS, sensitivity=1, rule="),),
-        ("tests/test_bounds.py::test_bounds_audit_stays_below_the_claim",),
-    ),
-    Mutation(
         "private bounds: the bucket grid derived from the data (scaled by max |x|)",
         "dpm_jax/bounds.py",
         (
@@ -315,17 +397,6 @@ MUTATIONS = (
             ),
         ),
         ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
-    ),
-    Mutation(
-        "private bounds in synthesize: the share not subtracted (the synthesis on the whole budget)",
-        "dpm_jax/synth/api.py",
-        (
-            (
-                "mask, budget, bounds, prepare, default=",
-                "mask, budget, bounds, lambda _: prepare(budget), default=",
-            ),
-        ),
-        ("tests/test_synth.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),
     ),
     Mutation(
         "private bounds in synthesize: the bounds drawn from another key (not the bounds' own stream)",
@@ -343,12 +414,6 @@ MUTATIONS = (
         "dpm_jax/synth/from_dpm.py",
         (("cluster.__wrapped__(key, X,", "cluster(key, X,"),),
         ("tests/test_synth.py::test_an_accountant_is_charged_once_for_the_whole_call",),
-    ),
-    Mutation(
-        "private bounds in kmeans: the share not subtracted (the greedy planned on the whole budget)",
-        "dpm_jax/greedy/api.py",
-        (("mask, plan_of(rest))", "mask, plan_of(budget))"),),
-        ("tests/test_greedy.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),
     ),
     Mutation(
         "private bounds in kmeans: the bounds drawn from another key (the greedy's selection stream)",
@@ -377,12 +442,6 @@ MUTATIONS = (
             "tests/test_averaging.py::test_leaf_sums_are_bit_identical_under_row_permutation",
             "tests/test_averaging.py::test_float32_binade_attack_moves_the_exact_sum_by_the_added_code_only",
         ),
-    ),
-    Mutation(
-        "greedy: the ball value's sensitivity halved in the selection's release",
-        "dpm_jax/greedy/api.py",
-        (("keys.GREEDY_SELECT,\n        2**VALUE_BITS,", "keys.GREEDY_SELECT,\n        2 ** (VALUE_BITS - 1),"),),
-        ("tests/test_greedy.py::test_one_point_moves_a_ball_value_by_at_most_the_stated_sensitivity",),
     ),
     Mutation(
         "greedy: forbidden balls allowed (no availability test at the start)",
@@ -419,48 +478,12 @@ MUTATIONS = (
         ("tests/test_greedy.py::test_histogram_noise_is_the_keyed_discrete_gaussian_at_the_release_sigma",),
     ),
     Mutation(
-        "greedy: the histogram's L2 sensitivity halved",
-        "dpm_jax/greedy/histogram.py",
-        (
-            (
-                "return 2**VALUE_BITS * math.sqrt(level_square_bound(plan.dim) * (plan.levels + 1))",
-                "return 2**VALUE_BITS * math.sqrt(level_square_bound(plan.dim) * (plan.levels + 1)) / 2",
-            ),
-        ),
-        (
-            "tests/test_greedy.py::test_histogram_sensitivity_is_the_proven_bound_and_is_attained_within_its_stated_slack",
-        ),
-    ),
-    Mutation(
         "greedy: the histogram's sampler charged for one value per level (N_m = 1)",
         "dpm_jax/greedy/histogram.py",
         (("    return 2 ** (dim - 1)\n", "    return 1\n"),),
         (
             "tests/test_greedy.py::test_histogram_sensitivity_is_the_proven_bound_and_is_attained_within_its_stated_slack",
         ),
-    ),
-    Mutation(
-        "synth leaf counts: half the discrete Laplace noise (twice its epsilon)",
-        "dpm_jax/synth/threshold.py",
-        (
-            (
-                "count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, self.epsilon))",
-                "count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, 2 * self.epsilon))",
-            ),
-        ),
-        ("tests/test_synth.py::test_nonempty_cell_counts_are_rederived_from_the_leaf_stream",),
-    ),
-    Mutation(
-        "synth KD-tree: the paper's printed decision count d log2(s1/s2) (d fewer levels)",
-        "dpm_jax/synth/plan.py",
-        (("sensitivity=decisions, rows=", "sensitivity=decisions - d, rows="),),
-        ("tests/test_synth.py::test_decision_noise_is_charged_for_every_level_decided",),
-    ),
-    Mutation(
-        "synth KD-tree: the Lemma-10 delta (empty cells never split) not charged",
-        "dpm_jax/synth/plan.py",
-        (("offset_delta=tree_delta - probe.sampler_delta,", "offset_delta=0.0,"),),
-        ("tests/test_synth.py::test_lemma10_delta_is_charged",),
     ),
     Mutation(
         "synth implicit empty cells: pass probability of threshold t + 1",
@@ -553,12 +576,31 @@ MUTATIONS = (
 )
 
 
+def transform_of(mutation: ReleaseMutation):
+    """The mutation's transform as a function, in the plugin's namespace (``keys``, ``math``)."""
+    import math
+
+    from dpm_jax import keys
+
+    return eval(mutation.transform, {"keys": keys, "math": math})
+
+
+def plugin_source(mutation: ReleaseMutation) -> str:
+    """The pytest plugin that makes ``mutation.builder`` return ``mutation.transform`` of its output."""
+    return _PLUGIN.format(
+        module=mutation.module,
+        function=mutation.function,
+        transform=mutation.transform,
+        with_arguments=mutation.with_arguments,
+    )
+
+
 def _mutated_copy(mutation: Mutation | ReleaseMutation) -> pathlib.Path:
     root = pathlib.Path(tempfile.mkdtemp(prefix="dpm_mutation_"))
     for part in ("dpm_jax", "tests"):
         shutil.copytree(REPOSITORY / part, root / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     if isinstance(mutation, ReleaseMutation):
-        (root / "_mutation_plugin.py").write_text(_PLUGIN.format(transform=mutation.transform))
+        (root / "_mutation_plugin.py").write_text(plugin_source(mutation))
         return root
     changes = [(mutation.file, old, new) for old, new in mutation.replacements] + list(mutation.extra)
     for file, old, new in changes:
@@ -596,11 +638,27 @@ def run(mutation: Mutation | ReleaseMutation) -> dict:
     )
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """The rows of a results file as the table of docs/privacy.md (what each mutation breaks through)."""
+    through = {m.name: f"`{m.builder}`" for m in RELEASE_MUTATIONS}
+    through.update({m.name: f"`{m.file}`" for m in MUTATIONS})
+    lines = ["| mutation | broken through | caught | by the test designed for it |", "| --- | --- | --- | --- |"]
+    for row in rows:
+        tests = ", ".join(f"`{t.removeprefix('tests/')}`" for t in row["caught_by"]) or "-"
+        where = through.get(row["mutation"], "?")
+        lines.append(f"| {row['mutation']} | {where} | {'yes' if row['caught'] else '**no**'} | {tests} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None)
     parser.add_argument("--only", default=None, help="run the mutations whose name contains this")
+    parser.add_argument("--table", default=None, help="print a results file as a markdown table, run nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(pathlib.Path(args.table).read_text())))
+        return 0
     rows = []
     for mutation in RELEASE_MUTATIONS + MUTATIONS:
         if args.only and args.only not in mutation.name:

@@ -2,6 +2,7 @@
 designed test still exists. A refactor that moves a mutated line otherwise turns its mutation into a
 crash of the mutation run (or, before the run checked, into a silent no-op)."""
 
+import importlib
 import pathlib
 import re
 import sys
@@ -10,7 +11,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from mutations import MUTATIONS, RELEASE_MUTATIONS  # noqa: E402
+from mutations import MUTATIONS, RELEASE_MUTATIONS, transform_of  # noqa: E402
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name[:60])
@@ -27,3 +28,50 @@ def test_every_designed_test_exists(mutation):
         file, _, name = node.partition("::")
         function = re.sub(r"\[.*\]$", "", name)
         assert re.search(rf"^def {re.escape(function)}\(", (ROOT / file).read_text(), re.M), node
+
+
+def _builder_examples():
+    """Real, cheap calls of every builder a ReleaseMutation wraps (args, kwargs): enough of them
+    that every transform has a release to change (the interval needs the paper grid, the
+    structure tests the cell grid, the selection's sensitivity the "exponential" method, ...)."""
+    from dpm_jax import Budget, DPMConfig, PrivateBounds
+    from dpm_jax.averaging import leaf_sums_release
+    from dpm_jax.budget import allocate
+    from dpm_jax.greedy.nets import NetPlan
+    from dpm_jax.synth.plan import SynthConfig
+
+    budget = Budget(1.0, 1e-6)
+    configs = (DPMConfig(tau_r=3), DPMConfig(split_grid="paper", tau_r=3))
+
+    def dpm_call(config):
+        allocation = allocate(budget, config, 2)
+        return (allocation, config, 2, leaf_sums_release(allocation.average_epsilon, allocation.average_delta, 2))
+
+    return {
+        "dpm_jax.dpm_releases:dpm_releases": [dpm_call(c) for c in configs],
+        "dpm_jax.budget:allocate": [(budget, c, 2) for c in configs],
+        "dpm_jax.greedy.api:plan_greedy": [(budget, 4, 2, 2, 6, 2, 0, m) for m in ("exponential", "histogram")],
+        "dpm_jax.greedy.histogram:histogram_release": [(0.6, 4e-7, NetPlan(2, 6, 3, 2))],
+        "dpm_jax.synth.plan:plan_synthesis": [
+            (budget, SynthConfig(decisions=4), m, 2, 300) for m in ("grid", "kdtree", "privtree")
+        ],
+        "dpm_jax.bounds:plan_bounds": [(budget, 2, PrivateBounds(noise=n)) for n in ("laplace", "gaussian")],
+        "dpm_jax.bounds:split_for_bounds": [(budget, PrivateBounds(), 2)],
+    }
+
+
+@pytest.mark.parametrize("mutation", RELEASE_MUTATIONS, ids=lambda m: m.name[:60])
+def test_every_release_mutation_wraps_an_importable_builder_and_changes_a_real_release(mutation):
+    """A renamed or moved builder fails here (not silently at mutation time), and every transform
+    evaluates against real outputs of its builder and changes at least one of them."""
+    builder = getattr(importlib.import_module(mutation.module), mutation.function, None)
+    assert callable(builder), f"{mutation.builder} is not a function of the engine"
+    calls = _builder_examples()[mutation.builder]
+    transform = transform_of(mutation)
+    changed = 0
+    for args in calls:
+        output = builder(*args)
+        broken = transform(output, *args) if mutation.with_arguments else transform(output)
+        assert type(broken) is type(output)
+        changed += broken != output
+    assert changed, f"{mutation.name}: the transform changes none of {mutation.builder}'s example outputs"

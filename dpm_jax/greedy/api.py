@@ -140,7 +140,13 @@ class GreedyPlan(NamedTuple):
     count: CountRelease | None
     sums: LeafSumsRelease | None
     costs: LeafSumsRelease | None
-    releases: tuple  # the ledger's releases
+
+    @property
+    def releases(self) -> tuple:
+        """The ledger's releases, built from the fields the run draws with (() when not private)."""
+        if self.select is None:
+            return ()
+        return (self.select, self.count, _gaussian("center_sums", self.sums), _gaussian("cost_curve", self.costs))
 
 
 @functools.lru_cache(maxsize=64)
@@ -157,7 +163,7 @@ def plan_greedy(
     """Calibrate every release of a run to its share of ``budget`` (host side)."""
     nets = plan_nets(min(d, grid_dim), levels, z)
     if budget is None:
-        return GreedyPlan(nets, k, d, projection_seed, method, None, None, None, None, ())
+        return GreedyPlan(nets, k, d, projection_seed, method, None, None, None, None)
     eps = split_budget(budget.epsilon, SHARES)
     count = CountRelease("greedy_count", eps[1], keys.GREEDY_COUNT, rule="sizes of the disjoint Voronoi cells")
     dlt = _delta_parts(budget.delta, count.entry().delta)
@@ -166,13 +172,7 @@ def plan_greedy(
     else:
         select = _selection_release(eps[0], dlt[0], nets, k)
     sums, costs = leaf_sums_release(eps[2], dlt[2], d), leaf_sums_release(eps[3], dlt[3], k)
-    releases = (
-        select,
-        count,
-        _gaussian("center_sums", eps[2], dlt[2], sums),
-        _gaussian("cost_curve", eps[3], dlt[3], costs),
-    )
-    return GreedyPlan(nets, k, d, projection_seed, method, select, count, sums, costs, releases)
+    return GreedyPlan(nets, k, d, projection_seed, method, select, count, sums, costs)
 
 
 def _selection_release(epsilon: float, delta: float, nets: NetPlan, k: int) -> ComposedSelectionRelease:
@@ -197,12 +197,12 @@ def _delta_parts(delta: float, count_delta: float) -> tuple[float, ...]:
     return (select, count_delta, sums, at_most(delta, [count_delta, select, sums], costs))
 
 
-def _gaussian(rows: str, epsilon: float, delta: float, plan: LeafSumsRelease) -> GaussianRelease:
+def _gaussian(rows: str, plan: LeafSumsRelease) -> GaussianRelease:
     """The ledger line of an averaging-mechanism release on the "greedy_sum" stream."""
     return GaussianRelease(
         "greedy_" + rows,
-        epsilon,
-        delta,
+        plan.epsilon,
+        plan.delta,
         keys.GREEDY_SUM,
         plan.sensitivity,
         plan.sigma,
