@@ -568,6 +568,17 @@ MUTATIONS = (
         ("tests/test_cache.py::test_nothing_on_disk_tells_neighbouring_sizes_apart",),
     ),
     Mutation(
+        "edges: the synthesis's decision draws sized by the unreleased non-empty cells (a timing channel)",
+        "dpm_jax/synth/kdtree.py",
+        (
+            (
+                "    tier = sum((most_reached > size)",
+                "    tier = sum((jnp.sum(reached, dtype=jnp.int32) > size)",
+            ),
+        ),
+        ("tests/test_privtree.py::test_decisions_are_rederived_from_the_tree_stream[9-False]",),
+    ),
+    Mutation(
         "edges: bounds whose range float32 cannot scale by accepted",
         "dpm_jax/api.py",
         (("    if not np.all((width >= _MIN_RANGE) & (width <= _MAX_RANGE)):\n", "    if False:\n"),),
