@@ -14,14 +14,13 @@ mean something.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import statistics
 import sys
 import textwrap
 
-from workers import start_worker, stop
+from workers import ab_parser, ab_trees, start_worker, stop
 
 _WORKER = textwrap.dedent("""
     import math, sys, time
@@ -44,15 +43,10 @@ _FIELDS = ("first_call_s", "first_call_cpu_s", "compile_s")
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--a", required=True, help="source tree A (the baseline)")
-    parser.add_argument("--b", default=".", help="source tree B")
-    parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--d", type=int, default=10)
+    parser = ab_parser(__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="fresh processes per tree")
-    parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    trees = {"A": pathlib.Path(args.a).resolve(), "B": pathlib.Path(args.b).resolve()}
+    trees = ab_trees(args)
     runs = {name: [] for name in trees}
     for repeat in range(args.repeats):
         for name in ("A", "B") if repeat % 2 == 0 else ("B", "A"):

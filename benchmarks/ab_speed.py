@@ -14,14 +14,13 @@ medians meaningful on a shared machine. Only the ratio means something, and only
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import statistics
 import sys
 import textwrap
 
-from workers import ask, start_worker, stop
+from workers import ab_parser, ab_trees, ask, start_worker, stop
 
 _WORKER = textwrap.dedent("""
     import sys, time
@@ -46,17 +45,12 @@ _WORKER = textwrap.dedent("""
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--a", required=True, help="source tree A (the baseline)")
-    parser.add_argument("--b", default=".", help="source tree B")
-    parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--d", type=int, default=10)
+    parser = ab_parser(__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=40, help="warm calls per tree")
-    parser.add_argument("--out", default=None)
     parser.add_argument("--synthesize", default=None, metavar="METHOD", help="time synthesize, not cluster")
     args = parser.parse_args(argv)
     entry = args.synthesize or "cluster"
-    trees = {"A": pathlib.Path(args.a).resolve(), "B": pathlib.Path(args.b).resolve()}
+    trees = ab_trees(args)
     workers = {}
     for label, tree in trees.items():
         workers[label], ready = start_worker(_WORKER, [args.n, args.d, entry], tree)

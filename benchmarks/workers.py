@@ -7,7 +7,9 @@ calls a second apart on a shared machine.
 
 from __future__ import annotations
 
+import argparse
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
@@ -47,3 +49,19 @@ def stop(workers) -> None:
     for process in workers:
         process.stdin.close()
         process.wait()
+
+
+def ab_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every A/B benchmark takes: the two source trees, the data's size, --out."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--a", required=True, help="source tree A (the baseline)")
+    parser.add_argument("--b", default=".", help="source tree B")
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--d", type=int, default=10)
+    parser.add_argument("--out", default=None)
+    return parser
+
+
+def ab_trees(args: argparse.Namespace) -> dict[str, pathlib.Path]:
+    """{"A": tree, "B": tree}, resolved."""
+    return {"A": pathlib.Path(args.a).resolve(), "B": pathlib.Path(args.b).resolve()}
