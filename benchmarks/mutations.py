@@ -306,6 +306,12 @@ MUTATIONS = (
         ("tests/test_bounds.py::test_bounds_audit_stays_below_the_claim",),
     ),
     Mutation(
+        "private bounds: Gaussian noise on the wrong scale (L2 sensitivity 1, not sqrt(d))",
+        "dpm_jax/bounds.py",
+        (('keys.BOUNDS, math.sqrt(d), d, rule="L2: d histograms"', 'keys.BOUNDS, 1.0, d, rule="L2: d histograms"'),),
+        ("tests/test_bounds.py::test_gaussian_noise_has_the_scale_of_l2_sensitivity_sqrt_d",),
+    ),
+    Mutation(
         "private bounds: the bucket grid derived from the data (scaled by max |x|)",
         "dpm_jax/bounds.py",
         (

@@ -2,8 +2,9 @@
 
     python benchmarks/private_bounds.py                        # every section
     python benchmarks/private_bounds.py --sections coverage --keys 5
-    python benchmarks/private_bounds.py --sections quality --shares 0.1,0.2
+    python benchmarks/private_bounds.py --sections quality --presets before,default
     python benchmarks/private_bounds.py --sections cost --cost-n 1000000
+    python benchmarks/private_bounds.py --sections quantiles
 
 Sections (epsilon = 1 in total, delta = n^-1.5 as in the DPM paper, medians over --keys keys):
 
@@ -12,9 +13,11 @@ Sections (epsilon = 1 in total, delta = n^-1.5 as in the DPM paper, medians over
   BIRCH-like grid (range 1e6) and cases where it is expected to lose (data off zero with a
   small spread, a Gaussian straddling 0 at small n); the fraction of points inside the box
   (all dimensions at once) and the largest ratio of box width to the true range.
-* quality: dpm_jax.cluster with bounds="private" (share s of the same total epsilon) against
+* quality: dpm_jax.cluster with bounds="private" (each preset: its share of the same total epsilon) against
   the same keys with the data set's known bounds: ARI, accuracy, k on Synth-10d, UCI
   Letters and the structure zoo (at --zoo-n points).
+* quantiles: the private-quantile alternative (an exponential mechanism per dimension and side
+  over the same buckets, at the default's share), simulated for its utility only.
 * cost: one private-bounds estimate against a warm cluster call, same data, same process.
 
 Results go to benchmarks/results/private_bounds.json (and a .md table). Timing numbers
@@ -38,6 +41,7 @@ from dpm_jax import bounds as bounds_lib
 from dpm_jax.eval import datasets as D
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.zoo import labelled_scores, paper_delta
+from dpm_jax.mechanisms import cdp_delta
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -65,8 +69,11 @@ def coverage_sets() -> dict[str, np.ndarray]:
 
 
 PRESETS = {
+    # the default before this measurement chose the current one (share 0.15, widen 2**1.5)
+    "before": bounds_lib.PrivateBounds(share=0.1, widen=1.0),
+    "share-0.1": bounds_lib.PrivateBounds(share=0.1),
+    "share-0.125": bounds_lib.PrivateBounds(share=0.125),
     "default": bounds_lib.PrivateBounds(),
-    "covering-share-0.1": bounds_lib.COVERING._replace(share=0.1),
     "covering": bounds_lib.COVERING,
 }
 
@@ -95,6 +102,66 @@ def coverage(keys: int) -> list[dict]:
     return rows
 
 
+def _largest_rho(epsilon: float, delta: float) -> float:
+    """The largest rho whose zCDP is (epsilon, delta)-DP (bisection on cdp_delta)."""
+    low, high = 0.0, epsilon
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdp_delta(middle, epsilon) <= delta else (low, middle)
+    return low
+
+
+def quantile_utility(X: np.ndarray, budget, share: float, widen: float, seed: int, failure: float = 1e-4):
+    """(lower, upper) of the private-quantile alternative, simulated for its utility only (float
+    Gumbel noise: not a private implementation, and not in dpm_jax).
+
+    Per dimension and side, the exponential mechanism over the same fixed bucket edges selects the
+    edge whose count beyond it (from the outside) is nearest a public rank r: utility
+    -|count beyond e - r|, sensitivity 1 for add/remove-one. 2d selections share the bounds'
+    budget: each gets the larger of epsilon_b / (2d) (basic composition) and sqrt(4 rho_b / d)
+    (each selection is epsilon^2/8-zCDP: Cesar and Rogers 2021), rho_b the largest rho that is
+    (epsilon_b, delta_b)-DP. The rank plays the threshold's role: the ~250 empty edges beyond the
+    data must lose to the true edge, so r = 2 ln(B / failure) / epsilon_each. Widened as the bounds are.
+    """
+    n, d = X.shape
+    eps_b, delta_b = budget.epsilon * share, budget.delta * share
+    each = max(eps_b / (2 * d), np.sqrt(4 * _largest_rho(eps_b, delta_b) / d))
+    edges = bounds_lib.bucket_edges(0).astype(np.float64)
+    rank = 2 * np.log(len(edges) / failure) / each
+    rng = np.random.default_rng(seed)
+    lower, upper = np.empty(d), np.empty(d)
+    for j in range(d):
+        below = np.searchsorted(np.sort(X[:, j]), edges, side="left")  # #{x < e}
+        above = n - np.searchsorted(np.sort(X[:, j]), edges, side="right")  # #{x > e}
+        for side, beyond in ((lower, below), (upper, above)):
+            utility = -np.abs(beyond - rank)
+            side[j] = edges[np.argmax(each * utility / 2 + rng.gumbel(size=len(edges)))]
+    lower = np.where(lower < 0, lower * widen, lower / widen)
+    upper = np.where(upper > 0, upper * widen, upper / widen)
+    return lower, upper, each, rank
+
+
+def quantiles(keys: int, share: float) -> list[dict]:
+    rows = []
+    for name, X in coverage_sets().items():
+        n, d = X.shape
+        budget = dpm_jax.Budget(1.0, paper_delta(n))
+        for widen in (1.0, 2**1.5):
+            covered, ratios = [], []
+            for k in range(keys):
+                lo, hi, each, rank = quantile_utility(X, budget, share, widen, seed=k)
+                covered.append(float(np.mean(np.all((X >= lo) & (X <= hi), axis=1))))
+                ratios.append(float(np.max((hi - lo) / np.maximum(X.max(0) - X.min(0), 1e-30))))
+            row = dict(
+                data=name, n=n, d=d, share=share, widen=widen, epsilon_each=each, rank=rank,
+                coverage=float(np.median(covered)), max_ratio=float(np.median(ratios)),
+                coverage_all=covered, max_ratio_all=ratios,
+            )  # fmt: skip
+            rows.append(row)
+            _log(f"quantiles {name} widen {widen:.3g}: {row['coverage']:.4f} ratio {row['max_ratio']:.2f}")
+    return rows
+
+
 def _scores(data: D.Dataset, budget, bounds, keys: int, config) -> dict:
     run = jax.jit(jax.vmap(lambda key: dpm_jax.cluster(key, data.points, budget, bounds=bounds, config=config)))
     result = run(jax.random.split(jax.random.key(7), keys))
@@ -104,7 +171,7 @@ def _scores(data: D.Dataset, budget, bounds, keys: int, config) -> dict:
     return {name: float(np.median([r[name] for r in runs])) for name in ("ari", "accuracy", "k")} | {"runs": runs}
 
 
-def quality(keys: int, shares: list[float], zoo_n: int) -> list[dict]:
+def quality(keys: int, presets: list[str], zoo_n: int) -> list[dict]:
     sets = [D.load_dataset("synth-10d"), D.letters()] + [D.load_dataset(name, n=zoo_n) for name in D.ZOO]
     rows = []
     for data in sets:
@@ -112,8 +179,8 @@ def quality(keys: int, shares: list[float], zoo_n: int) -> list[dict]:
         budget, config = dpm_jax.Budget(1.0, paper_delta(n)), dpm_jax.DPMConfig()
         known = _scores(data, budget, data.bounds, keys, config)
         row = dict(data=data.name, n=n, d=data.points.shape[1], known=known)
-        for share in shares:
-            row[f"private_{share}"] = _scores(data, budget, bounds_lib.PrivateBounds(share=share), keys, config)
+        for preset in presets:
+            row[preset] = _scores(data, budget, PRESETS[preset], keys, config)
         rows.append(row)
         summary = " ".join(f"{k}: ari {v['ari']:.3f} k {v['k']:g}" for k, v in row.items() if isinstance(v, dict))
         _log(f"quality {data.name}: {summary}")
@@ -153,6 +220,14 @@ def render(results: dict) -> str:
             f"| {r['threshold']} "
             f"| {r['coverage']:.4f} | {r['max_ratio']:.2f} |"
         )
+    if results.get("quantiles"):
+        lines += ["", "## Private quantiles instead (utility simulation at the default's share; not in dpm_jax)", ""]
+        lines += ["| data | n | d | widen | epsilon each | rank r | coverage | max width / range |", "|---" * 8 + "|"]
+        for r in results["quantiles"]:
+            lines.append(
+                f"| {r['data']} | {r['n']} | {r['d']} | {r['widen']:.3g} | {r['epsilon_each']:.4f} | {r['rank']:.0f} "
+                f"| {r['coverage']:.4f} | {r['max_ratio']:.2f} |"
+            )
     if results.get("quality"):
         lines += ["", "## Clustering: known bounds vs private bounds (median ARI / accuracy / k)", ""]
         variants = [k for k in results["quality"][0] if isinstance(results["quality"][0][k], dict)]
@@ -169,23 +244,35 @@ def render(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sections", default="coverage,quality,cost")
+    parser.add_argument("--sections", default="coverage,quantiles,quality,cost")
     parser.add_argument("--keys", type=int, default=5)
-    parser.add_argument("--shares", default="0.05,0.1,0.2")
+    parser.add_argument("--presets", default="before,share-0.1,default,covering", help=f"of {list(PRESETS)}")
     parser.add_argument("--zoo-n", type=int, default=20_000)
     parser.add_argument("--cost-n", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(RESULTS / "private_bounds.json"))
     args = parser.parse_args(argv)
-    shares = [float(s) for s in args.shares.split(",")]
+    presets = args.presets.split(",")
+    unknown = sorted(set(presets) - set(PRESETS))
+    if unknown:
+        parser.error(f"unknown presets {unknown}; known: {list(PRESETS)}")
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {}
     results["machine"] = machine_description() | {"note": "2 CPU cores shared with other jobs"}
+    results["protocol"] = (
+        f"epsilon 1 total, delta n^-1.5; {args.keys} keys per cell (medians); presets "
+        + ", ".join(f"{name} (share {p.share}, widen {p.widen:.3g})" for name, p in PRESETS.items())
+        + f"; quality: presets {args.presets} vs the data set's known bounds, same keys, zoo at n={args.zoo_n}; "
+        f"cost: one warm cluster call vs one bounds estimate (default preset), blobs {args.cost_n} x 10, "
+        f"median of {args.repeats}, same process"
+    )
     sections = args.sections.split(",")
     if "coverage" in sections:
         results["coverage"] = coverage(args.keys)
+    if "quantiles" in sections:
+        results["quantiles"] = quantiles(args.keys, PRESETS["default"].share)
     if "quality" in sections:
-        results["quality"] = quality(args.keys, shares, args.zoo_n)
+        results["quality"] = quality(args.keys, presets, args.zoo_n)
     if "cost" in sections:
         results["cost"] = cost(args.cost_n, args.repeats)
     out.write_text(json.dumps(results, indent=1))
