@@ -2,7 +2,7 @@
 
     python benchmarks/private_bounds.py                        # every section
     python benchmarks/private_bounds.py --sections coverage --keys 5
-    python benchmarks/private_bounds.py --sections quality --presets before,default
+    python benchmarks/private_bounds.py --sections quality --presets default,covering
     python benchmarks/private_bounds.py --sections cost --cost-n 1000000
     python benchmarks/private_bounds.py --sections quantiles
 
@@ -17,7 +17,7 @@ Sections (epsilon = 1 in total, delta = n^-1.5 as in the DPM paper, medians over
   the same keys with the data set's known bounds: ARI, accuracy, k on Synth-10d, UCI
   Letters and the structure zoo (at --zoo-n points).
 * quantiles: the private-quantile alternative (an exponential mechanism per dimension and side
-  over the same buckets, at the default's share), simulated for its utility only.
+  over the same domain, at share 0.15), simulated for its utility only.
 * cost: one private-bounds estimate against a warm cluster call, same data, same process.
 
 Results go to benchmarks/results/private_bounds.json (and a .md table). Timing numbers
@@ -69,12 +69,13 @@ def coverage_sets() -> dict[str, np.ndarray]:
 
 
 PRESETS = {
-    # the default before this measurement chose the current one (share 0.15, widen 2**1.5)
-    "before": bounds_lib.PrivateBounds(share=0.1, widen=1.0),
-    "share-0.1": bounds_lib.PrivateBounds(share=0.1),
-    "share-0.125": bounds_lib.PrivateBounds(share=0.125),
-    "default": bounds_lib.PrivateBounds(),
-    "covering": bounds_lib.COVERING,
+    "default": bounds_lib.PrivateBounds(),  # bounds="private" in cluster and kmeans
+    "share-0.15": bounds_lib.PrivateBounds(share=0.15),
+    "share-0.15-widen-1.41": bounds_lib.PrivateBounds(share=0.15, widen=2**0.5),
+    "share-0.1-widen-2.83": bounds_lib.COVERING._replace(share=0.1),
+    "share-0.125-widen-2.83": bounds_lib.COVERING._replace(share=0.125),
+    "share-0.15-widen-2.83": bounds_lib.COVERING._replace(share=0.15),
+    "covering": bounds_lib.COVERING,  # dpm_jax.private_bounds's default; the synthesis's
 }
 
 
@@ -111,31 +112,52 @@ def _largest_rho(epsilon: float, delta: float) -> float:
     return low
 
 
+def _log_coordinate(x: np.ndarray) -> np.ndarray:
+    """The fixed domain's log scale: sign(x) (log2 |x| + 127), |x| < 2**-126 at 0 (about [-255, 255])."""
+    magnitude = np.log2(np.maximum(np.abs(x.astype(np.float64)), 2.0**-126)) + 127.0
+    return np.sign(x) * np.where(np.abs(x) < 2.0**-126, 0.0, magnitude)
+
+
+def _from_log_coordinate(g: np.ndarray) -> np.ndarray:
+    return np.sign(g) * np.exp2(np.abs(g) - 127.0)
+
+
+def _lower_quantile(g_sorted: np.ndarray, rank: float, epsilon: float, rng) -> float:
+    """Smith's exponential mechanism for the rank-th smallest point on [-255, 255] (log scale)."""
+    ends = np.concatenate([[-255.0], g_sorted, [255.0]])
+    lengths = np.diff(ends)  # interval i holds i points below it
+    utility = -np.abs(np.arange(len(lengths)) - rank)
+    with np.errstate(divide="ignore"):
+        score = np.log(lengths) + epsilon * utility / 2 + rng.gumbel(size=len(lengths))
+    i = int(np.argmax(score))
+    return float(rng.uniform(ends[i], ends[i + 1]))
+
+
 def quantile_utility(X: np.ndarray, budget, share: float, widen: float, seed: int, failure: float = 1e-4):
     """(lower, upper) of the private-quantile alternative, simulated for its utility only (float
     Gumbel noise: not a private implementation, and not in dpm_jax).
 
-    Per dimension and side, the exponential mechanism over the same fixed bucket edges selects the
-    edge whose count beyond it (from the outside) is nearest a public rank r: utility
-    -|count beyond e - r|, sensitivity 1 for add/remove-one. 2d selections share the bounds'
-    budget: each gets the larger of epsilon_b / (2d) (basic composition) and sqrt(4 rho_b / d)
-    (each selection is epsilon^2/8-zCDP: Cesar and Rogers 2021), rho_b the largest rho that is
-    (epsilon_b, delta_b)-DP. The rank plays the threshold's role: the ~250 empty edges beyond the
-    data must lose to the true edge, so r = 2 ln(B / failure) / epsilon_each. Widened as the bounds are.
+    Per dimension and side, Smith's exponential mechanism for a quantile (Smith 2011, "Privacy-
+    preserving statistical estimation with optimal convergence rates", Section 3) over the fixed
+    domain on its log scale (the bucket grid's sign and binary exponent, made continuous): an
+    interval between consecutive points is drawn with weight length x exp(-epsilon |rank - r| / 2),
+    then a point uniformly in it; sensitivity 1 for add/remove-one. 2d selections share the bounds'
+    budget: each gets the larger of epsilon_b / (2d) (basic composition) and sqrt(4 rho_b / d) (each
+    selection is epsilon^2/8-zCDP: Cesar and Rogers 2021), rho_b the largest rho that is
+    (epsilon_b, delta_b)-DP. The rank r plays the threshold's role: the ~127 binades beyond the
+    data must lose to the intervals near rank r, so r = 2 ln(B / failure) / epsilon_each, B = 509.
+    Widened as the bounds are.
     """
     n, d = X.shape
     eps_b, delta_b = budget.epsilon * share, budget.delta * share
     each = max(eps_b / (2 * d), np.sqrt(4 * _largest_rho(eps_b, delta_b) / d))
-    edges = bounds_lib.bucket_edges(0).astype(np.float64)
-    rank = 2 * np.log(len(edges) / failure) / each
+    rank = 2 * np.log(len(bounds_lib.bucket_edges(0)) / failure) / each
     rng = np.random.default_rng(seed)
     lower, upper = np.empty(d), np.empty(d)
     for j in range(d):
-        below = np.searchsorted(np.sort(X[:, j]), edges, side="left")  # #{x < e}
-        above = n - np.searchsorted(np.sort(X[:, j]), edges, side="right")  # #{x > e}
-        for side, beyond in ((lower, below), (upper, above)):
-            utility = -np.abs(beyond - rank)
-            side[j] = edges[np.argmax(each * utility / 2 + rng.gumbel(size=len(edges)))]
+        g = np.sort(_log_coordinate(X[:, j]))
+        lower[j] = _from_log_coordinate(_lower_quantile(g, rank, each, rng))
+        upper[j] = -_from_log_coordinate(_lower_quantile(np.sort(-g), rank, each, rng))
     lower = np.where(lower < 0, lower * widen, lower / widen)
     upper = np.where(upper > 0, upper * widen, upper / widen)
     return lower, upper, each, rank
@@ -171,10 +193,11 @@ def _scores(data: D.Dataset, budget, bounds, keys: int, config) -> dict:
     return {name: float(np.median([r[name] for r in runs])) for name in ("ari", "accuracy", "k")} | {"runs": runs}
 
 
-def quality(keys: int, presets: list[str], zoo_n: int) -> list[dict]:
-    sets = [D.load_dataset("synth-10d"), D.letters()] + [D.load_dataset(name, n=zoo_n) for name in D.ZOO]
+def quality(keys: int, presets: list[str], zoo_n: int, only: list[str] | None = None) -> list[dict]:
+    names = ["synth-10d", "letters", *D.ZOO]
     rows = []
-    for data in sets:
+    for name in names if only is None else [n for n in names if n in only]:
+        data = D.letters() if name == "letters" else D.load_dataset(name, **({"n": zoo_n} if name in D.ZOO else {}))
         n = data.points.shape[0]
         budget, config = dpm_jax.Budget(1.0, paper_delta(n)), dpm_jax.DPMConfig()
         known = _scores(data, budget, data.bounds, keys, config)
@@ -221,7 +244,7 @@ def render(results: dict) -> str:
             f"| {r['coverage']:.4f} | {r['max_ratio']:.2f} |"
         )
     if results.get("quantiles"):
-        lines += ["", "## Private quantiles instead (utility simulation at the default's share; not in dpm_jax)", ""]
+        lines += ["", "## Private quantiles instead (utility simulation at share 0.15; not in dpm_jax)", ""]
         lines += ["| data | n | d | widen | epsilon each | rank r | coverage | max width / range |", "|---" * 8 + "|"]
         for r in results["quantiles"]:
             lines.append(
@@ -246,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sections", default="coverage,quantiles,quality,cost")
     parser.add_argument("--keys", type=int, default=5)
-    parser.add_argument("--presets", default="before,share-0.1,default,covering", help=f"of {list(PRESETS)}")
+    presets_help = f"of {list(PRESETS)}"
+    parser.add_argument("--presets", default="default,share-0.15,share-0.15-widen-1.41,covering", help=presets_help)
+    parser.add_argument("--datasets", default=None, help="quality: only these (comma-separated; default all)")
     parser.add_argument("--zoo-n", type=int, default=20_000)
     parser.add_argument("--cost-n", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -270,9 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     if "coverage" in sections:
         results["coverage"] = coverage(args.keys)
     if "quantiles" in sections:
-        results["quantiles"] = quantiles(args.keys, PRESETS["default"].share)
+        results["quantiles"] = quantiles(args.keys, PRESETS["share-0.15"].share)  # beside share-0.15(-widen-2.83)
     if "quality" in sections:
-        results["quality"] = quality(args.keys, presets, args.zoo_n)
+        results["quality"] = quality(args.keys, presets, args.zoo_n, args.datasets and args.datasets.split(","))
     if "cost" in sections:
         results["cost"] = cost(args.cost_n, args.repeats)
     out.write_text(json.dumps(results, indent=1))

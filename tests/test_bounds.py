@@ -248,14 +248,13 @@ def test_private_bounds_leave_the_caller_data_untouched():
 )
 def test_edge_case_columns_get_bounds_that_hold_them_and_cluster_runs(name, column):
     # Long because: compiles a clustering of its own (12 s, 2 cores at load 10).
-    """The tight box (widen 1) may clip a few extreme points of a column; the default and COVERING
-    (widen 2**1.5) hold >= 99 %, within 6x the range (a binade edge and the widening)."""
+    """The default (widen 1) may clip a few extreme points of a column; COVERING (widen 2**1.5,
+    dpm_jax.private_bounds's default) holds >= 99 %, within 6x the range (a binade edge and the widening)."""
     X = np.stack([column, np.random.default_rng(1).standard_normal(3000)], axis=1)
     if name.startswith("integers"):
         X = X.astype(np.int32)
     span = max(float(np.ptp(X[:, 0])), abs(float(X[0, 0])), 2**-64)  # constant: its size, or the least range
-    tight, default, covering = bounds_lib.PrivateBounds(widen=1.0), bounds_lib.PrivateBounds(), bounds_lib.COVERING
-    for request, least, widest in ((tight, 0.9, 2), (default, 0.99, 6), (covering, 0.99, 6)):
+    for request, least, widest in ((bounds_lib.PrivateBounds(), 0.9, 2), (bounds_lib.COVERING, 0.99, 6)):
         budget = dpm_jax.Budget(0.3 * request.share / 0.1, 1e-7)
         lower, upper = map(np.asarray, dpm_jax.private_bounds(jax.random.key(0), X, budget, request))
         assert np.all(lower < upper) and np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))
@@ -263,6 +262,18 @@ def test_edge_case_columns_get_bounds_that_hold_them_and_cluster_runs(name, colu
         assert upper[0] - lower[0] <= widest * span, (name, lower, upper)
     result = dpm_jax.cluster(jax.random.key(0), X, BUDGET, bounds="private", config=SMALL)
     assert np.all(np.isfinite(np.asarray(result.centers)[np.asarray(result.valid)]))
+
+
+def test_standalone_private_bounds_default_to_the_covering_box():
+    """dpm_jax.private_bounds, whose product is the box, defaults to COVERING (widened to hold nearly
+    every point); bounds="private" in an algorithm keeps its own default (the tight box in cluster)."""
+    X = two_blobs(2000)
+    budget = dpm_jax.Budget(0.5, 1e-7)
+    default = dpm_jax.private_bounds(jax.random.key(3), X, budget)
+    for want, got in zip(dpm_jax.private_bounds(jax.random.key(3), X, budget, bounds_lib.COVERING), default):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    tight = dpm_jax.private_bounds(jax.random.key(3), X, budget, bounds_lib.PrivateBounds())
+    assert np.all(np.asarray(default[1]) > np.asarray(tight[1]))  # the same buckets, moved out
 
 
 def test_tens_of_points_give_a_clear_error_not_a_crash():

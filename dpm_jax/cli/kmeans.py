@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 
-from dpm_jax.bounds import GREEDY_DEFAULT
 from dpm_jax.budget import Budget
 from dpm_jax.cli.bounds_option import released_bounds
 from dpm_jax.cli.readers import read_points
@@ -34,7 +33,6 @@ def add_parser(commands, seed_type) -> argparse.ArgumentParser:
         help="DP k-means / k-median with a given k (the unified greedy) and the private cost curve",
         description="Cluster the rows of INPUT into K centres under (epsilon, delta)-DP with the unified "
         "greedy and write the release (centres, noisy sizes, cost curve, elbow, ledger) as JSON.",
-        private_default=GREEDY_DEFAULT,
     )
     run.add_argument("--k", type=int, required=True, help="number of centres")
     run.add_argument("--z", type=int, default=2, choices=(1, 2), help="2: k-means (default), 1: k-median")

@@ -238,8 +238,7 @@ def kmeans(
       bounds: public (lo, hi), scalars or (d,) arrays (required); or "private" /
         :class:`dpm_jax.PrivateBounds`: estimated under DP with a share of ``budget`` first
         (:func:`dpm_jax.bounds.run_with_private_bounds`: its line comes first in the ledger, the
-        greedy runs on the rest; needs a budget). "private" asks for
-        :data:`dpm_jax.bounds.GREEDY_DEFAULT` (a tight box: the greedy's noise grows with its width).
+        greedy runs on the rest; needs a budget).
       z: 2 for k-means, 1 for k-median.
       levels: L, the last level of the nets (public).
       grid_dim: the largest working dimension m; data of higher d is projected.
@@ -267,9 +266,7 @@ def kmeans(
         if budget is None:
             raise ValueError('bounds="private" spends a share of the budget: give a Budget, or public bounds')
         prepare = lambda rest: functools.partial(_run_within, key, points, mask, plan_of(rest))  # noqa: E731
-        return bounds_lib.run_with_private_bounds(
-            key, points, mask, budget, bounds, prepare, default=bounds_lib.GREEDY_DEFAULT
-        )
+        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
     return _run_within(key, points, mask, plan_of(budget), bounds)
 
 
