@@ -249,7 +249,7 @@ def render(results: dict) -> str:
         for r in results["quantiles"]:
             lines.append(
                 f"| {r['data']} | {r['n']} | {r['d']} | {r['widen']:.3g} | {r['epsilon_each']:.4f} | {r['rank']:.0f} "
-                f"| {r['coverage']:.4f} | {r['max_ratio']:.2f} |"
+                f"| {r['coverage']:.4f} | {r['max_ratio']:.3g} |"
             )
     if results.get("quality"):
         lines += ["", "## Clustering: known bounds vs private bounds (median ARI / accuracy / k)", ""]
