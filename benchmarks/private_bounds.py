@@ -79,6 +79,19 @@ PRESETS = {
 }
 
 
+def _score_box(X: np.ndarray, lo: np.ndarray, hi: np.ndarray, covered: list, ratios: list) -> None:
+    """Append the fraction of the points inside the box and its largest width / true range."""
+    covered.append(float(np.mean(np.all((X >= lo) & (X <= hi), axis=1))))
+    ratios.append(float(np.max((hi - lo) / np.maximum(X.max(0) - X.min(0), 1e-30))))
+
+
+def _medians(covered: list, ratios: list) -> dict:
+    return dict(
+        coverage=float(np.median(covered)), max_ratio=float(np.median(ratios)), coverage_all=covered,
+        max_ratio_all=ratios,
+    )  # fmt: skip
+
+
 def coverage(keys: int) -> list[dict]:
     rows = []
     for name, X in coverage_sets().items():
@@ -90,14 +103,11 @@ def coverage(keys: int) -> list[dict]:
             covered, ratios = [], []
             for k in range(keys):
                 lo, hi = map(np.asarray, bounds_lib.estimate_bounds(jax.random.key(k), points, jnp.ones(n, bool), plan))
-                covered.append(float(np.mean(np.all((X >= lo) & (X <= hi), axis=1))))
-                ratios.append(float(np.max((hi - lo) / np.maximum(X.max(0) - X.min(0), 1e-30))))
+                _score_box(X, lo, hi, covered, ratios)
             row = dict(
                 data=name, n=n, d=d, preset=preset, share=request.share, widen=request.widen,
                 noise=type(plan.noise).__name__, threshold=plan.threshold,
-                coverage=float(np.median(covered)), max_ratio=float(np.median(ratios)),
-                coverage_all=covered, max_ratio_all=ratios,
-            )  # fmt: skip
+            ) | _medians(covered, ratios)  # fmt: skip
             rows.append(row)
             _log(f"coverage {name} {preset}: {row['coverage']:.4f} ratio {row['max_ratio']:.2f}")
     return rows
@@ -172,13 +182,9 @@ def quantiles(keys: int, share: float) -> list[dict]:
             covered, ratios = [], []
             for k in range(keys):
                 lo, hi, each, rank = quantile_utility(X, budget, share, widen, seed=k)
-                covered.append(float(np.mean(np.all((X >= lo) & (X <= hi), axis=1))))
-                ratios.append(float(np.max((hi - lo) / np.maximum(X.max(0) - X.min(0), 1e-30))))
-            row = dict(
-                data=name, n=n, d=d, share=share, widen=widen, epsilon_each=each, rank=rank,
-                coverage=float(np.median(covered)), max_ratio=float(np.median(ratios)),
-                coverage_all=covered, max_ratio_all=ratios,
-            )  # fmt: skip
+                _score_box(X, lo, hi, covered, ratios)
+            row = dict(data=name, n=n, d=d, share=share, widen=widen, epsilon_each=each, rank=rank)
+            row |= _medians(covered, ratios)
             rows.append(row)
             _log(f"quantiles {name} widen {widen:.3g}: {row['coverage']:.4f} ratio {row['max_ratio']:.2f}")
     return rows
