@@ -199,6 +199,13 @@ RELEASE_MUTATIONS = (
         builder="dpm_jax.bounds:plan_bounds",
     ),
     ReleaseMutation(
+        "release: private bounds' Gaussian counts with L2 sensitivity 1, not sqrt(d)",
+        "lambda p: p._replace(noise=p.noise._replace(l2_sensitivity=1.0, sigma=p.noise.sigma / p.noise.l2_sensitivity))"
+        " if hasattr(p.noise, 'l2_sensitivity') else p",
+        ("tests/test_bounds.py::test_gaussian_noise_has_the_scale_of_l2_sensitivity_sqrt_d",),
+        builder="dpm_jax.bounds:plan_bounds",
+    ),
+    ReleaseMutation(
         "release: private bounds in synthesize, the rest not reduced by their share (whole budget)",
         "lambda out, budget, *_, **__: (out[0], budget)",
         ("tests/test_synth.py::test_private_bounds_line_comes_first_and_the_ledger_adds_up_to_the_budget",),

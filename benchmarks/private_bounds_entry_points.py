@@ -49,7 +49,8 @@ def synthesis(n: int, num_keys: int) -> list[dict]:
     X = mixture(n, 2, 30.0, seed=0)
     gamma = balog_gamma(2)
     kxx = kernel_mean(X, gamma)
-    box = tuple(np.asarray(b) for b in dpm_jax.private_bounds(jax.random.key(0), X, dpm_jax.Budget(0.1, 1e-7)))
+    tight = dpm_jax.bounds.PrivateBounds()  # the tight box (private_bounds defaults to COVERING)
+    box = tuple(np.asarray(b) for b in dpm_jax.private_bounds(jax.random.key(0), X, dpm_jax.Budget(0.1, 1e-7), tight))
     rows = []
     for method in ("grid", "kdtree"):
         for name, bounds in (*BOUNDS.items(), (DIAGNOSTIC, box)):

@@ -67,8 +67,12 @@ __all__ = [
 ]
 
 PRIVATE = "private"
-DEFAULT_SHARE = 0.1  # of epsilon and delta; benchmarks/private_bounds.py measures it
-WIDEN = 1.0  # the outward factor for clustering (tolerates clipping a few extremes); benchmarks/private_bounds.py
+# The default: what bounds="private" asks for in cluster, cluster_stream and kmeans. DPM and the
+# greedy lose resolution (and DPM its splits) in a box wider than the data, and tolerate clipping
+# a few extreme points, so the box is the outermost occupied binades' edges; COVERING widens it
+# for a box that holds nearly every point (benchmarks/private_bounds.py measures both).
+DEFAULT_SHARE = 0.1  # of epsilon and delta
+WIDEN = 1.0
 _MAGNITUDE_BINADES = 254  # float32 normal exponents -126 .. 127
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _MIN_HALF_WIDTH = 2.0**-64  # of a released range: well above the engine's smallest range, 2**-100
@@ -82,8 +86,9 @@ class PrivateBounds(NamedTuple):
     ``share``: the fraction of epsilon (and of delta, for the Gaussian) spent on the bounds.
     ``mantissa_bits``: significand bits per bucket (0: one bucket per binade).
     ``widen``: the factor (>= 1) the outer edges are moved outward by, away from 0. The default
-    1 suits clustering, which tolerates clipping a few extreme points and loses resolution in a
-    wider box; :data:`COVERING` (2**1.5, a larger share) aims at covering nearly every point.
+    1 gives the tightest box, for clustering, which clips the points of the sparse binades beyond
+    the outermost occupied one (a bucket holding fewer than about T points is not seen);
+    :data:`COVERING` (2**1.5) reaches them.
     ``failure_probability``: per dimension, the chance that an empty bucket passes T.
     ``noise``: "auto" (the lower threshold), "laplace" or "gaussian".
     """
@@ -120,10 +125,14 @@ def as_request(bounds, default: PrivateBounds = PrivateBounds()) -> PrivateBound
     return request
 
 
-COVERING = PrivateBounds(share=0.2, widen=2**1.5)  # a box for nearly all points (benchmarks/private_bounds.py)
+# A box for nearly all points: the outer edges moved out by 1.5 binades reach the sparse binades
+# beyond the outermost occupied one; share 0.15 is the least at which that held on the benchmark's
+# data sets, 0.2 leaves a margin (benchmarks/private_bounds.py). The default of the standalone
+# dpm_jax.private_bounds, whose product is the box itself.
+COVERING = PrivateBounds(share=0.2, widen=2**1.5)
 # What bounds="private" means for the synthetic data: a density release, unlike clustering, loses
 # the clipped tails and resolves a tight box into more cells under its threshold (RKHS distance
-# 10x the public bounds' with the clustering default, level with them with COVERING:
+# 10x the public bounds' with the default, level with them with COVERING:
 # benchmarks/results/private_bounds_entry_points.md).
 SYNTHESIS_DEFAULT = COVERING
 

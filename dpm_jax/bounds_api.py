@@ -9,20 +9,22 @@ from __future__ import annotations
 import jax
 
 from dpm_jax.api import validated_input
-from dpm_jax.bounds import PrivateBounds, check_found, estimate_bounds, plan_bounds
+from dpm_jax.bounds import COVERING, PrivateBounds, check_found, estimate_bounds, plan_bounds
 from dpm_jax.budget import Budget
 
 __all__ = ["private_bounds"]
 
 
 def private_bounds(
-    key: jax.Array, X, budget: Budget, request: PrivateBounds = PrivateBounds(), point_mask=None
+    key: jax.Array, X, budget: Budget, request: PrivateBounds = COVERING, point_mask=None
 ) -> tuple[jax.Array, jax.Array]:
     """DP per-dimension (lower, upper) of ``X`` spending all of ``budget`` (:mod:`dpm_jax.bounds`).
 
     Its ledger line is ``plan_bounds(budget, d, request).entry()`` (``request.share`` is not
-    used here). Raises a ValueError when a dimension has no occupied bucket (outside jit).
-    ``X`` is never modified.
+    used here). The default request is :data:`dpm_jax.bounds.COVERING` (the box is the product
+    here, so it is widened to hold nearly every point); ``PrivateBounds()`` gives the tight box
+    that ``bounds="private"`` gives a clustering. Raises a ValueError when a dimension has no
+    occupied bucket (outside jit). ``X`` is never modified.
     """
     points, mask = validated_input(key, X, point_mask)
     plan = plan_bounds(budget, points.shape[1], request)

@@ -16,7 +16,7 @@ import dpm_jax
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import keys
 from dpm_jax.eval import audit as audit_lib
-from dpm_jax.mechanisms import discrete_laplace_tail, count_sampler_tv
+from dpm_jax.mechanisms import discrete_gaussian_multiplier, discrete_laplace_tail, count_sampler_tv
 
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
 SMALL = dpm_jax.DPMConfig(tau_r=3, split_grid="cell")
@@ -137,6 +137,23 @@ def test_released_bounds_are_the_keyed_noisy_histogram_post_processed(noise):
         assert upper[0] >= 1000.0 and lower[1] <= -3.0 <= upper[1]
 
 
+def test_gaussian_noise_has_the_scale_of_l2_sensitivity_sqrt_d():
+    """The Gaussian release's noise has the sigma of L2 sensitivity sqrt(d) (a record moves one
+    count by one in each of the d histograms), measured on the keyed release itself: a bucket whose
+    exact count is T - s, s the expected sigma rounded (computed here from the multiplier, not the
+    plan), passes T with probability P[Z >= s], about 0.16; noise calibrated to sensitivity 1
+    (sigma / 4 at d = 16) passes it with probability about 3e-5. 16 x 500 draws: the bounds
+    [0.12, 0.20] are 9 standard deviations wide on each side (the sampler's share of delta moves
+    sigma by well under 1 %)."""
+    d, budget = 16, dpm_jax.Budget(1.0, 1e-6)
+    plan = bounds_lib.plan_bounds(budget, d, bounds_lib.PrivateBounds(noise="gaussian"))
+    sigma = math.sqrt(d) * discrete_gaussian_multiplier(budget.epsilon, budget.delta)
+    counts = jnp.zeros((d, plan.num_buckets), jnp.int32).at[:, 300].set(plan.threshold - round(sigma))
+    draw = lambda key: bounds_lib.occupied_buckets(keys.derive_key(key, keys.BOUNDS), counts, plan)[:, 300]
+    rate = float(jnp.mean(jax.vmap(draw)(jax.random.split(jax.random.key(5), 500))))
+    assert 0.12 <= rate <= 0.20, (rate, sigma, plan.noise.sigma)
+
+
 @pytest.mark.slow
 def test_bounds_audit_stays_below_the_claim():
     # Long because: the auditor's many runs of the bounds release (25 s, 2 cores at load 10).
@@ -231,7 +248,8 @@ def test_private_bounds_leave_the_caller_data_untouched():
 )
 def test_edge_case_columns_get_bounds_that_hold_them_and_cluster_runs(name, column):
     # Long because: compiles a clustering of its own (12 s, 2 cores at load 10).
-    """The default (widen 1) may clip a few extreme points of a column; COVERING holds >= 99 %."""
+    """The default (widen 1) may clip a few extreme points of a column; COVERING (widen 2**1.5,
+    dpm_jax.private_bounds's default) holds >= 99 %, within 6x the range (a binade edge and the widening)."""
     X = np.stack([column, np.random.default_rng(1).standard_normal(3000)], axis=1)
     if name.startswith("integers"):
         X = X.astype(np.int32)
@@ -244,6 +262,18 @@ def test_edge_case_columns_get_bounds_that_hold_them_and_cluster_runs(name, colu
         assert upper[0] - lower[0] <= widest * span, (name, lower, upper)
     result = dpm_jax.cluster(jax.random.key(0), X, BUDGET, bounds="private", config=SMALL)
     assert np.all(np.isfinite(np.asarray(result.centers)[np.asarray(result.valid)]))
+
+
+def test_standalone_private_bounds_default_to_the_covering_box():
+    """dpm_jax.private_bounds, whose product is the box, defaults to COVERING (widened to hold nearly
+    every point); bounds="private" in an algorithm keeps its own default (the tight box in cluster)."""
+    X = two_blobs(2000)
+    budget = dpm_jax.Budget(0.5, 1e-7)
+    default = dpm_jax.private_bounds(jax.random.key(3), X, budget)
+    for want, got in zip(dpm_jax.private_bounds(jax.random.key(3), X, budget, bounds_lib.COVERING), default):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    tight = dpm_jax.private_bounds(jax.random.key(3), X, budget, bounds_lib.PrivateBounds())
+    assert np.all(np.asarray(default[1]) > np.asarray(tight[1]))  # the same buckets, moved out
 
 
 def test_tens_of_points_give_a_clear_error_not_a_crash():
