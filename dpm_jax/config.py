@@ -105,13 +105,16 @@ class DPMConfig:
       tau_e: minimum noisy size of both children for a split to be applied
         (Algorithm 1, line 18). ``None`` means the paper's default
         ``n~ / 2**tau_r`` computed from the noisy total count (with ``"auto"``,
-        ``n~ / 2**(depth + leaf_slack)``).
+        ``n~ / 2**min(depth + leaf_slack, max_depth)``).
       leaf_slack: with ``tau_r="auto"`` and ``tau_e=None``, the default tau_e is
-        n~ / 2**(depth + leaf_slack): the chosen depth is where the budget's levels stop being
-        near random, which says nothing about the size of the clusters, and the paper's
-        n~ / 2**tau_r would forbid any leaf smaller than the average leaf of a full tree of
-        that depth (64 blobs of n / 64 points at depth 6 then cannot be isolated). Public
-        arithmetic on released values (n~ and the depth); 0 is the paper's rule.
+        n~ / 2**min(depth + leaf_slack, max_depth): a depth below ``max_depth`` is where the
+        budget's levels stop being near random, which says nothing about the size of the
+        clusters, and the paper's n~ / 2**tau_r would forbid any leaf smaller than the average
+        leaf of a full tree of that depth (64 blobs of n / 64 points at depth 6 then cannot be
+        isolated). At ``max_depth`` (the slots, not the budget, bound the depth) it is the
+        paper's n~ / 2**max_depth: there the slack over-split (100 clusters on a grid, n =
+        100,000, epsilon = 2: k = 104, docs/evaluation.md). Public arithmetic on released
+        values (n~ and the depth); 0 is the paper's rule.
       alpha: weight of the emptiness in the score (Definition 7, Section 5.2).
       t, q: centreness parameters (Definition 6); need ``t >= 2q > 0``, ``q < 1/2``.
       epsilon_shares: fractions of epsilon for (interval size, counts, split
@@ -184,10 +187,12 @@ class DPMConfig:
     tau_e: float | None = _option(
         None,
         float,
-        "minimum noisy child size for a split (default n~ / 2**tau_r; 'auto': n~ / 2**(depth + leaf_slack))",
+        "minimum noisy child size for a split (default n~ / 2**tau_r; 'auto': see leaf_slack)",
     )
     leaf_slack: int = _option(
-        _DEFAULT_LEAF_SLACK, int, "with tau_r 'auto' and the default tau_e: tau_e = n~ / 2**(depth + leaf_slack)"
+        _DEFAULT_LEAF_SLACK,
+        int,
+        "with tau_r 'auto' and the default tau_e: tau_e = n~ / 2**min(depth + leaf_slack, max_depth)",
     )
     alpha: float = _option(5.0, float, "weight of emptiness in the split score (Definition 7)")
     t: float = _option(0.3, float, "centreness parameter t (Definition 6)")

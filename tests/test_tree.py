@@ -115,21 +115,24 @@ def test_stopping_rule_splits_exactly_when_both_children_reach_ceil_tau_e():
 
 
 @pytest.mark.parametrize(
-    "config, halvings",
+    "config, depth, halvings",
     [
-        (dpm_jax.DPMConfig(), 1 + 5),  # "auto": n~ / 2**(depth + leaf_slack), issue 27
-        (dpm_jax.DPMConfig(leaf_slack=0), 5),  # "auto" with the paper's rule
-        (dpm_jax.DPMConfig(leaf_slack=2), 2 + 5),
-        (dpm_jax.DPMConfig(tau_r=5), 5),  # a fixed tau_r: the paper's n~ / 2**tau_r, whatever leaf_slack's default
+        (dpm_jax.DPMConfig(), 5, 1 + 5),  # "auto": n~ / 2**min(depth + leaf_slack, max_depth), issue 27
+        (dpm_jax.DPMConfig(), 6, 7),
+        (dpm_jax.DPMConfig(), 7, 7),  # at max_depth the paper's n~ / 2**max_depth
+        (dpm_jax.DPMConfig(leaf_slack=0), 5, 5),  # "auto" with the paper's rule
+        (dpm_jax.DPMConfig(leaf_slack=2), 4, 2 + 4),
+        (dpm_jax.DPMConfig(leaf_slack=2), 6, 7),
+        (dpm_jax.DPMConfig(tau_r=5), 5, 5),  # a fixed tau_r: the paper's n~ / 2**tau_r, whatever leaf_slack's default
     ],
 )
-def test_the_default_tau_e_halves_the_root_count_depth_plus_leaf_slack_times(config, halvings):
-    """min_child = ceil(n~ / 2**(depth + tau_e_halvings)), from the released n~ and depth (public)."""
+def test_the_default_tau_e_halves_the_root_count_depth_plus_leaf_slack_times(config, depth, halvings):
+    """min_child = ceil(n~ / 2**min(depth + tau_e_halvings, padded depth)), from the released n~ and depth."""
     from dpm_jax import exact
 
     root = exact.from_int32(jnp.asarray(10_001, jnp.int32))
     lower, upper = jnp.zeros(2), jnp.ones(2)
-    inputs = tree.tree_inputs(None, None, (), lower, upper, root, jnp.float32(0.1), config, jnp.int32(5))
+    inputs = tree.tree_inputs(None, None, (), lower, upper, root, jnp.float32(0.1), config, jnp.int32(depth))
     assert int(inputs.min_child) == math.ceil(10_001 / 2**halvings)
 
 

@@ -135,7 +135,7 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     depth = int(np.asarray(result.depth))  # chosen by the run under tau_r="auto"
     releases = result.releases_at(depth)
     splits, offsets = releases.split_epsilons, releases.count_offsets[:depth]
-    halvings = depth + config.tau_e_halvings  # the run's default tau_e (dpm_jax.tree.tree_inputs)
+    halvings = min(depth + config.tau_e_halvings, config.padded_depth)  # the run's default tau_e (tree.tree_inputs)
     config = config.at_depth(depth)
     if score_coefficients(config.t, config.q, config.alpha).sensitivity != releases.split_sensitivity:
         raise ValueError(

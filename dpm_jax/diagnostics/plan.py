@@ -363,8 +363,8 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
         remaining = plan_depth(budget, config, d).remaining
         depth = depth_rule(n, d, remaining, config)
         fixed = config.at_depth(depth)
-        if config.tau_e is None:  # the run's default tau_e, n / 2**(depth + leaf_slack) (DPMConfig.leaf_slack)
-            fixed = dataclasses.replace(fixed, tau_e=n / 2 ** (depth + config.tau_e_halvings))
+        if config.tau_e is None:  # the run's default tau_e (DPMConfig.leaf_slack, dpm_jax.tree.tree_inputs)
+            fixed = dataclasses.replace(fixed, tau_e=n / 2 ** min(depth + config.tau_e_halvings, config.max_depth))
         return plan(n, d, remaining, fixed)
     allocation = allocate(budget, config, d)
     candidates = drawable_per_node(d, config)
