@@ -47,6 +47,7 @@ CASES = {  # name: loader of a labelled data set with public bounds
     "letters": datasets.letters,  # UCI Letters, 16 integer features in 0..15, 26 classes
     "synth-10d": lambda: datasets.paper_blobs(10),
     "synth-100d": lambda: datasets.paper_blobs(100),
+    "blobs64-10d-20k": lambda: datasets.synthetic_blobs(20_000, 10, seed=42),  # quality.py's 64 blobs at n = 20,000
 }
 VARIANTS = {
     "paper": dpm_jax.DPMConfig(split_grid="paper", tau_r=7),  # the published design (Algorithm 2's beta)
@@ -55,6 +56,9 @@ VARIANTS = {
     "cell-depth7": dpm_jax.DPMConfig(tau_r=7),  # the cell grid at the paper's fixed depth (before tau_r="auto")
     "cell-lattice": dpm_jax.DPMConfig(lattice_step=1.0),  # integer features only (Letters)
     "cell-no-structure": dpm_jax.DPMConfig(structure_share=0.0),  # the default before the structure test (issue 27)
+    "cell-leaf0": dpm_jax.DPMConfig(leaf_slack=0),  # the default before leaf_slack (issue 27): tau_e = n~ / 2**depth
+    # 0.16 of epsilon moved from the averaging to the split choices (the structure test keeps its 0.05)
+    "cell-splits38": dpm_jax.DPMConfig(epsilon_shares=(0.04, 0.18, 0.38, 0.40), structure_share=0.125),
 }
 LATTICE_CASES = {"letters"}
 TABLE2_CASES = {"synth-10d", "synth-100d"}
@@ -102,11 +106,9 @@ def run_case(name: str, variants: list[str], keys: jax.Array) -> list[dict]:
                 run |= _table2_columns(keys[index], data, released.centers[index], released.valid[index])
             runs.append(run)
         depth = (
-            diagnostics.recommended_tau_r(n, d, budget, dataclasses.replace(config, tau_r=7))
-            if config.tau_r == "auto"
-            else config.tau_r
+            diagnostics.recommended_tau_r(n, d, budget, config.at_depth(7)) if config.tau_r == "auto" else config.tau_r
         )  # auto: the depth of the public n, for the plan
-        plan = diagnostics.plan(float(n), d, budget, dataclasses.replace(config, tau_r=depth))
+        plan = diagnostics.plan(float(n), d, budget, config.at_depth(depth))
         rows.append(
             {
                 "case": name,

@@ -28,6 +28,7 @@ CELL_GRID = "cell"  # a grid relative to every node's own cell (dpm_jax.histogra
 SPLIT_GRIDS = (PAPER_GRID, CELL_GRID)
 _DEFAULT_MAX_DEPTH = 7  # DPMConfig.max_depth: the paper's tau_r, so "auto" keeps its shapes
 _DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_grid.py and benchmarks/zoo.py
+_DEFAULT_LEAF_SLACK = 1  # DPMConfig.leaf_slack; chosen on benchmarks/zoo.py and benchmarks/split_grid.py (issue 27)
 _DEFAULT_STRUCTURE_SHARE = 1 / 12  # DPMConfig.structure_share: 0.05 of epsilon with the default shares (issue 27)
 
 
@@ -103,7 +104,17 @@ class DPMConfig:
         ``2**max_depth`` slots, so it fixes the program's shapes (only with ``"auto"``).
       tau_e: minimum noisy size of both children for a split to be applied
         (Algorithm 1, line 18). ``None`` means the paper's default
-        ``n~ / 2**tau_r`` computed from the noisy total count.
+        ``n~ / 2**tau_r`` computed from the noisy total count (with ``"auto"``,
+        ``n~ / 2**min(depth + leaf_slack, max_depth)``).
+      leaf_slack: with ``tau_r="auto"`` and ``tau_e=None``, the default tau_e is
+        n~ / 2**min(depth + leaf_slack, max_depth): a depth below ``max_depth`` is where the
+        budget's levels stop being near random, which says nothing about the size of the
+        clusters, and the paper's n~ / 2**tau_r would forbid any leaf smaller than the average
+        leaf of a full tree of that depth (64 blobs of n / 64 points at depth 6 then cannot be
+        isolated). At ``max_depth`` (the slots, not the budget, bound the depth) it is the
+        paper's n~ / 2**max_depth: there the slack over-split (100 clusters on a grid, n =
+        100,000, epsilon = 2: k = 104, docs/evaluation.md). Public arithmetic on released
+        values (n~ and the depth); 0 is the paper's rule.
       alpha: weight of the emptiness in the score (Definition 7, Section 5.2).
       t, q: centreness parameters (Definition 6); need ``t >= 2q > 0``, ``q < 1/2``.
       epsilon_shares: fractions of epsilon for (interval size, counts, split
@@ -173,7 +184,16 @@ class DPMConfig:
     max_depth: int = _option(
         _DEFAULT_MAX_DEPTH, int, "with tau_r 'auto': the deepest depth it may choose (2**max_depth cluster slots)"
     )
-    tau_e: float | None = _option(None, float, "minimum noisy child size for a split (default n~ / 2**tau_r)")
+    tau_e: float | None = _option(
+        None,
+        float,
+        "minimum noisy child size for a split (default n~ / 2**tau_r; 'auto': see leaf_slack)",
+    )
+    leaf_slack: int = _option(
+        _DEFAULT_LEAF_SLACK,
+        int,
+        "with tau_r 'auto' and the default tau_e: tau_e = n~ / 2**min(depth + leaf_slack, max_depth)",
+    )
     alpha: float = _option(5.0, float, "weight of emptiness in the split score (Definition 7)")
     t: float = _option(0.3, float, "centreness parameter t (Definition 6)")
     q: float = _option(1.0 / 12.0, float, "centreness parameter q (Definition 6)")
@@ -230,6 +250,15 @@ class DPMConfig:
         if self.max_depth != _DEFAULT_MAX_DEPTH and self.tau_r != AUTO_DEPTH:
             raise ValueError(
                 f"max_depth bounds tau_r={AUTO_DEPTH!r}; with a fixed tau_r={self.tau_r} leave it at its default"
+            )
+        if not isinstance(self.leaf_slack, (int, np.integer)) or isinstance(self.leaf_slack, bool):
+            raise TypeError(f"leaf_slack must be an integer, got {type(self.leaf_slack).__name__}")
+        if not 0 <= self.leaf_slack <= 16:
+            raise ValueError(f"leaf_slack must be in [0, 16], got {self.leaf_slack}")
+        if self.leaf_slack != _DEFAULT_LEAF_SLACK and self.tau_r != AUTO_DEPTH:
+            raise ValueError(
+                f"leaf_slack is for tau_r={AUTO_DEPTH!r} (a fixed tau_r keeps the paper's tau_e = n~ / 2**tau_r); "
+                f"with tau_r={self.tau_r} leave it at its default"
             )
         for name in ("alpha", "t", "q", "percentile", "interval_factor", "sigma_step"):
             value = getattr(self, name)
@@ -296,9 +325,15 @@ class DPMConfig:
         """Padded number of clusters: ``2**padded_depth`` leaf slots."""
         return 2**self.padded_depth
 
+    @property
+    def tau_e_halvings(self) -> int:
+        """How many halvings of the root's n~ beyond the depth give the default tau_e: ``leaf_slack``
+        under ``tau_r="auto"``, 0 (the paper's n~ / 2**tau_r) with a fixed tau_r."""
+        return self.leaf_slack if self.tau_r == AUTO_DEPTH else 0
+
     def at_depth(self, depth: int) -> "DPMConfig":
         """This config with the fixed tau_r = ``depth`` (what ``"auto"`` runs once it has chosen)."""
-        return dataclasses.replace(self, tau_r=int(depth), max_depth=_DEFAULT_MAX_DEPTH)
+        return dataclasses.replace(self, tau_r=int(depth), max_depth=_DEFAULT_MAX_DEPTH, leaf_slack=_DEFAULT_LEAF_SLACK)
 
     @property
     def sigma_grid(self) -> np.ndarray:

@@ -855,7 +855,12 @@ def tree_inputs(
     grid = split_grid_of(config)
     root_noisy_size = exact.to_float32(root_exact)
     coefficients = score_coefficients(config.t, config.q, config.alpha)
-    tau_e = jnp.ldexp(root_noisy_size, -depth) if config.tau_e is None else jnp.float32(config.tau_e)
+    # The default tau_e, n~ / 2**min(depth + DPMConfig.tau_e_halvings, padded) (halvings 0 for a fixed
+    # tau_r: the paper's n~ / 2**tau_r; leaf_slack under "auto", never below a leaf of the full padded
+    # tree): public, a function of the released n~ and depth; exact (powers of two).
+    slack = jnp.minimum(depth + config.tau_e_halvings, padded) - depth
+    default_tau_e = jnp.ldexp(jnp.ldexp(root_noisy_size, -depth), -slack)
+    tau_e = default_tau_e if config.tau_e is None else jnp.float32(config.tau_e)
     return _TreeInputs(
         half_bins=half_bins,
         points=points,

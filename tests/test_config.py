@@ -32,6 +32,11 @@ def test_defaults_are_the_papers():
     assert config.split_grid == "cell" and config.candidates_per_dim == 256 and config.lattice_step is None
     assert config.split_window == 6  # the library's choice, not the paper's (its interval is Algorithm 2's beta)
     assert DPMConfig(split_grid="paper").candidates_per_dim == 128
+    # Not the paper's: under "auto" the default tau_e is n~ / 2**(depth + 1) (issue 27); a fixed tau_r
+    # keeps the paper's n~ / 2**tau_r, and at_depth gives the fixed depth's config.
+    assert config.leaf_slack == 1 and config.tau_e_halvings == 1
+    assert DPMConfig(tau_r=5).tau_e_halvings == 0 and DPMConfig(leaf_slack=0).tau_e_halvings == 0
+    assert DPMConfig(leaf_slack=3).at_depth(4) == DPMConfig(tau_r=4)
 
 
 @pytest.mark.parametrize(
@@ -56,6 +61,8 @@ def test_defaults_are_the_papers():
         (dict(lattice_step=1.0, split_grid="paper"), "lattice_step needs split_grid='cell'"),
         (dict(split_window=0), "split_window"),
         (dict(split_window=3, split_grid="paper"), "split_window needs split_grid='cell'"),
+        (dict(leaf_slack=-1), "leaf_slack must be in"),
+        (dict(leaf_slack=0, tau_r=5), "leaf_slack is for tau_r='auto'"),
     ],
 )
 def test_invalid_values_raise_value_error(kwargs, message):
@@ -63,7 +70,9 @@ def test_invalid_values_raise_value_error(kwargs, message):
         DPMConfig(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [dict(tau_r=2.5), dict(alpha="5"), dict(t=float("nan")), dict(tau_r=True)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(tau_r=2.5), dict(alpha="5"), dict(t=float("nan")), dict(tau_r=True), dict(leaf_slack=1.0)]
+)
 def test_wrong_types_raise_type_error(kwargs):
     with pytest.raises(TypeError):
         DPMConfig(**kwargs)

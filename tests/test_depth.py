@@ -47,8 +47,8 @@ def test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs(small_
     assert not np.asarray(result.tree.is_split)[levels >= depth].any()
     assert (np.asarray(result.tree.split_dim)[(levels >= depth) & np.asarray(result.tree.reached)] == -1).all()
     assert int(result.k) <= 2**depth
-    # tau_e = n~ / 2**depth (not 2**max_depth): every applied split left both children at least it.
-    min_child = math.ceil(float(result.tree.noisy_count[1]) / 2**depth)
+    # tau_e = n~ / 2**min(depth + leaf_slack, max_depth): every applied split left both children at least it.
+    min_child = math.ceil(float(result.tree.noisy_count[1]) / 2 ** min(depth + AUTO.leaf_slack, AUTO.max_depth))
     split = np.flatnonzero(np.asarray(result.tree.is_split))
     assert (
         split.size

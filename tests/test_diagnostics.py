@@ -1,6 +1,7 @@
 """dpm_jax.diagnostics: public per-level budget arithmetic, no data."""
 
 import inspect
+import dataclasses
 import math
 import pathlib
 import warnings
@@ -73,6 +74,9 @@ def test_recommended_depth_is_the_deepest_fully_informative_one():
 
 
 def _plan(n=100_000, epsilon=1.0, d=10, **config):
+    """The plan of the default config with the paper's tau_e = n~ / 2**depth (leaf_slack=0: the
+    halting models' numbers below and in docs/diagnostics.md), unless ``config`` says otherwise."""
+    config = {"leaf_slack": 0} | config
     return diagnostics.plan(n, d, dpm_jax.Budget(epsilon, n**-1.5), dpm_jax.DPMConfig(**config))
 
 
@@ -106,6 +110,10 @@ def test_one_gaussian_halting_depth(alpha, depth, grid):
 def test_uniform_data_is_flagged_at_the_default_tau_e():
     default = _plan().uniform_halting()
     assert default.flagged and default.on_boundary and default.depth == 7
+    # the default under "auto": tau_e = n~ / 2**min(depth + 1, max_depth), below the boundary at depth 6
+    slack = _plan(n=20_000, leaf_slack=1).uniform_halting()
+    assert slack.flagged and not slack.on_boundary
+    assert _plan(leaf_slack=1).uniform_halting() == default  # at max_depth the paper's tau_e
     larger = _plan(tau_e=100_000 / 8).uniform_halting()  # children below tau_e after three halvings
     assert not larger.flagged and larger.depth == 3
     smaller = _plan(tau_e=100.0).uniform_halting()
@@ -172,7 +180,9 @@ def test_the_plan_of_an_automatic_depth_is_that_of_the_depth_it_picks():
     remaining = plan_depth(budget, auto, 2).remaining
     for n in (500, 20_000, 10**6):
         depth = depth_rule(n, 2, remaining, auto)
-        assert diagnostics.plan(n, 2, budget, auto) == diagnostics.plan(n, 2, remaining, auto.at_depth(depth))
+        run_tau_e = n / 2 ** min(depth + auto.leaf_slack, auto.max_depth)  # the run's (DPMConfig.leaf_slack)
+        run = dataclasses.replace(auto.at_depth(depth), tau_e=run_tau_e)
+        assert diagnostics.plan(n, 2, budget, auto) == diagnostics.plan(n, 2, remaining, run)
     assert len(diagnostics.plan(500, 2, budget, auto).levels) < len(diagnostics.plan(10**6, 2, budget, auto).levels)
 
 

@@ -138,3 +138,6 @@ def test_an_automatic_depth_is_read_from_the_result(run):
         3,
     )
     assert report.count_offsets == allocation.count_offsets[:depth]
+    # the run's tau_e: n~ / 2**min(depth + leaf_slack, max_depth) under "auto" (DPMConfig.leaf_slack)
+    halvings = min(depth + dpm_jax.DPMConfig().leaf_slack, dpm_jax.DPMConfig().max_depth)
+    assert report.tau_e == float(auto.tree.noisy_count[1]) / 2**halvings

@@ -1,5 +1,7 @@
 """Invariants of the padded recursion tree (Algorithm 1, lines 13-28)."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,6 +112,28 @@ def test_stopping_rule_splits_exactly_when_both_children_reach_ceil_tau_e():
     active = jnp.asarray([True, True, True, False])
     split = tree.stopping_rule(exact.from_int32(children), active, jnp.int32(5))
     np.testing.assert_array_equal(split, [True, False, False, False])
+
+
+@pytest.mark.parametrize(
+    "config, depth, halvings",
+    [
+        (dpm_jax.DPMConfig(), 5, 1 + 5),  # "auto": n~ / 2**min(depth + leaf_slack, max_depth), issue 27
+        (dpm_jax.DPMConfig(), 6, 7),
+        (dpm_jax.DPMConfig(), 7, 7),  # at max_depth the paper's n~ / 2**max_depth
+        (dpm_jax.DPMConfig(leaf_slack=0), 5, 5),  # "auto" with the paper's rule
+        (dpm_jax.DPMConfig(leaf_slack=2), 4, 2 + 4),
+        (dpm_jax.DPMConfig(leaf_slack=2), 6, 7),
+        (dpm_jax.DPMConfig(tau_r=5), 5, 5),  # a fixed tau_r: the paper's n~ / 2**tau_r, whatever leaf_slack's default
+    ],
+)
+def test_the_default_tau_e_halves_the_root_count_depth_plus_leaf_slack_times(config, depth, halvings):
+    """min_child = ceil(n~ / 2**min(depth + tau_e_halvings, padded depth)), from the released n~ and depth."""
+    from dpm_jax import exact
+
+    root = exact.from_int32(jnp.asarray(10_001, jnp.int32))
+    lower, upper = jnp.zeros(2), jnp.ones(2)
+    inputs = tree.tree_inputs(None, None, (), lower, upper, root, jnp.float32(0.1), config, jnp.int32(depth))
+    assert int(inputs.min_child) == math.ceil(10_001 / 2**halvings)
 
 
 def test_route_points_sends_the_split_position_itself_right():

@@ -135,6 +135,7 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     depth = int(np.asarray(result.depth))  # chosen by the run under tau_r="auto"
     releases = result.releases_at(depth)
     splits, offsets = releases.split_epsilons, releases.count_offsets[:depth]
+    halvings = min(depth + config.tau_e_halvings, config.padded_depth)  # the run's default tau_e (tree.tree_inputs)
     config = config.at_depth(depth)
     if score_coefficients(config.t, config.q, config.alpha).sensitivity != releases.split_sensitivity:
         raise ValueError(
@@ -147,7 +148,7 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     edges = (-np.inf, np.inf) if bounds is None else bounds
     lower, upper = (np.broadcast_to(np.asarray(edge, np.float64), (d,)) for edge in edges)
     root = float(count[1])
-    tau_e = root / 2**depth if config.tau_e is None else float(config.tau_e)
+    tau_e = root / 2**halvings if config.tau_e is None else float(config.tau_e)
     candidates = drawable_per_node(d, config)
     nodes = []
     for node in np.flatnonzero(reached):

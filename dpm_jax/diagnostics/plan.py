@@ -29,6 +29,7 @@ how many balanced clusters the budget separates (:meth:`Plan.max_reliable_k`,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import NamedTuple
@@ -360,7 +361,11 @@ def plan(n: float, d: int, budget: Budget, config: DPMConfig = DPMConfig()) -> P
     validate_budget_and_config(budget, config)
     if config.tau_r == AUTO_DEPTH:
         remaining = plan_depth(budget, config, d).remaining
-        return plan(n, d, remaining, config.at_depth(depth_rule(n, d, remaining, config)))
+        depth = depth_rule(n, d, remaining, config)
+        fixed = config.at_depth(depth)
+        if config.tau_e is None:  # the run's default tau_e (DPMConfig.leaf_slack, dpm_jax.tree.tree_inputs)
+            fixed = dataclasses.replace(fixed, tau_e=n / 2 ** min(depth + config.tau_e_halvings, config.max_depth))
+        return plan(n, d, remaining, fixed)
     allocation = allocate(budget, config, d)
     candidates = drawable_per_node(d, config)
     levels = []

@@ -50,6 +50,9 @@ DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
     "dpm-depth7": dpm_jax.DPMConfig(tau_r=7),  # the paper's fixed depth (the default before tau_r="auto")
     "dpm-no-structure": dpm_jax.DPMConfig(structure_share=0.0),  # the default before the structure test (issue 27)
     "dpm-window12": dpm_jax.DPMConfig(split_window=12),  # a wider split window (issue 27: large beside small)
+    "dpm-leaf0": dpm_jax.DPMConfig(leaf_slack=0),  # the default before leaf_slack (issue 27): tau_e = n~ / 2**depth
+    # 0.16 of epsilon moved from the averaging to the split choices (the structure test keeps its 0.05)
+    "dpm-splits38": dpm_jax.DPMConfig(epsilon_shares=(0.04, 0.18, 0.38, 0.40), structure_share=0.125),
 }
 
 # name -> the variant of DPM_VARIANTS that is run with the data set's public lattice step.
