@@ -20,7 +20,7 @@ Accounting used here (basic composition, add/remove-one neighbours):
 With ``DPMConfig.split_grid="cell"`` Algorithm 2 does not run: eps_int = 0 and its
 share of epsilon goes to the split choices (eps_exp = (share_int + share_exp) epsilon), and
 ``DPMConfig.structure_share`` of the averaging's epsilon goes to the "no structure" tests
-(:mod:`dpm_jax.structure`), one per split level with weights sqrt(2**i) as Equation 2's:
+(:mod:`dpm_jax.structure`), one per split level with weights 2**-i (:func:`structure_weights`):
   epsilon = ... + sum_i eps_str_i (tau_r levels) + eps_avg, their sampler deltas carved out of
   the count share like the others'.
 Every entry of the ledger is one mechanism applied at one level to all nodes of that
@@ -77,6 +77,19 @@ class Budget:
 def level_weights(num_levels: int) -> tuple[float, ...]:
     """Equation 2's solution: level i < num_levels gets a share proportional to sqrt(2**i)."""
     return tuple(math.sqrt(2.0**i) for i in range(num_levels))
+
+
+def structure_weights(num_levels: int) -> tuple[float, ...]:
+    """The "no structure" tests' shares (:mod:`dpm_jax.structure`): level i gets 2**-i.
+
+    Not Equation 2's sqrt(2**i): a test's power and its false-halt probability depend on
+    epsilon_l theta_l, and theta_l (a window's share of the node's released count) halves
+    with every level, so sqrt(2**i) weights gave the root the least; there a false halt
+    ends the whole run at k = 1. Halving weights keep epsilon_l theta_l largest at the root
+    and level 1, where uniform data must halt, and let the public gate switch off the levels
+    where the test would be a coin toss.
+    """
+    return tuple(2.0**-i for i in range(num_levels))
 
 
 class Allocation(NamedTuple):
@@ -138,7 +151,7 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
 
     count_epsilons = proportional_parts(eps_cnt, level_weights(config.tau_r + 1))
     split_epsilons = proportional_parts(eps_exp, level_weights(config.tau_r))
-    structure_epsilons = proportional_parts(eps_str, level_weights(config.tau_r)) if eps_str > 0 else ()
+    structure_epsilons = proportional_parts(eps_str, structure_weights(config.tau_r)) if eps_str > 0 else ()
     for name, epsilon in [("interval size", eps_int)] * interval + [
         (f"split level {i}", e) for i, e in enumerate(split_epsilons)
     ]:

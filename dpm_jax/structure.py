@@ -32,8 +32,11 @@ cluster at the root (its centreness outweighs the gap's emptiness), and such a t
 
 Gate (public): a node is tested only where epsilon_str_l theta >= :data:`GATE_NATS` (theta of a
 full window), so that a node with an empty window halts with probability P[Z > theta] <
-e^-GATE_NATS (5%); below that (few points, little budget) it splits as in the paper, and the
-test's budget is still charged (the ledger states it whatever the data).
+e^-GATE_NATS (below 0.1 %); below that (few points, little budget) it splits as in the paper,
+and the test's budget is still charged (the ledger states it whatever the data). A false halt
+at the root ends the run at k = 1: with a gate of 3 nats (5 %) and Equation 2's weights, one
+Synth-10d key in 30 did (the budget's :func:`dpm_jax.budget.structure_weights` now halve per
+level, so the root and level 1 pass this gate at n = 100,000, epsilon = 1).
 
 Privacy: N, the cells and so every theta_i and the set of boundaries are public. Adding or removing
 one point changes each W_i by at most one (a point lies in several windows, but adds one to each),
@@ -56,7 +59,7 @@ from dpm_jax.scoring import boundary_statistics
 __all__ = ["window_excess", "halts"]
 
 STRUCTURE_RATIO = 0.5  # gamma: a gap is a window below half the node's average density
-GATE_NATS = 3.0  # test only where epsilon theta >= this: an empty window halts with probability < e^-3
+GATE_NATS = 7.0  # test only where epsilon theta >= this: an empty window halts with probability < e^-7
 INNER_EIGHTHS = 1  # the boundaries tested leave at least this many eighths of the cell on each side
 # The test's window, half-bins on each side (the default split_window's): fixed, not the split's window, so
 # that a wider split window (DPMConfig.split_window, e.g. 12 for large clusters beside small ones) does

@@ -39,6 +39,23 @@ def brute_excess(counts: np.ndarray, used: np.ndarray, node_size: float, window:
     return best
 
 
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0])
+def test_a_node_with_an_empty_window_halts_rarely_and_the_root_is_tested(epsilon):
+    # A false halt at the root ends a run at k = 1; with a 3-nat gate and Equation 2's weights
+    # it took one Synth-10d key in 30. The gate bounds it for every tested node: Q = -theta at
+    # worst (an empty window), so the node halts iff Z > theta, theta >= GATE / epsilon.
+    config = dpm_jax.DPMConfig().at_depth(7)
+    allocation = dpm_jax.budget.allocate(dpm_jax.Budget(epsilon, 1e-7), config, 10)
+    for level_epsilon in allocation.structure_epsilons:
+        smallest_tested = math.ceil(structure.GATE_NATS / level_epsilon)
+        assert mechanisms.discrete_laplace_tail(level_epsilon, smallest_tested + 1) < 1e-3
+    # ... and the tests have power where uniform data must stop: the root at n = 100,000 passes
+    # the gate (a full window's theta there, as structure.window_excess computes it).
+    root_cell = 2 * config.candidates_per_dim
+    theta = math.floor(structure.STRUCTURE_RATIO * 100_000 / root_cell * 2 * structure.TEST_WINDOW)
+    assert allocation.structure_epsilons[0] * theta >= structure.GATE_NATS
+
+
 def test_window_excess_is_the_minimum_over_the_inner_windows():
     rng = np.random.default_rng(0)
     counts = rng.integers(0, 40, size=(5, 3, 32)).astype(np.int32)
