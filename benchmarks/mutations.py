@@ -148,6 +148,13 @@ RELEASE_MUTATIONS = (
         (_LEAF_NOISE,),
     ),
     ReleaseMutation(
+        "release: structure tests with Equation 2's sqrt(2**l) weights (the root gets the least)",
+        "lambda a: a._replace(structure_epsilons=tuple(sum(a.structure_epsilons) * 2 ** (i / 2)"
+        " / sum(2 ** (j / 2) for j in range(len(a.structure_epsilons))) for i in range(len(a.structure_epsilons))))",
+        ("tests/test_structure.py::test_a_node_with_an_empty_window_halts_rarely_and_the_root_is_tested",),
+        builder="dpm_jax.budget:allocate",
+    ),
+    ReleaseMutation(
         "release: node counts' offsets lambda = 0 in the allocation",
         "lambda a: a._replace(count_offsets=tuple(0.0 for _ in a.count_offsets))",
         ("tests/test_budget.py::test_shares_and_per_level_weights",),
@@ -260,6 +267,12 @@ MUTATIONS = (
         (_STRUCTURE_AUDIT,),
     ),
     Mutation(
+        "structure test: a 3-nat gate (an empty window halts with probability up to 5 %)",
+        "dpm_jax/structure.py",
+        (("GATE_NATS = 7.0", "GATE_NATS = 3.0"),),
+        ("tests/test_structure.py::test_a_node_with_an_empty_window_halts_rarely_and_the_root_is_tested",),
+    ),
+    Mutation(
         "structure test: the window counts' minimum taken over every boundary (the cell's empty tails)",
         "dpm_jax/structure.py",
         (("    excess = jnp.where(inner, ", "    excess = jnp.where(boundary < cells, "),),
@@ -358,8 +371,8 @@ MUTATIONS = (
     Mutation(
         "auto depth: tau_e = n~ / 2**max_depth instead of n~ / 2**depth",
         "dpm_jax/tree.py",
-        (("jnp.ldexp(root_noisy_size, -depth)", "jnp.ldexp(root_noisy_size, -tau_r)"),),
-        ("tests/test_depth.py::test_the_depth_is_the_rule_of_the_noisy_count_and_its_allocation_runs",),
+        (("jnp.ldexp(root_noisy_size, -depth)", "jnp.ldexp(root_noisy_size, -padded)"),),
+        ("tests/test_tree.py::test_the_default_tau_e_halves_the_root_count_depth_plus_leaf_slack_times",),
     ),
     Mutation(
         "auto depth: the count noise of the deepest depth's row whatever the depth",
