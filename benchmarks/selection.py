@@ -23,7 +23,7 @@ import numpy as np
 
 import dpm_jax
 from dpm_jax.budget import Budget
-from dpm_jax.diagnostics.explain import _ledger_levels, _node_box
+from dpm_jax.diagnostics.explain import _node_box
 from dpm_jax.eval import datasets
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.zoo import paper_delta
@@ -80,7 +80,8 @@ def analyse(data, key, config) -> list[dict]:
     budget = Budget(1.0, paper_delta(n))
     result = dpm_jax.cluster(key, data.points, budget, bounds=data.bounds, config=config)
     depth = int(result.depth)
-    splits, offsets, _ = _ledger_levels(result.ledger, depth)
+    releases = result.releases_at(depth)  # the run's own releases, as diagnostics.explain reads them
+    splits, offsets = releases.split_epsilons, releases.count_offsets[:depth]
     tree = jax.tree.map(np.asarray, result.tree)
     d = data.points.shape[1]
     lower, upper = (np.full(d, bound, np.float64) for bound in data.bounds)
