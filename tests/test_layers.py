@@ -1,6 +1,8 @@
 """The package's import graph has no circle and no import from a lower layer to a higher one
-(benchmarks/import_graph.py LAYERS), and importing it pulls in neither test tooling nor scikit-learn."""
+(benchmarks/import_graph.py LAYERS), importing it pulls in neither test tooling nor scikit-learn, and
+no function of it is longer than 80 lines."""
 
+import ast
 import pathlib
 import subprocess
 import sys
@@ -60,3 +62,15 @@ def test_internal_modules_export_only_what_other_modules_use():
     assert "derive_key" in import_graph.used_names("dpm_jax.keys")
     assert "to_float32" in import_graph.used_names("dpm_jax.exact")  # exact.to_float32 after from dpm_jax import exact
     assert "widen" not in import_graph.used_names("dpm_jax.exact")
+
+
+def test_no_function_of_the_package_is_longer_than_80_lines():
+    # Issue 22's invariant: functions short enough to hold in one's head (docstrings included).
+    package = ROOT / "dpm_jax"
+    long = [
+        f"{path.relative_to(package)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert not long, long

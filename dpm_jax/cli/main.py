@@ -306,6 +306,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Differentially private clustering with DPM.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
+    _add_cluster_command(commands)
+    _add_plan_command(commands)
+    _add_demo_command(commands)
+    synthesize_command.add_parser(commands, _seed).set_defaults(
+        handler=lambda args: synthesize_command.run(args, _check_writable, _status, CommandError)
+    )
+    add_accountant_command(commands)
+
+    bench = commands.add_parser(
+        "bench", help="run the speed benchmark (arguments go to dpm_jax.eval.benchmark)", add_help=False
+    )
+    bench.set_defaults(handler=_run_bench)
+    kmeans_command.add_parser(commands, _seed).set_defaults(
+        handler=lambda args: kmeans_command.run_kmeans(args, _check_writable, _status)
+    )
+    return parser
+
+
+def _add_cluster_command(commands) -> None:
+    """``dpm-jax cluster``: a file in, the DP release out."""
     run = commands.add_parser(
         "cluster",
         help="cluster a .npy, .csv or .parquet file under (epsilon, delta)-DP",
@@ -372,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(run)
     run.set_defaults(handler=_run_cluster)
 
+
+def _add_plan_command(commands) -> None:
+    """``dpm-jax plan``: what a budget lets DPM do at a public n (reads no data)."""
     budget_plan = commands.add_parser(
         "plan",
         help="print what a budget lets DPM do at a public size n (reads no data)",
@@ -388,6 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(budget_plan)
     budget_plan.set_defaults(handler=_run_plan)
 
+
+def _add_demo_command(commands) -> None:
+    """``dpm-jax demo``: synthetic blobs clustered, with k, accuracy and the ledger."""
     demo = commands.add_parser("demo", help="cluster synthetic Gaussian blobs and print k, accuracy and the ledger")
     demo.add_argument("--n", type=int, default=100_000, help="number of points (default 100000, the paper's Synth-10d)")
     demo.add_argument("--d", type=int, default=10, help="dimensions (default 10)")
@@ -397,20 +423,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--delta", type=float, default=None, help="total delta (default 1/(n sqrt n))")
     _add_config_options(demo)
     demo.set_defaults(handler=_run_demo)
-
-    synthesize_command.add_parser(commands, _seed).set_defaults(
-        handler=lambda args: synthesize_command.run(args, _check_writable, _status, CommandError)
-    )
-    add_accountant_command(commands)
-
-    bench = commands.add_parser(
-        "bench", help="run the speed benchmark (arguments go to dpm_jax.eval.benchmark)", add_help=False
-    )
-    bench.set_defaults(handler=_run_bench)
-    kmeans_command.add_parser(commands, _seed).set_defaults(
-        handler=lambda args: kmeans_command.run_kmeans(args, _check_writable, _status)
-    )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
