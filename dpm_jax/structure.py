@@ -56,7 +56,7 @@ from dpm_jax import exact
 from dpm_jax.mechanisms import add_count_noise
 from dpm_jax.scoring import boundary_statistics
 
-__all__ = ["window_excess", "halts"]
+__all__ = ["window_excess", "full_window_theta", "passes_gate", "halts"]
 
 STRUCTURE_RATIO = 0.5  # gamma: a gap is a window below half the node's average density
 GATE_NATS = 7.0  # test only where epsilon theta >= this: an empty window halts with probability < e^-7
@@ -79,12 +79,26 @@ def window_excess(counts: jax.Array, used: jax.Array, node_size: jax.Array, wind
     cells = used[..., None]  # (nodes, d, 1)
     inner = (8 * boundary >= INNER_EIGHTHS * cells) & (8 * boundary <= (8 - INNER_EIGHTHS) * cells) & (boundary < cells)
     inside = jnp.minimum(boundary + window, cells) - jnp.maximum(boundary - window, 0)
-    scale = jnp.maximum(node_size, 0.0)[:, None, None] / jnp.maximum(cells, 1).astype(jnp.float32)
-    theta = jnp.floor(STRUCTURE_RATIO * scale * inside.astype(jnp.float32))
+    theta = jnp.floor(STRUCTURE_RATIO * _node_scale(used, node_size)[..., None] * inside.astype(jnp.float32))
     theta = jnp.clip(theta, 0.0, 2.0**30).astype(jnp.int32)  # public, so its float rounding is too
     excess = jnp.where(inner, jnp.minimum(intervals, 2**30) - theta, 2**30)
-    full = jnp.floor(STRUCTURE_RATIO * scale[:, 0, 0] * (2 * window) * jnp.ones(()))  # a full window's theta
-    return jnp.min(excess, axis=(1, 2)), jnp.clip(full, 0.0, 2.0**30).astype(jnp.int32)
+    return jnp.min(excess, axis=(1, 2)), full_window_theta(used, node_size, window)
+
+
+def _node_scale(used: jax.Array, node_size: jax.Array) -> jax.Array:
+    """(nodes, d) float32: the node's released n~ per half-bin of its cell, per dimension."""
+    return jnp.maximum(node_size, 0.0)[:, None] / jnp.maximum(used, 1).astype(jnp.float32)
+
+
+def full_window_theta(used: jax.Array, node_size: jax.Array, window: int) -> jax.Array:
+    """(nodes,) int32: a full window's theta (the gate's), from public values only (n~, the cells)."""
+    full = jnp.floor(STRUCTURE_RATIO * _node_scale(used, node_size)[:, 0] * (2 * window) * jnp.ones(()))
+    return jnp.clip(full, 0.0, 2.0**30).astype(jnp.int32)
+
+
+def passes_gate(full_theta: jax.Array, epsilon) -> jax.Array:
+    """(nodes,) bool: epsilon theta >= GATE_NATS (public: the node may be tested)."""
+    return jnp.asarray(epsilon, jnp.float32) * full_theta.astype(jnp.float32) >= GATE_NATS
 
 
 def halts(excess: jax.Array, noise: exact.Int, full_theta: jax.Array, epsilon, tested: jax.Array) -> jax.Array:
@@ -93,5 +107,4 @@ def halts(excess: jax.Array, noise: exact.Int, full_theta: jax.Array, epsilon, t
     ``tested`` (nodes,) the nodes that drew a split this level.
     """
     noisy = exact.clip_to_int32(add_count_noise(excess, noise), -(2**31) + 1, 2**31 - 1)
-    gate = jnp.asarray(epsilon, jnp.float32) * full_theta.astype(jnp.float32) >= GATE_NATS
-    return tested & gate & (noisy > 0)
+    return tested & passes_gate(full_theta, epsilon) & (noisy > 0)
