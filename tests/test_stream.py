@@ -259,15 +259,17 @@ STRUCTURE_CONFIG = dpm_jax.DPMConfig(tau_r=4, structure_share=0.5)
 @pytest.mark.parametrize("seed", [4, 5])
 def test_the_structure_test_streams_the_in_memory_release(seed):
     # Long because: compiles the passes and two in-memory runs (about 40 s, 2 cores at load 8).
-    """600 uniform points filling the bounds (no structure): the streamed levels halt the nodes the
+    """3,000 uniform points filling the bounds (no structure): the streamed levels halt the nodes the
     in-memory tree halts (same key, same release: the root, whose windows all hold about twice
-    theta), and without the test the tree splits them into several leaves."""
-    points = np.random.default_rng(seed).uniform(-100.0, 100.0, size=(600, 3)).astype(np.float32)
+    theta), and without the test the tree splits them into several leaves. (At 600 points the
+    emptiest of the root's ~570 windows dips below theta by chance: Q < 0, and only the noise of a
+    root with too little budget had halted it.)"""
+    points = np.random.default_rng(seed).uniform(-100.0, 100.0, size=(3000, 3)).astype(np.float32)
     budget, bounds = dpm_jax.Budget(8.0, 1e-4), (-100.0, 100.0)
     key = jax.random.key(seed)
     in_memory = dpm_jax.cluster(key, points, budget, bounds=bounds, config=STRUCTURE_CONFIG)
     streamed = cluster_stream(
-        key, [points[:250], points[250:]], budget, bounds=bounds, config=STRUCTURE_CONFIG, chunk_rows=128
+        key, [points[:1250], points[1250:]], budget, bounds=bounds, config=STRUCTURE_CONFIG, chunk_rows=512
     )
     assert_same_release(in_memory, streamed)
     assert any(line.name.startswith("structure/") for line in in_memory.ledger)
