@@ -243,23 +243,21 @@ class DPMConfig:
             raise ValueError(f"tau_r must be >= 1, got {self.tau_r}")
         elif self.tau_r > 16:
             raise ValueError(f"tau_r must be <= 16 (2**tau_r padded clusters), got {self.tau_r}")
-        if not isinstance(self.max_depth, (int, np.integer)) or isinstance(self.max_depth, bool):
-            raise TypeError(f"max_depth must be an integer, got {type(self.max_depth).__name__}")
-        if not 1 <= self.max_depth <= 16:
-            raise ValueError(f"max_depth must be in [1, 16] (2**max_depth padded clusters), got {self.max_depth}")
-        if self.max_depth != _DEFAULT_MAX_DEPTH and self.tau_r != AUTO_DEPTH:
-            raise ValueError(
-                f"max_depth bounds tau_r={AUTO_DEPTH!r}; with a fixed tau_r={self.tau_r} leave it at its default"
-            )
-        if not isinstance(self.leaf_slack, (int, np.integer)) or isinstance(self.leaf_slack, bool):
-            raise TypeError(f"leaf_slack must be an integer, got {type(self.leaf_slack).__name__}")
-        if not 0 <= self.leaf_slack <= 16:
-            raise ValueError(f"leaf_slack must be in [0, 16], got {self.leaf_slack}")
-        if self.leaf_slack != _DEFAULT_LEAF_SLACK and self.tau_r != AUTO_DEPTH:
-            raise ValueError(
-                f"leaf_slack is for tau_r={AUTO_DEPTH!r} (a fixed tau_r keeps the paper's tau_e = n~ / 2**tau_r); "
-                f"with tau_r={self.tau_r} leave it at its default"
-            )
+        self._check_auto_depth_option(
+            "max_depth",
+            1,
+            " (2**max_depth padded clusters)",
+            _DEFAULT_MAX_DEPTH,
+            f"max_depth bounds tau_r={AUTO_DEPTH!r}; with a fixed tau_r={self.tau_r} leave it at its default",
+        )
+        self._check_auto_depth_option(
+            "leaf_slack",
+            0,
+            "",
+            _DEFAULT_LEAF_SLACK,
+            f"leaf_slack is for tau_r={AUTO_DEPTH!r} (a fixed tau_r keeps the paper's tau_e = n~ / 2**tau_r); "
+            f"with tau_r={self.tau_r} leave it at its default",
+        )
         for name in ("alpha", "t", "q", "percentile", "interval_factor", "sigma_step"):
             value = getattr(self, name)
             if not is_real_number(value) or not math.isfinite(value):
@@ -330,6 +328,16 @@ class DPMConfig:
         """How many halvings of the root's n~ beyond the depth give the default tau_e: ``leaf_slack``
         under ``tau_r="auto"``, 0 (the paper's n~ / 2**tau_r) with a fixed tau_r."""
         return self.leaf_slack if self.tau_r == AUTO_DEPTH else 0
+
+    def _check_auto_depth_option(self, name: str, low: int, range_note: str, default: int, fixed_error: str) -> None:
+        """An integer option of ``tau_r="auto"`` in [low, 16]; with a fixed tau_r it must keep its default."""
+        value = getattr(self, name)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+        if not low <= value <= 16:
+            raise ValueError(f"{name} must be in [{low}, 16]{range_note}, got {value}")
+        if value != default and self.tau_r != AUTO_DEPTH:
+            raise ValueError(fixed_error)
 
     def at_depth(self, depth: int) -> "DPMConfig":
         """This config with the fixed tau_r = ``depth`` (what ``"auto"`` runs once it has chosen)."""
