@@ -13,7 +13,9 @@ reset (``/proc/self/clear_refs``) after the data is in memory where stated.
 * ``in_memory``: n x 10 float32 (default 10M) already in memory: median of warm calls, and
   the peak resident memory of the calls (the program loaded from a warm compilation cache)
   above the process with its data loaded; ``resident_over_input`` = (input + that) / input;
-  XLA's temporary buffer size at 1M x 10. With ``--reference DIR`` the checkout in DIR
+  XLA's temporary buffer size at 1M x 10; and its floor: one streaming pass over X (a jitted
+  column maximum, median of 7) times the passes DPM must make (depth + 2: the root, one per
+  level to the released depth, the leaf sums). With ``--reference DIR`` the checkout in DIR
   (PYTHONPATH) is measured the same way in the same run, for a before/after.
 * ``stream``: ``cluster_stream`` on .npy files of n x 10 float32 (created in --data-dir if
   missing), for each split grid of --stream-grids (default: the cell grid, the default, and
@@ -95,9 +97,17 @@ IN_MEMORY = _PEAK + textwrap.dedent("""
     first_peak = peak_gb()
     times = []
     for key in range(1, {repeats} + 1):
-        start = time.perf_counter(); run(key); times.append(time.perf_counter() - start)
+        start = time.perf_counter(); result = run(key); times.append(time.perf_counter() - start)
+    # The floor's unit: one streaming pass over X (a column maximum reads every value once and
+    # is bound by memory bandwidth), the median of a few warm calls in this process.
+    one_pass = jax.jit(lambda X: X.max(axis=0))
+    jax.block_until_ready(one_pass(X))
+    passes = []
+    for _ in range(7):
+        start = time.perf_counter(); jax.block_until_ready(one_pass(X)); passes.append(time.perf_counter() - start)
     print(json.dumps(dict(times=times, first_s=first, loaded_gb=loaded, peak_gb=max(first_peak, peak_gb()),
-                          input_gb=n * d * 4 / 1e9, module=dpm_jax.__file__)))
+                          input_gb=n * d * 4 / 1e9, module=dpm_jax.__file__,
+                          pass_s=float(np.median(passes)), depth=int(result.depth))))
 """)
 
 TEMP_BYTES = textwrap.dedent("""
@@ -239,11 +249,24 @@ def in_memory(n: int, repeats: int, reference: str | None) -> dict:
             module=run["module"],
             xla_temp_bytes_at_1m=temp["temp_bytes"],
             xla_temp_over_input_at_1m=temp["temp_bytes"] / temp["input_bytes"],
+            **_floor(run),
         )
         print(f"in_memory {name}: {result[name]}", file=sys.stderr)
     if reference:
         result["reference_over_this_time"] = result["reference"]["warm_median_s"] / result["this"]["warm_median_s"]
     return result
+
+
+def _floor(run: dict) -> dict:
+    """The in-memory run against its floor: the passes DPM must make over X (the root's count and
+    clip, one per level down to the released depth to bin every point in its node's cell, the
+    leaf sums) times one streaming pass's time, measured in the same process."""
+    if "pass_s" not in run:  # a reference checkout's script without the floor
+        return {}
+    passes = run["depth"] + 2
+    floor = passes * run["pass_s"]
+    warm = float(np.median(run["times"]))
+    return dict(one_pass_s=run["pass_s"], passes=passes, floor_s=floor, warm_over_floor=warm / floor)
 
 
 def _npy(path: str, n: int) -> str:
