@@ -52,12 +52,12 @@ def _scores(data, budget, config, keys) -> dict:
     return {f"{field}_median": float(np.median([run[field] for run in runs])) for field in ("ari", "accuracy", "k")}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--keys", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/depth_rule.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     keys = jax.random.split(jax.random.key(0), args.keys)
     rows = []
     for name in args.cases.split(","):

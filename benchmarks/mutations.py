@@ -9,7 +9,13 @@ a sensitivity, an offset, the factor 2, which key feeds which draw, clipping, th
 ledger). For each, the repository's dpm_jax/ and tests/ are copied to a temporary
 directory, the bug is applied, and the test(s) *designed* for that bug run against
 the mutated copy (PYTHONPATH puts the copy first). A mutation is "caught" when one of
-those tests fails; the table lists which. Nothing in the working tree is modified.
+those tests fails *on an assertion* (``AssertionError``, or pytest's ``Failed``: a
+``pytest.raises`` that did not raise, ``pytest.fail``); the table lists which. A test that
+fails with any other exception (a NameError of a mutation that no longer fits the code, a
+shape error) only *crashed*: that is listed apart and does not count, since it says the
+mutation broke the program, not that the test saw the bug. A plugin
+(:data:`_FAILURES_PLUGIN`) records each failure's exception type. Nothing in the working tree
+is modified.
 
 Two kinds of bug:
 * :class:`ReleaseMutation` breaks a release through its parameters (a split choice with
@@ -50,7 +56,6 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
@@ -618,6 +623,37 @@ MUTATIONS = (
 )
 
 
+# Records every failing test's exception type (in each xdist worker) for run(): a mutation is
+# caught only by a test that fails on an assertion, not by one that crashes.
+_FAILURES_PLUGIN = """
+import json
+import os
+
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if outcome.get_result().failed and call.excinfo is not None:
+        line = json.dumps(dict(test=item.nodeid, when=call.when, kind=call.excinfo.typename))
+        with open(os.environ["DPM_MUTATION_FAILURES"], "a") as out:
+            out.write(line + "\\n")
+"""
+ASSERTION_KINDS = ("AssertionError", "Failed")  # pytest.fail and a pytest.raises that did not raise: Failed
+
+
+def classify_failures(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(tests failing on an assertion in their body, the other failing tests with their exception type)."""
+    caught, crashed = set(), set()
+    for record in map(json.loads, lines):
+        if record["when"] == "call" and record["kind"] in ASSERTION_KINDS:
+            caught.add(record["test"])
+        else:
+            crashed.add(f"{record['test']} ({record['when']}: {record['kind']})")
+    return sorted(caught), sorted(crashed)
+
+
 def transform_of(mutation: ReleaseMutation):
     """The mutation's transform as a function, in the plugin's namespace (``keys``, ``math``)."""
     import math
@@ -641,6 +677,7 @@ def _mutated_copy(mutation: Mutation | ReleaseMutation) -> pathlib.Path:
     root = pathlib.Path(tempfile.mkdtemp(prefix="dpm_mutation_"))
     for part in ("dpm_jax", "tests"):
         shutil.copytree(REPOSITORY / part, root / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (root / "_failures_plugin.py").write_text(_FAILURES_PLUGIN)
     if isinstance(mutation, ReleaseMutation):
         (root / "_mutation_plugin.py").write_text(plugin_source(mutation))
         return root
@@ -657,26 +694,27 @@ def _mutated_copy(mutation: Mutation | ReleaseMutation) -> pathlib.Path:
 def run(mutation: Mutation | ReleaseMutation) -> dict:
     root = _mutated_copy(mutation)
     tick = time.time()
-    environment = dict(os.environ, PYTHONPATH=str(root))
-    plugin = ["-p", "_mutation_plugin"] if isinstance(mutation, ReleaseMutation) else []
+    failures = root / "failures.jsonl"
+    environment = dict(os.environ, PYTHONPATH=str(root), DPM_MUTATION_FAILURES=str(failures))
+    plugins = ["-p", "_failures_plugin"] + (["-p", "_mutation_plugin"] if isinstance(mutation, ReleaseMutation) else [])
     process = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, *mutation.tests],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugins, *mutation.tests],
         cwd=root,
         env=environment,
         capture_output=True,
         text=True,
     )
+    caught_by, crashed = classify_failures(failures.read_text().splitlines() if failures.exists() else [])
     shutil.rmtree(root, ignore_errors=True)
-    failed = sorted(set(re.findall(r"^FAILED (\S+)", process.stdout, flags=re.MULTILINE)))
-    caught = process.returncode != 0 and bool(failed)
     return dict(
         mutation=mutation.name,
         file=mutation.file if isinstance(mutation, Mutation) else "release: " + mutation.transform,
-        caught=caught,
-        caught_by=[name.split(" ")[0] for name in failed],
+        caught=bool(caught_by),
+        caught_by=caught_by,
+        crashed=crashed,
         designed_tests=list(mutation.tests),
         seconds=round(time.time() - tick, 1),
-        note="" if caught or process.returncode in (0, 1) else process.stdout[-2000:],
+        note="" if caught_by or process.returncode in (0, 1) else process.stdout[-2000:],
     )
 
 
@@ -692,11 +730,18 @@ def markdown_table(rows: list[dict]) -> str:
     """The rows of a results file as the table of docs/privacy.md (what each mutation breaks through)."""
     through = {m.name: f"`{m.builder}`" for m in RELEASE_MUTATIONS}
     through.update({m.name: f"`{m.file}`" for m in MUTATIONS})
-    lines = ["| mutation | broken through | caught | by the test designed for it |", "| --- | --- | --- | --- |"]
+    lines = [
+        "| mutation | broken through | caught (on an assertion) | by the test designed for it |",
+        "| --- | --- | --- | --- |",
+    ]
     for row in rows:
         tests = ", ".join(f"`{t.removeprefix('tests/')}`" for t in row["caught_by"]) or "-"
         where = through.get(row["mutation"], "?")
-        lines.append(f"| {row['mutation']} | {where} | {'yes' if row['caught'] else '**no**'} | {tests} |")
+        verdict = "yes" if row["caught"] else "**no**"
+        if not row["caught"] and row.get("crashed"):
+            crashed = ", ".join(f"`{t.removeprefix('tests/')}`" for t in row["crashed"])
+            verdict += f" (its tests only crashed: {crashed})"
+        lines.append(f"| {row['mutation']} | {where} | {verdict} | {tests} |")
     return "\n".join(lines)
 
 

@@ -99,12 +99,12 @@ def analyse(data, key, config) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--key", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/selection.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     variants = {"default": dpm_jax.DPMConfig(), "split_window=1": dpm_jax.DPMConfig(split_window=1)}
     out = {"machine": machine_description(), "key": args.key, "cases": {}}
     for name in args.cases.split(","):

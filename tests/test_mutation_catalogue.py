@@ -5,13 +5,14 @@ crash of the mutation run (or, before the run checked, into a silent no-op)."""
 import importlib
 import pathlib
 import re
+import subprocess
 import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from mutations import MUTATIONS, RELEASE_MUTATIONS, transform_of  # noqa: E402
+from mutations import _FAILURES_PLUGIN, MUTATIONS, RELEASE_MUTATIONS, classify_failures, transform_of  # noqa: E402
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name[:60])
@@ -75,3 +76,26 @@ def test_every_release_mutation_wraps_an_importable_builder_and_changes_a_real_r
         assert type(broken) is type(output)
         changed += broken != output
     assert changed, f"{mutation.name}: the transform changes none of {mutation.builder}'s example outputs"
+
+
+def test_a_mutation_counts_as_caught_only_by_a_failed_assertion(tmp_path):
+    """The failures plugin, run by pytest on four tiny tests: a failed assert and a pytest.raises
+    that did not raise are catches; a NameError (a mutation that no longer fits the code) and a
+    fixture error are only crashes; a passing test is neither."""
+    (tmp_path / "test_kinds.py").write_text(
+        "import pytest\n"
+        "def test_assertion():\n    assert 1 == 2\n"
+        "def test_did_not_raise():\n    with pytest.raises(ValueError):\n        pass\n"
+        "def test_crash():\n    tau_r\n"
+        "@pytest.fixture\ndef broken():\n    raise TypeError('no')\n"
+        "def test_setup(broken):\n    pass\n"
+        "def test_passes():\n    pass\n"
+    )
+    (tmp_path / "_failures_plugin.py").write_text(_FAILURES_PLUGIN)
+    failures = tmp_path / "failures.jsonl"
+    env = {"PATH": "", "PYTHONPATH": str(tmp_path), "DPM_MUTATION_FAILURES": str(failures)}
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p", "_failures_plugin"]
+    subprocess.run([*command, "test_kinds.py"], cwd=tmp_path, env=env, capture_output=True, check=False)
+    caught, crashed = classify_failures(failures.read_text().splitlines())
+    assert caught == ["test_kinds.py::test_assertion", "test_kinds.py::test_did_not_raise"]
+    assert crashed == ["test_kinds.py::test_crash (call: NameError)", "test_kinds.py::test_setup (setup: TypeError)"]
