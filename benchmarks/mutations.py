@@ -1,6 +1,7 @@
 """Mutation check of the privacy wiring: does a test designed for each bug catch it?
 
     python benchmarks/mutations.py [--out results/mutations.json] [--only NAME]
+    # --only with an existing --out: its rows of the file are replaced, the others kept
     python benchmarks/mutations.py --table results/mutations.json  # the docs' table
 
 Each mutation is one deliberate bug in the engine's privacy wiring (a noise scale,
@@ -214,6 +215,16 @@ RELEASE_MUTATIONS = (
         "release: private bounds' Gaussian counts with L2 sensitivity 1, not sqrt(d)",
         "lambda p: p._replace(noise=p.noise._replace(l2_sensitivity=1.0, sigma=p.noise.sigma / p.noise.l2_sensitivity))"
         " if hasattr(p.noise, 'l2_sensitivity') else p",
+        (
+            "tests/test_bounds.py::test_gaussian_noise_has_the_scale_of_l2_sensitivity_sqrt_d",
+            "tests/test_bounds.py::test_gaussian_bounds_audit_stays_below_the_claim",
+        ),
+        builder="dpm_jax.bounds:plan_bounds",
+    ),
+    ReleaseMutation(
+        "release: private bounds' Gaussian counts with half their sigma",
+        "lambda p: p._replace(noise=p.noise._replace(sigma=p.noise.sigma / 2))"
+        " if hasattr(p.noise, 'l2_sensitivity') else p",
         ("tests/test_bounds.py::test_gaussian_noise_has_the_scale_of_l2_sensitivity_sqrt_d",),
         builder="dpm_jax.bounds:plan_bounds",
     ),
@@ -417,8 +428,8 @@ MUTATIONS = (
         "dpm_jax/bounds.py",
         (
             (
-                "cells = bucket_index(points, mantissa_bits)",
-                "cells = bucket_index(points / jnp.max(jnp.abs(points)), mantissa_bits)",
+                "    size = max(1, _BLOCK_CELLS // max(d, 1))\n",
+                "    points = points / jnp.max(jnp.abs(points))\n    size = max(1, _BLOCK_CELLS // max(d, 1))\n",
             ),
         ),
         ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
@@ -707,6 +718,14 @@ def run(mutation: Mutation | ReleaseMutation) -> dict:
     )
 
 
+def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
+    """The results of ``old`` with the rows of ``new`` in place of theirs, in the catalogue's order
+    (what ``--only`` writes to an existing ``--out``; rows of mutations no longer listed go last)."""
+    order = {m.name: i for i, m in enumerate(RELEASE_MUTATIONS + MUTATIONS)}
+    rows = {row["mutation"]: row for row in old} | {row["mutation"]: row for row in new}
+    return sorted(rows.values(), key=lambda row: order.get(row["mutation"], len(order)))
+
+
 def markdown_table(rows: list[dict]) -> str:
     """The rows of a results file as the table of docs/privacy.md (what each mutation breaks through)."""
     through = {m.name: f"`{m.builder}`" for m in RELEASE_MUTATIONS}
@@ -747,7 +766,9 @@ def main(argv=None) -> int:
             flush=True,
         )
     if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(rows, indent=1))
+        out = pathlib.Path(args.out)
+        merged = merge_rows(json.loads(out.read_text()), rows) if args.only and out.exists() else rows
+        out.write_text(json.dumps(merged, indent=1))
     return 0 if all(r["caught"] for r in rows) else 1
 
 

@@ -18,7 +18,10 @@ Sections (epsilon = 1 in total, delta = n^-1.5 as in the DPM paper, medians over
   Letters and the structure zoo (at --zoo-n points).
 * quantiles: the private-quantile alternative (an exponential mechanism per dimension and side
   over the same domain, at share 0.15), simulated for its utility only.
-* cost: one private-bounds estimate against a warm cluster call, same data, same process.
+* cost: one private-bounds estimate against a warm cluster call, same data, same process
+  (the two interleaved; the load average is recorded).
+  A "cost_before_after" entry of the results file (cost runs of two versions of dpm_jax,
+  alternated, with their protocol) is kept and shown under it.
 
 Results go to benchmarks/results/private_bounds.json (and a .md table). Timing numbers
 are ratios measured in one run; the machine is described in the JSON.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -216,13 +220,10 @@ def quality(keys: int, presets: list[str], zoo_n: int, only: list[str] | None = 
     return rows
 
 
-def _median_seconds(fn, repeats: int) -> float:
-    times = []
-    for i in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(jax.random.key(i + 1)))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+def _seconds(fn, key: jax.Array) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn(key))
+    return time.perf_counter() - start
 
 
 def cost(n: int, repeats: int) -> dict:
@@ -235,9 +236,17 @@ def cost(n: int, repeats: int) -> dict:
     run_bounds = lambda key: bounds_lib.estimate_bounds(key, points, mask, plan)
     run_cluster(jax.random.key(0)).block_until_ready()
     jax.block_until_ready(run_bounds(jax.random.key(0)))
-    cluster_s, bounds_s = _median_seconds(run_cluster, repeats), _median_seconds(run_bounds, repeats)
-    _log(f"cost n={n}: cluster {cluster_s:.3f} s, bounds {bounds_s:.3f} s ({bounds_s / cluster_s:.1%})")
-    return dict(n=n, d=10, repeats=repeats, cluster_s=cluster_s, bounds_s=bounds_s, ratio=bounds_s / cluster_s)
+    cluster_times, bounds_times = [], []
+    for i in range(repeats):  # interleaved, so that a change of the machine's load meets both
+        cluster_times.append(_seconds(run_cluster, jax.random.key(i + 1)))
+        bounds_times.append(_seconds(run_bounds, jax.random.key(i + 1)))
+    cluster_s, bounds_s = float(np.median(cluster_times)), float(np.median(bounds_times))
+    load = os.getloadavg()
+    _log(f"cost n={n}: cluster {cluster_s:.3f} s, bounds {bounds_s:.3f} s ({bounds_s / cluster_s:.1%}), load {load}")
+    return dict(
+        n=n, d=10, repeats=repeats, cluster_s=cluster_s, bounds_s=bounds_s, ratio=bounds_s / cluster_s,
+        cluster_all=cluster_times, bounds_all=bounds_times, load_average=list(load),
+    )  # fmt: skip
 
 
 def render(results: dict) -> str:
@@ -268,6 +277,17 @@ def render(results: dict) -> str:
         c = results["cost"]
         lines += ["", f"## Cost at {c['n']} x {c['d']}", ""]
         lines.append(f"bounds {c['bounds_s']:.3f} s, warm cluster {c['cluster_s']:.3f} s: ratio {c['ratio']:.3f}")
+        if "load_average" in c:
+            lines.append(f"(medians of {c['repeats']}, interleaved; load average {c['load_average'][0]:.2f} after)")
+    if results.get("cost_before_after"):
+        c = results["cost_before_after"]
+        lines += ["", c["protocol"], "", "| run | version | bounds s | cluster s | ratio | load average |"]
+        lines.append("|---" * 6 + "|")
+        for r in c["runs"]:
+            lines.append(
+                f"| {r['run']} | {r['version']} | {r['bounds_s']:.3f} | {r['cluster_s']:.3f} | {r['ratio']:.3f} "
+                f"| {r['load_average'][0]:.2f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -295,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{name} (share {p.share}, widen {p.widen:.3g})" for name, p in PRESETS.items())
         + f"; quality: presets {args.presets} vs the data set's known bounds, same keys, zoo at n={args.zoo_n}; "
         f"cost: one warm cluster call vs one bounds estimate (default preset), blobs {args.cost_n} x 10, "
-        f"median of {args.repeats}, same process"
+        f"median of {args.repeats}, interleaved in one process"
     )
     sections = args.sections.split(",")
     if "coverage" in sections:
