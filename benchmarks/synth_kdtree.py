@@ -1,7 +1,7 @@
 """The KD-tree paper's experiments with dpm_jax.synthesize: Figure 3 (a, b), Figure 4, App. G.3, speed.
 
     nice python benchmarks/synth_kdtree.py [--keys 5]
-        [--only fig3,fig3_variants,box_config,fig4,g3,speed] [--methods grid,kdtree,...]
+        [--only fig3,fig3_variants,box_config,floor,fig4,g3,speed] [--methods grid,kdtree,...]
 
 --methods reruns Figure 3 for those methods only and keeps the other methods' rows.
 
@@ -188,6 +188,64 @@ def _balog_data(d: int):
     return X, next(v for k, v in meta.items() if k.startswith("kernel_mean"))
 
 
+def _true_counts(X, lower, upper):
+    """The data's count in every box (half-open, [lower, upper)): NOT private, a diagnostic."""
+    counts = np.zeros(len(lower))
+    for r0 in range(0, len(X), 4096):
+        inside = np.all((X[r0 : r0 + 4096, None] >= lower[None]) & (X[r0 : r0 + 4096, None] < upper[None]), -1)
+        counts += inside.sum(0)
+    return counts
+
+
+def floor(num_keys: int) -> list[dict]:
+    """Where the epsilon-0.1, d = 5 distance is lost (NOT private: reads the data's counts).
+
+    For Figure 3b's releases at epsilon 0.1 (same keys): the released cells with the data's
+    true counts instead of the noisy ones (the weights' noise), and, for the grid, every
+    non-empty cell of the released resolution with its true count, kept when the count is
+    at least 1 / 100 / 400 (what the leaf threshold costs when no noise is left).
+    Both measures; medians over the keys.
+    """
+    X, kxx = _balog_data(5)
+    gamma = balog_gamma(5)
+    rows = []
+    measured = {}  # the all-cells variants depend on the resolution only: one evaluation each
+
+    def measure(key, c, lo, hi, w):
+        if key not in measured:
+            d_boxes = rkhs_distance_boxes(X, lo, hi, w, gamma, kxx)
+            measured[key] = (rkhs_distance(X, c, w, gamma, kxx), d_boxes, len(w), float(np.sum(w)) / len(X))
+        return measured[key]
+
+    for method in ("grid", "privtree"):
+        sets = runs(X, replace_one_budget(0.1), BALOG_BOUNDS, method, SynthConfig(), num_keys, boxes=True)
+        variants = {}
+        for centers, weights, valid, lower, upper in sets:
+            live = valid & (weights > 0)
+            centers, lower, upper = centers[live], lower[live], upper[live]
+            true = _true_counts(X, lower, upper)
+            kept = true > 0
+            found = [("released cells, true counts", None, centers[kept], lower[kept], upper[kept], true[kept])]
+            if method == "grid":  # one cell size: the released resolution
+                edge = upper[0] - lower[0]
+                cells, counts = np.unique(np.floor((X - BALOG_BOUNDS[0]) / edge), axis=0, return_counts=True)
+                low = BALOG_BOUNDS[0] + cells * edge
+                for least in (1, 100, 400):
+                    k = counts >= least
+                    name = f"all cells, true counts >= {least}"
+                    found.append((name, (name, *edge), low[k] + edge / 2, low[k], low[k] + edge, counts[k]))
+            for name, key, c, lo, hi, w in found:
+                entry = variants.setdefault(name, dict(centres=[], boxes=[], cells=[], covered=[]))
+                for k, value in zip(entry, measure(key or object(), c, lo, hi, w)):
+                    entry[k].append(value)
+        for name, entry in variants.items():
+            row = dict(method=method, epsilon=0.1, d=5, variant=name, distances=entry)
+            row.update({f"median_{k}": float(np.median(v)) for k, v in entry.items()})
+            print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
+            rows.append(row)
+    return rows
+
+
 def figure4(num_keys: int) -> list[dict]:
     """Algorithm 1 (grid) on 100,000 standard Gaussian points, distance against (eps n)^(-1/3).
 
@@ -302,6 +360,23 @@ def table(results: dict) -> str:
                 f" {r['median_boxes']:.4g} | {r['median_cells']:.0f} |"
             )
         lines.append("")
+    if "floor" in results:
+        lines += [
+            "### Figure 3b at epsilon 0.1: where the distance goes (NOT private: true counts)",
+            "",
+            "Figure 3's releases (same keys); the released cells re-weighted by the data's true counts; for the"
+            " grid, every non-empty cell of the released resolution with its true count, kept above a count."
+            " covered: the share of the data in the kept cells.",
+            "",
+            "| method | variant | centres | boxes | cells | covered |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in results["floor"]:
+            lines.append(
+                f"| {r['method']} | {r['variant']} | {r['median_centres']:.4g} | {r['median_boxes']:.4g} |"
+                f" {r['median_cells']:.0f} | {r['median_covered']:.3f} |"
+            )
+        lines.append("")
     if "fig3_variants" in results:
         lines += [
             "### Figure 3b, PrivTree variants (d = 5)",
@@ -381,7 +456,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out_path = RESULTS / "synth_kdtree.json"
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    parts = dict(fig3=figure3, fig3_variants=figure3_variants, box_config=box_config, fig4=figure4, g3=g3)
+    parts = dict(fig3=figure3, fig3_variants=figure3_variants, box_config=box_config, floor=floor, fig4=figure4, g3=g3)
     methods = tuple(args.methods.split(","))
     for name in args.only.split(","):
         if name == "fig3":  # the rerun methods' rows replace theirs; the others' stay
