@@ -1,13 +1,16 @@
 """The KD-tree paper's experiments with dpm_jax.synthesize: Figure 3 (a, b), Figure 4, App. G.3, speed.
 
-    nice python benchmarks/synth_kdtree.py [--keys 5] [--only fig3,fig3_variants,fig4,g3,speed]
-        [--methods grid,kdtree,...]
+    nice python benchmarks/synth_kdtree.py [--keys 5]
+        [--only fig3,fig3_variants,box_config,floor,fig4,g3,speed] [--methods grid,kdtree,...]
 
 --methods reruns Figure 3 for those methods only and keeps the other methods' rows.
 
 "Differentially Private Synthetic Data Using KD-Trees", Section 4 and App. G, against the
 published results of Balog et al. (ICML 2018) in ../shared/data/balog (kernel
 exp(-gamma ||x - y||^2), gamma = 1 / (100 sqrt(D))^2, RKHS distance of the weighted set).
+Figure 3 measures each release twice: the weighted cell centres (point masses), and the
+mixture of uniform distributions on the released boxes with the same weights, which is
+what SynthResult.sample draws from (dpm_jax.eval.mmd.rkhs_distance_boxes).
 
 Neighbours: Balog et al. use replace-one; dpm_jax uses add/remove-one. A replace-one
 neighbour is two add/remove steps, so an (e/2, d')-DP add/remove mechanism is
@@ -31,7 +34,7 @@ import jax
 import numpy as np
 
 from dpm_jax.budget import Budget
-from dpm_jax.eval.mmd import balog_gamma, kernel_mean, rkhs_distance
+from dpm_jax.eval.mmd import balog_gamma, kernel_mean, rkhs_distance, rkhs_distance_boxes
 from dpm_jax.synth.api import synthesize
 from dpm_jax.synth.plan import SynthConfig
 
@@ -46,30 +49,44 @@ def replace_one_budget(epsilon: float, delta: float = 1e-6) -> Budget:
     return Budget(epsilon / 2, delta / (1.0 + math.exp(epsilon / 2)))
 
 
-def runs(X, budget, bounds, method, config, num_keys, seed=0):
-    """The weighted sets of ``num_keys`` runs (vmap over keys, one compilation)."""
+def runs(X, budget, bounds, method, config, num_keys, seed=0, boxes=False):
+    """The weighted sets of ``num_keys`` runs (vmap over keys, one compilation): (centers,
+    weights, valid), and the boxes (lower, upper) after them when ``boxes``."""
     keys = jax.random.split(jax.random.key(seed), num_keys)
     one = lambda k, x: synthesize(k, x, budget, bounds, method=method, config=config)  # noqa: E731
     out = jax.jit(jax.vmap(one, in_axes=(0, None)))(keys, X)  # X an argument: no constant folding of it
-    return [(np.asarray(out.centers[i]), np.asarray(out.weights[i]), np.asarray(out.valid[i])) for i in range(num_keys)]
+    fields = ("centers", "weights", "valid", "lower", "upper")[: 5 if boxes else 3]
+    return [tuple(np.asarray(getattr(out, f)[i]) for f in fields) for i in range(num_keys)]
 
 
-def distances(X, sets, gamma, kxx):
-    """RKHS distance per run; an empty release is the zero embedding: sqrt(kxx)."""
+def distances(X, sets, gamma, kxx, measure="centres"):
+    """RKHS distance per run; an empty release is the zero embedding: sqrt(kxx).
+
+    measure "centres": a point mass at every released cell's centre (DPM's own centres for
+    "dpm"), weighted by the noisy counts; "boxes": the mixture of uniform distributions on
+    the released boxes with those weights, the law SynthResult.sample draws from.
+    """
     out = []
-    for centers, weights, valid in sets:
+    for centers, weights, valid, *box in sets:
         live = valid & (weights > 0)
-        out.append(rkhs_distance(X, centers[live], weights[live], gamma, kxx) if live.any() else math.sqrt(kxx))
+        if not live.any():
+            out.append(math.sqrt(kxx))
+        elif measure == "boxes":
+            lower, upper = box
+            out.append(rkhs_distance_boxes(X, lower[live], upper[live], weights[live], gamma, kxx))
+        else:
+            out.append(rkhs_distance(X, centers[live], weights[live], gamma, kxx))
     return out
 
 
-def evaluate(X, kxx, gamma, epsilon, method, bounds, num_keys, config=SynthConfig(), delta=1e-6):
+def evaluate(X, kxx, gamma, epsilon, method, bounds, num_keys, config=SynthConfig(), delta=1e-6, boxes=False, seed=0):
+    """One configuration's runs; ``boxes``: the box-uniform measure too, on the same releases."""
     start = time.perf_counter()
-    sets = runs(X, replace_one_budget(epsilon, delta), bounds, method, config, num_keys)
+    sets = runs(X, replace_one_budget(epsilon, delta), bounds, method, config, num_keys, seed=seed, boxes=boxes)
     seconds = time.perf_counter() - start
     dist = distances(X, sets, gamma, kxx)
-    cells = [int((v & (w > 0)).sum()) for _, w, v in sets]
-    return dict(
+    cells = [int((v & (w > 0)).sum()) for _, w, v, *_ in sets]
+    row = dict(
         epsilon=epsilon,
         method=method,
         config=repr(config),
@@ -78,6 +95,12 @@ def evaluate(X, kxx, gamma, epsilon, method, bounds, num_keys, config=SynthConfi
         median_cells=float(np.median(cells)),
         seconds_all_keys=round(seconds, 2),
     )
+    if boxes:
+        dist_boxes = distances(X, sets, gamma, kxx, measure="boxes")
+        row.update(median_boxes=float(np.median(dist_boxes)), distances_boxes=dist_boxes)
+    if seed:
+        row.update(seed=seed)
+    return row
 
 
 def balog(d: int) -> dict:
@@ -96,14 +119,12 @@ FIG3_METHODS = ("grid", "kdtree", "privtree", "dpm")
 def figure3(num_keys: int, methods=FIG3_METHODS) -> list[dict]:
     rows = []
     for d in (2, 5):
-        X = np.load(DATA / f"mixture_of_Gaussians_N100000_D{d}.npz")["X_private"]
-        meta = json.loads((DATA / f"mixture_of_Gaussians_N100000_D{d}.json").read_text())
-        kxx = next(v for k, v in meta.items() if k.startswith("kernel_mean"))
+        X, kxx = _balog_data(d)
         for method in methods:
             for epsilon in EPSILONS:
-                row = evaluate(X, kxx, balog_gamma(d), epsilon, method, BALOG_BOUNDS, num_keys)
+                row = evaluate(X, kxx, balog_gamma(d), epsilon, method, BALOG_BOUNDS, num_keys, boxes=True)
                 row.update(figure="3a" if d == 2 else "3b", d=d)
-                print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if not k.startswith("distances")}), flush=True)
                 rows.append(row)
     return rows
 
@@ -113,14 +134,113 @@ PRIVTREE_VARIANTS = (SynthConfig(cells_per_axis=4.0),)  # a coarser forced level
 
 def figure3_variants(num_keys: int) -> list[dict]:
     """Figure 3b (d = 5) for PrivTree configurations other than the default."""
-    X = np.load(DATA / "mixture_of_Gaussians_N100000_D5.npz")["X_private"]
-    meta = json.loads((DATA / "mixture_of_Gaussians_N100000_D5.json").read_text())
-    kxx = next(v for k, v in meta.items() if k.startswith("kernel_mean"))
+    X, kxx = _balog_data(5)
     rows = []
     for config in PRIVTREE_VARIANTS:
         for epsilon in EPSILONS:
             row = evaluate(X, kxx, balog_gamma(5), epsilon, "privtree", BALOG_BOUNDS, num_keys, config=config)
             row.update(figure="3b", d=5)
+            print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
+            rows.append(row)
+    return rows
+
+
+TUNING_SEED = 100  # keys jax.random.split(key(100), n): never the test keys (seed 0)
+BOX_CANDIDATES = tuple(SynthConfig(cells_per_axis=c) for c in (4.0, 5.5, 7.0, 10.0, 14.0)) + tuple(
+    SynthConfig(tree_share=share) for share in (0.15, 0.5)
+)
+
+
+def box_config(num_keys: int) -> list[dict]:
+    """Is the default SynthConfig still the right one under the box measure at epsilon 0.1 (d = 5)?
+
+    Every candidate of BOX_CANDIDATES (tree_share only for the trees) is scored by its median
+    box-measure distance on the tuning keys (TUNING_SEED); each method's best is then run on
+    the test keys (seed 0, Figure 3's) at every epsilon, both measures.
+    """
+    X, kxx = _balog_data(5)
+    rows = []
+    for method in ("grid", "kdtree", "privtree"):
+        tuned = []
+        for config in BOX_CANDIDATES:
+            if method == "grid" and config.tree_share != SynthConfig().tree_share:
+                continue  # the grid has no tree
+            row = evaluate(
+                X, kxx, balog_gamma(5), 0.1, method, BALOG_BOUNDS, num_keys, config, boxes=True, seed=TUNING_SEED
+            )
+            row.update(part="tuning", d=5)
+            print(json.dumps({k: v for k, v in row.items() if not k.startswith("distances")}), flush=True)
+            tuned.append((row["median_boxes"], config))
+            rows.append(row)
+        best = min(tuned, key=lambda t: t[0])[1]
+        for epsilon in EPSILONS:
+            row = evaluate(X, kxx, balog_gamma(5), epsilon, method, BALOG_BOUNDS, num_keys, best, boxes=True)
+            row.update(part="test", d=5)
+            print(json.dumps({k: v for k, v in row.items() if not k.startswith("distances")}), flush=True)
+            rows.append(row)
+    return rows
+
+
+def _balog_data(d: int):
+    """Balog et al.'s mixture in d dimensions and its kernel mean (their file)."""
+    X = np.load(DATA / f"mixture_of_Gaussians_N100000_D{d}.npz")["X_private"]
+    meta = json.loads((DATA / f"mixture_of_Gaussians_N100000_D{d}.json").read_text())
+    return X, next(v for k, v in meta.items() if k.startswith("kernel_mean"))
+
+
+def _true_counts(X, lower, upper):
+    """The data's count in every box (half-open, [lower, upper)): NOT private, a diagnostic."""
+    counts = np.zeros(len(lower))
+    for r0 in range(0, len(X), 4096):
+        inside = np.all((X[r0 : r0 + 4096, None] >= lower[None]) & (X[r0 : r0 + 4096, None] < upper[None]), -1)
+        counts += inside.sum(0)
+    return counts
+
+
+def floor(num_keys: int) -> list[dict]:
+    """Where the epsilon-0.1, d = 5 distance is lost (NOT private: reads the data's counts).
+
+    For Figure 3b's releases at epsilon 0.1 (same keys): the released cells with the data's
+    true counts instead of the noisy ones (the weights' noise), and, for the grid, every
+    non-empty cell of the released resolution with its true count, kept when the count is
+    at least 1 / 100 / 400 (what the leaf threshold costs when no noise is left).
+    Both measures; medians over the keys.
+    """
+    X, kxx = _balog_data(5)
+    gamma = balog_gamma(5)
+    rows = []
+    measured = {}  # the all-cells variants depend on the resolution only: one evaluation each
+
+    def measure(key, c, lo, hi, w):
+        if key not in measured:
+            d_boxes = rkhs_distance_boxes(X, lo, hi, w, gamma, kxx)
+            measured[key] = (rkhs_distance(X, c, w, gamma, kxx), d_boxes, len(w), float(np.sum(w)) / len(X))
+        return measured[key]
+
+    for method in ("grid", "privtree"):
+        sets = runs(X, replace_one_budget(0.1), BALOG_BOUNDS, method, SynthConfig(), num_keys, boxes=True)
+        variants = {}
+        for centers, weights, valid, lower, upper in sets:
+            live = valid & (weights > 0)
+            centers, lower, upper = centers[live], lower[live], upper[live]
+            true = _true_counts(X, lower, upper)
+            kept = true > 0
+            found = [("released cells, true counts", None, centers[kept], lower[kept], upper[kept], true[kept])]
+            if method == "grid":  # one cell size: the released resolution
+                edge = upper[0] - lower[0]
+                cells, counts = np.unique(np.floor((X - BALOG_BOUNDS[0]) / edge), axis=0, return_counts=True)
+                low = BALOG_BOUNDS[0] + cells * edge
+                for least in (1, 100, 400):
+                    k = counts >= least
+                    name = f"all cells, true counts >= {least}"
+                    found.append((name, (name, *edge), low[k] + edge / 2, low[k], low[k] + edge, counts[k]))
+            for name, key, c, lo, hi, w in found:
+                entry = variants.setdefault(name, dict(centres=[], boxes=[], cells=[], covered=[]))
+                for k, value in zip(entry, measure(key or object(), c, lo, hi, w)):
+                    entry[k].append(value)
+        for name, entry in variants.items():
+            row = dict(method=method, epsilon=0.1, d=5, variant=name, distances=entry)
+            row.update({f"median_{k}": float(np.median(v)) for k, v in entry.items()})
             print(json.dumps({k: v for k, v in row.items() if k != "distances"}), flush=True)
             rows.append(row)
     return rows
@@ -193,7 +313,15 @@ def speed(repeats: int = 3) -> list[dict]:
 
 def table(results: dict) -> str:
     """Markdown tables of the medians, Balog et al.'s numbers beside them."""
-    lines = [f"Machine: {results.get('machine', '?')}. RKHS distance, median over the keys (lower is better).", ""]
+    lines = [
+        f"Machine: {results.get('machine', '?')}. RKHS distance, median over the keys (lower is better).",
+        "",
+        "Figure 3, two measures of the same releases: *centres*, a point mass at each released cell's",
+        "centre (DPM's own centres for dpm), weighted by the noisy counts; *boxes*, the mixture of",
+        "uniform distributions on the released boxes with those weights, which is the law",
+        "`SynthResult.sample` draws from (rkhs_distance_boxes, exact).",
+        "",
+    ]
     for figure, d in (("3a", 2), ("3b", 5)):
         ref = results["balog"][f"d{d}"]
         lines += [f"### Figure {figure} (d = {d}, n = 100,000, replace-one (epsilon, 1e-6))", ""]
@@ -201,7 +329,11 @@ def table(results: dict) -> str:
         for method in FIG3_METHODS:
             rows = [r for r in results.get("fig3", []) if r["d"] == d and r["method"] == method]
             cells = [f"{r['median']:.4g} ({r['median_cells']:.0f} cells)" for r in rows]
-            lines.append(f"| dpm_jax {method} | " + " | ".join(cells) + " |")
+            lines.append(f"| dpm_jax {method}, centres | " + " | ".join(cells) + " |")
+            if rows and all("median_boxes" in r for r in rows):
+                lines.append(
+                    f"| dpm_jax {method}, boxes | " + " | ".join(f"{r['median_boxes']:.4g}" for r in rows) + " |"
+                )
         lines.append(
             "| Balog Alg. 1 (best over public-set sizes) | " + " | ".join(f"{v:.4g}" for v in ref["alg1"]) + " |"
         )
@@ -210,6 +342,40 @@ def table(results: dict) -> str:
             + " | ".join(f"{v:.4g}" for v in ref["alg2_best"])
             + " |"
         )
+        lines.append("")
+    if "box_config" in results:
+        lines += [
+            "### Figure 3b under the box measure: the configuration chosen at epsilon 0.1 on other keys",
+            "",
+            f"Tuning: median box-measure distance at epsilon 0.1 over keys split from key({TUNING_SEED});"
+            " test: the chosen configuration on Figure 3's keys (key(0)), both measures.",
+            "",
+            "| part | method | config | epsilon | centres | boxes | cells |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in results["box_config"]:
+            config = r["config"].replace("SynthConfig(levels=None, decisions=None, ", "(")
+            lines.append(
+                f"| {r['part']} | {r['method']} | {config} | {r['epsilon']} | {r['median']:.4g} |"
+                f" {r['median_boxes']:.4g} | {r['median_cells']:.0f} |"
+            )
+        lines.append("")
+    if "floor" in results:
+        lines += [
+            "### Figure 3b at epsilon 0.1: where the distance goes (NOT private: true counts)",
+            "",
+            "Figure 3's releases (same keys); the released cells re-weighted by the data's true counts; for the"
+            " grid, every non-empty cell of the released resolution with its true count, kept above a count."
+            " covered: the share of the data in the kept cells.",
+            "",
+            "| method | variant | centres | boxes | cells | covered |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in results["floor"]:
+            lines.append(
+                f"| {r['method']} | {r['variant']} | {r['median_centres']:.4g} | {r['median_boxes']:.4g} |"
+                f" {r['median_cells']:.0f} | {r['median_covered']:.3f} |"
+            )
         lines.append("")
     if "fig3_variants" in results:
         lines += [
@@ -264,12 +430,19 @@ def plot(results: dict) -> None:
     for d, marker in ((2, "o"), (5, "s")):
         for method in FIG3_METHODS:
             rows = [r for r in results.get("fig3", []) if r["d"] == d and r["method"] == method]
+            colour = f"C{FIG3_METHODS.index(method)}"  # one colour per method, both measures
             if rows:
-                axes[1].loglog(
-                    [r["epsilon"] for r in rows], [r["median"] for r in rows], marker + "-", label=f"{method} d={d}"
-                )
+                eps = [r["epsilon"] for r in rows]
+                axes[1].loglog(eps, [r["median"] for r in rows], marker + "-", color=colour, label=f"{method} d={d}")
+            if rows and all("median_boxes" in r for r in rows):
+                boxes = [r["median_boxes"] for r in rows]
+                axes[1].loglog(eps, boxes, marker + ":", color=colour, mfc="none", label=f"{method} d={d} boxes")
         axes[1].loglog(EPSILONS, results["balog"][f"d{d}"]["alg2_best"], marker + "--k", label=f"Balog Alg 2 d={d}")
-    axes[1].set(xlabel="epsilon (replace-one)", ylabel="RKHS distance (median)", title="Figure 3")
+    axes[1].set(
+        xlabel="epsilon (replace-one)",
+        ylabel="RKHS distance (median)",
+        title="Figure 3: centres (solid), boxes (dotted, open)",
+    )
     axes[1].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(RESULTS / "synth_kdtree.png", dpi=110)
@@ -283,7 +456,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out_path = RESULTS / "synth_kdtree.json"
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    parts = dict(fig3=figure3, fig3_variants=figure3_variants, fig4=figure4, g3=g3)
+    parts = dict(fig3=figure3, fig3_variants=figure3_variants, box_config=box_config, floor=floor, fig4=figure4, g3=g3)
     methods = tuple(args.methods.split(","))
     for name in args.only.split(","):
         if name == "fig3":  # the rerun methods' rows replace theirs; the others' stay
