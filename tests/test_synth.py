@@ -1,5 +1,6 @@
 """dpm_jax.synthesize: the KD-tree paper's grid and KD-tree, DPM as a generator, their privacy wiring."""
 
+import dataclasses
 import json
 import math
 
@@ -316,6 +317,33 @@ def test_sample_picks_boxes_in_proportion_to_their_weights():
     share = np.bincount(box, minlength=4) / box.size
     assert share[1] == 0 and share[3] == 0
     assert abs(share[0] - 0.25) < 0.015 and abs(share[2] - 0.75) < 0.015
+
+
+def test_a_release_without_positive_weight_has_nothing_to_sample():
+    """Every box at weight <= 0 (every cell below the threshold): sample refuses with a clear error
+    where the weights are concrete, and gives NaN rows under jit (it used to draw the last slot's
+    box, a box the release never weighted)."""
+    from dpm_jax.synth.result import SynthResult
+
+    lower = jnp.asarray([[0.0], [1.0]])
+    result = SynthResult(
+        centers=lower + 0.5,
+        weights=jnp.asarray([0.0, -2.0]),
+        lower=lower,
+        upper=lower + 1.0,
+        valid=jnp.asarray([False, False]),
+        depth=jnp.int32(0),
+        bounds=(jnp.zeros(1), jnp.full(1, 2.0)),
+        ledgers=(),
+        method="grid",
+    )
+    with pytest.raises(ValueError, match="no box of positive weight"):
+        result.sample(jax.random.key(0), 3)
+    rows = jax.jit(lambda r, key: r.sample(key, 3))(result, jax.random.key(0))
+    assert rows.shape == (3, 1) and np.all(np.isnan(np.asarray(rows)))
+    one_box = dataclasses.replace(result, weights=jnp.asarray([0.0, 1.0]))
+    weighted = jax.jit(lambda r, key: r.sample(key, 3))(one_box, jax.random.key(0))
+    assert np.all((np.asarray(weighted) >= 1.0) & (np.asarray(weighted) <= 2.0))
 
 
 # ------------------------------------------------------------------ private bounds (issue 24)

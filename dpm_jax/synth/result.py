@@ -64,7 +64,16 @@ class SynthResult:
         return dataclasses.replace(self, ledgers=ledgers)
 
     def sample(self, key: jax.Array, m: int) -> jax.Array:
-        """(m, d) synthetic rows: a box drawn by weight, a uniform point inside it (post-processing)."""
+        """(m, d) synthetic rows: a box drawn by weight, a uniform point inside it (post-processing).
+
+        A release with no box of positive weight (every cell below the threshold) has nothing to
+        draw from: a ValueError where the weights are concrete, rows of NaN under jit or vmap.
+        """
+        if not isinstance(self.weights, jax.core.Tracer) and not np.any(np.asarray(self.weights) > 0):
+            raise ValueError(
+                "this release holds no box of positive weight (every cell fell below the threshold): "
+                "there is nothing to sample; a larger epsilon or fewer cells (SynthConfig) release some"
+            )
         return sample_boxes(key, self.weights, self.lower, self.upper, m)
 
 
@@ -85,4 +94,5 @@ def sample_boxes(key: jax.Array, weights: jax.Array, lower: jax.Array, upper: ja
     u = jnp.minimum(jax.random.uniform(pick, (m,), jnp.float32) * cumulative[-1], jnp.nextafter(cumulative[-1], 0))
     rows = jnp.minimum(jnp.searchsorted(cumulative, u, side="right"), weights.shape[0] - 1)
     u = jax.random.uniform(inside, (m, lower.shape[1]))
-    return lower[rows] + u * (upper[rows] - lower[rows])
+    drawn = lower[rows] + u * (upper[rows] - lower[rows])
+    return jnp.where(cumulative[-1] > 0, drawn, jnp.nan)  # no positive weight: nothing to draw from
