@@ -314,7 +314,7 @@ MUTATIONS = (
     Mutation(
         "scores: the cell grid's window counts every point twice (sensitivity 2 a3)",
         "dpm_jax/scoring.py",
-        (("return upper - lower, inclusive", "return 2 * (upper - lower), inclusive"),),
+        (("    return upper - lower\n", "    return 2 * (upper - lower)\n"),),
         ("tests/test_scoring.py::test_boundary_statistics_count_the_window_of_half_bins_inside_the_cell",),
     ),
     Mutation(

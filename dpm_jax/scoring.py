@@ -56,6 +56,7 @@ __all__ = [
     "score_coefficients",
     "candidate_statistics",
     "boundary_statistics",
+    "window_counts",
     "split_scores",
     "exponent_ratio",
 ]
@@ -113,7 +114,13 @@ def boundary_statistics(half_bin_counts: jax.Array, window: int = 1) -> tuple[ja
     a window outside the cell holds none of them: the clipped count is the true one.
     """
     inclusive = exact.exact_cumsum(half_bin_counts)  # S[j] = half-bins 0 .. j
-    size = half_bin_counts.shape[-1]
+    return window_counts(inclusive, window), inclusive
+
+
+def window_counts(inclusive: jax.Array, window: int) -> jax.Array:
+    """The interval counts |s_i| of :func:`boundary_statistics` (at index i - 1) from its inclusive
+    cumulative counts S (its second output), so that several windows share one cumulative sum."""
+    size = inclusive.shape[-1]
     window = min(window, size)
     # Shifted copies (slices, not gathers: under jax.vmap a gather along the last axis put the
     # candidates first and every consumer read them transposed).
@@ -122,7 +129,7 @@ def boundary_statistics(half_bin_counts: jax.Array, window: int = 1) -> tuple[ja
     upper = jnp.concatenate([inclusive[..., window:], edge(inclusive[..., -1:])], axis=-1)
     # S[i - window - 1] at index i - 1, 0 where the window starts at the cell's lower end.
     lower = jnp.concatenate([edge(jnp.zeros((), inclusive.dtype)), inclusive[..., : size - window]], axis=-1)
-    return upper - lower, inclusive
+    return upper - lower
 
 
 def split_scores(

@@ -56,7 +56,7 @@ from dpm_jax import exact
 from dpm_jax.mechanisms import add_count_noise
 from dpm_jax.scoring import boundary_statistics
 
-__all__ = ["window_excess", "full_window_theta", "passes_gate", "halts"]
+__all__ = ["window_excess", "excess_of_windows", "full_window_theta", "passes_gate", "halts"]
 
 STRUCTURE_RATIO = 0.5  # gamma: a gap is a window below half the node's average density
 GATE_NATS = 7.0  # test only where epsilon theta >= this: an empty window halts with probability < e^-7
@@ -75,7 +75,15 @@ def window_excess(counts: jax.Array, used: jax.Array, node_size: jax.Array, wind
     boundary get Q = 2**30 (no gap: such a node is never tested, see :func:`halts`'s gate).
     """
     intervals, _ = boundary_statistics(counts, window)  # (nodes, d, 2B): boundary i at index i - 1
-    boundary = jnp.arange(1, counts.shape[-1] + 1)
+    return excess_of_windows(intervals, used, node_size, window)
+
+
+def excess_of_windows(
+    intervals: jax.Array, used: jax.Array, node_size: jax.Array, window: int
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`window_excess` from the window counts W_i themselves ((nodes, d, 2B), boundary i at
+    index i - 1: :func:`dpm_jax.scoring.window_counts`), which the split scores' cumulative sum gives."""
+    boundary = jnp.arange(1, intervals.shape[-1] + 1)
     cells = used[..., None]  # (nodes, d, 1)
     inner = (8 * boundary >= INNER_EIGHTHS * cells) & (8 * boundary <= (8 - INNER_EIGHTHS) * cells) & (boundary < cells)
     inside = jnp.minimum(boundary + window, cells) - jnp.maximum(boundary - window, 0)

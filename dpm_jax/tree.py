@@ -78,6 +78,7 @@ from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import add_count_noise, count_noise, em_exponent_scale, select_with_bits
 from dpm_jax.scoring import (
     ScoreCoefficients,
+    window_counts,
     boundary_statistics,
     candidate_statistics,
     exponent_ratio,
@@ -261,6 +262,14 @@ class _TreeInputs(NamedTuple):
     strided_rows: bool = False  # rows sharded over devices: the loops over row blocks read strided blocks
 
 
+class SplitChoice(NamedTuple):
+    """A level's drawn splits (DP) and, with the "no structure" test, its nodes' window excess Q (exact)."""
+
+    split_dim: jax.Array  # (width,) int32
+    split_index: jax.Array  # (width,) int32 the candidate in that dimension
+    excess: jax.Array | None  # (width,) int32 Q of :func:`dpm_jax.structure.window_excess`, 2**30 past the level
+
+
 def choose_splits(
     inputs: _TreeInputs,
     level: jax.Array,
@@ -271,7 +280,8 @@ def choose_splits(
     level_bits: jax.Array,
     epsilon,
     offset,
-):
+    test_used: jax.Array | None = None,
+) -> SplitChoice:
     """Lines 22-25 for the first 2**level of the ``width`` slots: (dim, j), (width,) int32 each.
 
     Only nodes above the run's depth draw (``level < inputs.depth``; below it every node
@@ -280,32 +290,65 @@ def choose_splits(
     a level costs what its nodes need and the scoring and sampler are compiled once
     (about 1 s each on CPU), not once per width. ``level`` is not batched under
     ``jax.vmap``, so the trip count stays unbatched.
+
+    ``test_used`` (the level's ``CellGrid.used``, cell grid only): also the "no structure" test's
+    Q per node (:func:`dpm_jax.structure.excess_of_windows`), from the same cumulative sum of the
+    counts as the split scores; a statistic of the data, released only through
+    :func:`structure_halts`' noise.
     """
     width = inputs.width
-    chunk = min(_SELECT_CHUNK, width)
+    chunk, num_chunks = level_chunks(width, level)
     node_active = node_active & (level < inputs.depth)
 
     def choose_chunk(index, chosen):
         start = index * chunk
         part = lambda a: jax.lax.dynamic_slice_in_dim(a, start, chunk)
         valid = part(candidate_valid) if candidate_valid.ndim == 3 else candidate_valid
+        chunk_exact = exact.Int(tuple(part(limb) for limb in node_exact.limbs))
+        statistics, found = _shared_statistics(inputs, part(counts), test_used, part, chunk_exact)
         picked = select_splits(
             part(level_bits),
             inputs.em_table,
             part(counts),
-            exact.Int(tuple(part(limb) for limb in node_exact.limbs)),
+            chunk_exact,
             part(node_active),
             valid,
             epsilon,
             offset,
             inputs.coefficients,
-            inputs.split_grid.statistics(),
+            statistics,
             inputs.split_sensitivity,
         )
-        return tuple(jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0) for c, p in zip(chosen, picked))
+        update = lambda c, p: jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0)
+        return tuple(update(c, p) for c, p in zip(chosen, (*picked, found)))
 
-    num_chunks = jnp.maximum(jnp.right_shift(jnp.left_shift(1, level), chunk.bit_length() - 1), 1)
-    return jax.lax.fori_loop(0, num_chunks, choose_chunk, (jnp.zeros(width, jnp.int32), jnp.zeros(width, jnp.int32)))
+    start = (jnp.zeros(width, jnp.int32), jnp.zeros(width, jnp.int32), jnp.full(width, 2**30, jnp.int32))
+    split_dim, split_index, excess = jax.lax.fori_loop(0, num_chunks, choose_chunk, start)
+    return SplitChoice(split_dim, split_index, None if test_used is None else excess)
+
+
+def _shared_statistics(inputs: _TreeInputs, counts: jax.Array, test_used, part, node_exact: exact.Int):
+    """(the split scores' statistics, the test's Q for these nodes): one cumulative sum of the counts
+    for both on the cell grid with the test; without it the grid's statistics and Q = 2**30."""
+    statistics = inputs.split_grid.statistics()
+    if test_used is None:
+        return statistics, jnp.full(counts.shape[0], 2**30, jnp.int32)
+    intervals, inclusive = statistics(counts)
+    same = inputs.split_grid.window == structure.TEST_WINDOW
+    test_intervals = intervals if same else window_counts(inclusive, structure.TEST_WINDOW)
+    node_size = exact.to_float32(node_exact)
+    excess, _ = structure.excess_of_windows(test_intervals, part(test_used), node_size, structure.TEST_WINDOW)
+    return (lambda _: (intervals, inclusive)), excess
+
+
+def level_chunks(width: int, level) -> tuple[int, jax.Array]:
+    """(chunk, number of chunks): the level's 2**level slots in chunks of _SELECT_CHUNK (at least one).
+
+    ``level`` is not batched under ``jax.vmap``, so a loop over these chunks keeps an unbatched
+    trip count and a level costs what its nodes need, under vmap too.
+    """
+    chunk = min(_SELECT_CHUNK, width)
+    return chunk, jnp.maximum(jnp.right_shift(jnp.left_shift(1, level), chunk.bit_length() - 1), 1)
 
 
 def route_points(
@@ -358,16 +401,19 @@ def split_level(
     grid, candidate_valid = level_grid(inputs, state.cell_lower, state.cell_upper)
     counts = state.counts if inputs.use_siblings else level_counts(inputs, grid, state.point_node, state.point_active)
     # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
-    split_dim, split_index = choose_splits(
-        inputs, level, counts, state.node_exact, state.node_active, candidate_valid, level_bits, epsilon, offset
+    test_used = None if level_structure is None else grid.used
+    node_exact, node_active = state.node_exact, state.node_active
+    choice = choose_splits(
+        inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset, test_used
     )
+    split_dim, split_index = choice.split_dim, choice.split_index
     # 4. route the points (lines 26-27).
     split = drawn_split(inputs, grid, state.cell_lower, state.cell_upper, split_dim, split_index)
     go_right = route_on_split_dimensions(inputs, grid, state.point_node, split_dim, split.first_right)
     halted = structure_halts(
         inputs,
         grid,
-        counts,
+        choice.excess,
         state.node_exact,
         state.node_active,
         level,
@@ -508,7 +554,7 @@ def release_level(
 def structure_halts(
     inputs: _TreeInputs,
     grid: CellGrid | None,
-    counts: jax.Array,
+    excess: jax.Array | None,
     node_exact: exact.Int,
     node_active: jax.Array,
     level: jax.Array,
@@ -516,9 +562,9 @@ def structure_halts(
     epsilon,
 ) -> jax.Array | None:
     """(width,) bool: the nodes that the "no structure" test (:mod:`dpm_jax.structure`) makes
-    leaves, from the level's half-bin counts; None where the test is off.
+    leaves, from their window excess Q (:attr:`SplitChoice.excess`); None where the test is off.
 
-    The counts are those the exponential mechanism scores (the same on every path: in memory,
+    Q comes from the counts the exponential mechanism scores (the same on every path: in memory,
     streamed), so the in-memory and streamed runs halt the same nodes. The thresholds come from
     the nodes' *released* sizes n~ (public), never their true counts.
     """
@@ -527,15 +573,7 @@ def structure_halts(
     node_size = exact.to_float32(node_exact)
     drawn = node_active & (level < inputs.depth)
     full_theta = structure.full_window_theta(grid.used, node_size, structure.TEST_WINDOW)
-
-    def test():
-        excess, _ = structure.window_excess(counts, grid.used, node_size, structure.TEST_WINDOW)
-        return structure.halts(excess, noise, full_theta, epsilon, drawn)
-
-    # Levels whose gate tests no node (most below level 1) skip the windows' minimum. The branch
-    # reads only released n~, the public cells and epsilon, so the run time says nothing more.
-    any_tested = jnp.any(drawn & structure.passes_gate(full_theta, epsilon))
-    return jax.lax.cond(any_tested, test, lambda: jnp.zeros_like(drawn))
+    return structure.halts(excess, noise, full_theta, epsilon, drawn)
 
 
 def next_point_nodes(

@@ -180,12 +180,14 @@ def _choose_splits(
     nodes the "no structure" test halts (:func:`dpm_jax.tree.structure_halts`; None when off)."""
     inputs = inputs_of(public, config, split_sensitivity=split_sensitivity)
     grid, candidate_valid = level_grid(inputs, *cells)
-    split_dim, split_index = choose_splits(
-        inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset
+    test_used = None if level_tests is None else grid.used
+    choice = choose_splits(
+        inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset, test_used
     )
-    split = drawn_split(inputs, grid, *cells, split_dim, split_index)
-    halted = structure_halts(inputs, grid, counts, node_exact, node_active, level, level_tests, structure_epsilon)
-    return split_dim, split, halted
+    split = drawn_split(inputs, grid, *cells, choice.split_dim, choice.split_index)
+    tests = (level_tests, structure_epsilon)
+    halted = structure_halts(inputs, grid, choice.excess, node_exact, node_active, level, *tests)
+    return choice.split_dim, split, halted
 
 
 @functools.partial(jax.jit, static_argnames="config")

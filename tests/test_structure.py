@@ -212,12 +212,16 @@ def test_the_test_window_does_not_follow_the_split_window():
     table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
     count = exact.from_int32(jnp.full((), len(points), jnp.int32))
     inputs = tree.point_inputs(points, table, jnp.zeros(1), jnp.ones(1), count, jnp.float32(0.5), config, 1)
-    grid, _ = tree.level_grid(inputs, *tree.root_cells(inputs))
+    grid, valid = tree.level_grid(inputs, *tree.root_cells(inputs))
     counts = tree.level_counts(inputs, grid, jnp.zeros(len(points), jnp.int32), jnp.ones(len(points), bool))
     size = jnp.full(1, float(len(points)), jnp.float32)
     assert int(structure.window_excess(counts, grid.used, size, 6)[0][0]) == -22
     assert int(structure.window_excess(counts, grid.used, size, 12)[0][0]) == 3
     zero = exact.from_int32(jnp.zeros(1, jnp.int32))
     nodes = tree.root_node_counts(count, 1)
-    halted = tree.structure_halts(inputs, grid, counts, nodes, jnp.ones(1, bool), jnp.int32(0), zero, 1.0)
+    bits = mechanisms.random_words(jax.random.key(0), (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS))
+    one = jnp.ones(1, bool)
+    excess = tree.choose_splits(inputs, jnp.int32(0), counts, nodes, one, valid, bits, 1.0, 0.0, grid.used).excess
+    assert int(excess[0]) == -22  # the split scores' cumulative sum, the test's own window
+    halted = tree.structure_halts(inputs, grid, excess, nodes, jnp.ones(1, bool), jnp.int32(0), zero, 1.0)
     assert not bool(halted[0])

@@ -374,7 +374,7 @@ def split_step_mechanism(
         point_node, point_active = jnp.zeros(n, jnp.int32), jnp.ones(n, bool)
         histogram = tree.level_counts(inputs, grid, point_node, point_active)
         bits = mechanisms.random_words(key, (1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS))
-        dim, candidate = tree.choose_splits(
+        choice = tree.choose_splits(
             inputs,
             jnp.int32(0),
             histogram,
@@ -385,7 +385,7 @@ def split_step_mechanism(
             epsilon,
             offset,
         )
-        return dim[0], candidate[0]
+        return choice.split_dim[0], choice.split_index[0]
 
     return mechanism
 
@@ -397,7 +397,8 @@ def structure_step_mechanism(noisy_count: int, budget: Budget, config: DPMConfig
     at tau_r = 1 (:func:`dpm_jax.api.plan_run`, whose ``structure/level0`` release states the
     claim), its test noise as a run draws it (:func:`dpm_jax.api.structure_noise`), the root's
     cell grid and histogram (``tree.level_grid``, ``tree.level_counts``) and the decision
-    (``tree.structure_halts``), with the *public* released count ``noisy_count``. Conditioned on
+    (``tree.choose_splits``' window excess, ``tree.structure_halts``), with the *public* released
+    count ``noisy_count``. Conditioned on
     n~ the tree's halt bit at the root is this mechanism; its claim is the line's
     (epsilon, sampler delta). Pieces are looked up at call time (a test can substitute them).
     """
@@ -412,15 +413,19 @@ def structure_step_mechanism(noisy_count: int, budget: Budget, config: DPMConfig
         (releases,) = run_plan.by_depth
         count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
         inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(0.5), config, 1)
-        grid, _ = tree.level_grid(inputs, *tree.root_cells(inputs))
+        grid, valid = tree.level_grid(inputs, *tree.root_cells(inputs))
         histogram = tree.level_counts(inputs, grid, jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
         noise = api.structure_noise(key, run_plan, 1, config)
         level_noise = exact.Int(tuple(limb[1:2] for limb in noise.limbs))  # the root's (heap index 1)
+        # Q as the engine computes it, beside the split scores (their draw is not this release's).
+        bits = jnp.zeros((1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
+        nodes, one = tree.root_node_counts(count, 1), jnp.ones(1, bool)
+        choice = tree.choose_splits(inputs, jnp.int32(0), histogram, nodes, one, valid, bits, 1.0, 0.0, grid.used)
         halted = tree.structure_halts(
             inputs,
             grid,
-            histogram,
-            tree.root_node_counts(count, 1),
+            choice.excess,
+            nodes,
             jnp.ones(1, bool),
             jnp.int32(0),
             level_noise,
