@@ -56,7 +56,7 @@ from dpm_jax import exact
 from dpm_jax.mechanisms import add_count_noise
 from dpm_jax.scoring import boundary_statistics
 
-__all__ = ["window_excess", "excess_of_windows", "full_window_theta", "passes_gate", "halts"]
+__all__ = ["excess_of_windows", "full_window_theta", "halts"]
 
 STRUCTURE_RATIO = 0.5  # gamma: a gap is a window below half the node's average density
 GATE_NATS = 7.0  # test only where epsilon theta >= this: an empty window halts with probability < e^-7
