@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact, keys
+from dpm_jax._arrays import fold_row_blocks
 from dpm_jax.budget import Budget
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import discrete_gaussian_table, discrete_laplace_tail, count_sampler_tv
@@ -279,21 +280,17 @@ def histogram(points: jax.Array, mask: jax.Array, mantissa_bits: int) -> jax.Arr
     """(d, B) exact int32 counts of the unmasked points per dimension and bucket.
 
     Sensitivity: adding or removing one record changes one count by one in each row.
-    One pass over the rows in blocks (a loop of exact integer additions: the counts do not
-    depend on the block size).
+    One pass over the rows in blocks (:func:`dpm_jax._arrays.fold_row_blocks`: exact integer
+    additions, each row counted once, so the counts do not depend on the blocks).
     """
     n, d = points.shape
     num_buckets = _num_buckets(mantissa_bits)
-    size = max(1, _BLOCK_CELLS // max(d, 1))
-    full = n // size
 
-    def add_block(i, counts):
-        rows = jax.lax.dynamic_slice_in_dim(points, i * size, size)
-        return counts + _block_histogram(rows, jax.lax.dynamic_slice_in_dim(mask, i * size, size), mantissa_bits)
+    def add_block(counts, fresh, rows, rows_mask):
+        return counts + _block_histogram(rows, rows_mask & fresh, mantissa_bits)
 
-    counts = _block_histogram(points[full * size :], mask[full * size :], mantissa_bits)  # the last, partial block
-    if full:  # (a loop's body is traced even for no iteration, and a block would not fit in fewer rows)
-        counts = jax.lax.fori_loop(0, full, add_block, counts)
+    initial = jnp.zeros(d * num_buckets, jnp.int32)
+    counts = fold_row_blocks(add_block, initial, max(1, _BLOCK_CELLS // max(d, 1)), points, jnp.asarray(mask, bool))
     return counts.reshape(d, num_buckets)
 
 

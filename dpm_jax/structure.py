@@ -75,14 +75,13 @@ def window_excess(counts: jax.Array, used: jax.Array, node_size: jax.Array, wind
     boundary get Q = 2**30 (no gap: such a node is never tested, see :func:`halts`'s gate).
     """
     intervals, _ = boundary_statistics(counts, window)  # (nodes, d, 2B): boundary i at index i - 1
-    return excess_of_windows(intervals, used, node_size, window)
+    return excess_of_windows(intervals, used, node_size, window), full_window_theta(used, node_size, window)
 
 
-def excess_of_windows(
-    intervals: jax.Array, used: jax.Array, node_size: jax.Array, window: int
-) -> tuple[jax.Array, jax.Array]:
-    """:func:`window_excess` from the window counts W_i themselves ((nodes, d, 2B), boundary i at
-    index i - 1: :func:`dpm_jax.scoring.window_counts`), which the split scores' cumulative sum gives."""
+def excess_of_windows(intervals: jax.Array, used: jax.Array, node_size: jax.Array, window: int) -> jax.Array:
+    """(nodes,) int32 Q of :func:`window_excess`, from the window counts W_i themselves ((nodes, d, 2B),
+    boundary i at index i - 1: :func:`dpm_jax.scoring.window_counts`), which the split scores'
+    cumulative sum gives."""
     boundary = jnp.arange(1, intervals.shape[-1] + 1)
     cells = used[..., None]  # (nodes, d, 1)
     inner = (8 * boundary >= INNER_EIGHTHS * cells) & (8 * boundary <= (8 - INNER_EIGHTHS) * cells) & (boundary < cells)
@@ -90,7 +89,7 @@ def excess_of_windows(
     theta = jnp.floor(STRUCTURE_RATIO * _node_scale(used, node_size)[..., None] * inside.astype(jnp.float32))
     theta = jnp.clip(theta, 0.0, 2.0**30).astype(jnp.int32)  # public, so its float rounding is too
     excess = jnp.where(inner, jnp.minimum(intervals, 2**30) - theta, 2**30)
-    return jnp.min(excess, axis=(1, 2)), full_window_theta(used, node_size, window)
+    return jnp.min(excess, axis=(1, 2))
 
 
 def _node_scale(used: jax.Array, node_size: jax.Array) -> jax.Array:

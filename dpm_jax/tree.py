@@ -305,7 +305,8 @@ def choose_splits(
         part = lambda a: jax.lax.dynamic_slice_in_dim(a, start, chunk)
         valid = part(candidate_valid) if candidate_valid.ndim == 3 else candidate_valid
         chunk_exact = exact.Int(tuple(part(limb) for limb in node_exact.limbs))
-        statistics, found = _shared_statistics(inputs, part(counts), test_used, part, chunk_exact)
+        used = None if test_used is None else part(test_used)
+        statistics, found = _shared_statistics(inputs, part(counts), used, chunk_exact)
         picked = select_splits(
             part(level_bits),
             inputs.em_table,
@@ -327,17 +328,18 @@ def choose_splits(
     return SplitChoice(split_dim, split_index, None if test_used is None else excess)
 
 
-def _shared_statistics(inputs: _TreeInputs, counts: jax.Array, test_used, part, node_exact: exact.Int):
+def _shared_statistics(inputs: _TreeInputs, counts: jax.Array, used: jax.Array | None, node_exact: exact.Int):
     """(the split scores' statistics, the test's Q for these nodes): one cumulative sum of the counts
-    for both on the cell grid with the test; without it the grid's statistics and Q = 2**30."""
+    for both on the cell grid with the test (``used``: the nodes' ``CellGrid.used``); without it the
+    grid's statistics and Q = 2**30."""
     statistics = inputs.split_grid.statistics()
-    if test_used is None:
+    if used is None:
         return statistics, jnp.full(counts.shape[0], 2**30, jnp.int32)
     intervals, inclusive = statistics(counts)
     same = inputs.split_grid.window == structure.TEST_WINDOW
     test_intervals = intervals if same else window_counts(inclusive, structure.TEST_WINDOW)
     node_size = exact.to_float32(node_exact)
-    excess, _ = structure.excess_of_windows(test_intervals, part(test_used), node_size, structure.TEST_WINDOW)
+    excess = structure.excess_of_windows(test_intervals, used, node_size, structure.TEST_WINDOW)
     return (lambda _: (intervals, inclusive)), excess
 
 
@@ -414,8 +416,8 @@ def split_level(
         inputs,
         grid,
         choice.excess,
-        state.node_exact,
-        state.node_active,
+        node_exact,
+        node_active,
         level,
         level_structure,
         structure_epsilon,
@@ -423,7 +425,7 @@ def split_level(
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
     release, child_exact = release_level(
-        inputs, level, state.node_exact, state.node_active, split_dim, split.position, child_true, level_noise, halted
+        inputs, level, node_exact, node_active, split_dim, split.position, child_true, level_noise, halted
     )
     applied = release.is_split
     next_node, next_active = next_point_nodes(state.point_node, state.point_active, go_right, applied)

@@ -185,8 +185,9 @@ def _choose_splits(
         inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset, test_used
     )
     split = drawn_split(inputs, grid, *cells, choice.split_dim, choice.split_index)
-    tests = (level_tests, structure_epsilon)
-    halted = structure_halts(inputs, grid, choice.excess, node_exact, node_active, level, *tests)
+    halted = structure_halts(
+        inputs, grid, choice.excess, node_exact, node_active, level, level_tests, structure_epsilon
+    )
     return choice.split_dim, split, halted
 
 
