@@ -428,8 +428,8 @@ MUTATIONS = (
         "dpm_jax/bounds.py",
         (
             (
-                "    size = max(1, _BLOCK_CELLS // max(d, 1))\n",
-                "    points = points / jnp.max(jnp.abs(points))\n    size = max(1, _BLOCK_CELLS // max(d, 1))\n",
+                "    initial = jnp.zeros(d * num_buckets, jnp.int32)\n",
+                "    points = points / jnp.max(jnp.abs(points))\n    initial = jnp.zeros(d * num_buckets, jnp.int32)\n",
             ),
         ),
         ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
