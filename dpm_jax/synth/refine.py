@@ -14,8 +14,8 @@ large share of the data (docs/synthetic.md, "Where the epsilon-0.1 distance goes
    thresholded noisy counts (``plan.leaves``, epsilon_f): the candidate set is a function of
    step 1's release only (public), a record is in at most one candidate, L1 sensitivity 1,
    (epsilon_f, 0)-DP plus the sampler's delta by adaptive composition. The threshold counts
-   J = R 2**k candidates (R released coarse cells): log J instead of log 2**(h + k), so the
-   fine threshold is lower than a grid's at the fine depth. J is released (through R), so
+   J = R 2**k candidates (R released coarse cells): log J instead of log 2**(h + k), lower
+   than the threshold of all cells of the fine depth at the same epsilon. J is released (through R), so
    choosing the threshold from it is post-processing; ``plan.leaves`` lists one candidate
    per power of two 2**j >= J;
 3. post-processing: a coarse cell keeps the weight its children's released counts leave of
