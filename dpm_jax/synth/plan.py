@@ -218,29 +218,15 @@ def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> Syn
     parts = list(split_budget(budget.epsilon, shares))
     size = CountRelease("synth size", parts.pop(0), keys.SYNTH_TREE, rows="size") if size_share else None
     coarse_epsilon, child_epsilon = parts
-    coarse = ThresholdRelease(
-        "synth coarse",
-        coarse_epsilon,
-        keys.SYNTH_TREE,
-        tuple(_threshold(coarse_epsilon, 2**h) for h in depths),
-        tuple(2**h for h in depths),
-        rule="one count per cell of the coarse grid",
+    coarse = _cell_counts(
+        "synth coarse", coarse_epsilon, keys.SYNTH_TREE, depths, "one count per cell of the coarse grid"
     )
-    coarse.check()
     most_children = (n_max + coarse.capacity) * 2**k
     top = max(k, math.ceil(math.log2(most_children)))
     if top > 30:
         raise ValueError(f"refine: up to {most_children} children of the coarse cells exceed the 2**30 positions")
-    powers = range(k, top + 1)
-    leaves = ThresholdRelease(
-        "synth leaves",
-        child_epsilon,
-        keys.SYNTH_LEAF,
-        tuple(_threshold(child_epsilon, 2**j) for j in powers),
-        tuple(2**j for j in powers),
-        rule=f"one count per child (2**{k}) of a released coarse cell",
-    )
-    leaves.check()
+    rule = f"one count per child (2**{k}) of a released coarse cell"
+    leaves = _cell_counts("synth leaves", child_epsilon, keys.SYNTH_LEAF, range(k, top + 1), rule)
     spent = [size.entry().delta if size else 0.0, coarse.sampler_delta, leaves.sampler_delta]
     if math.fsum(spent) > budget.delta:
         raise ValueError(f"delta {budget.delta:.3g} cannot pay for the samplers ({math.fsum(spent):.3g})")
@@ -257,6 +243,20 @@ def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> Syn
         coarse=coarse,
         refine_bits=k,
     )
+
+
+def _cell_counts(name: str, epsilon: float, stream: str, exponents, rule: str) -> ThresholdRelease:
+    """Thresholded counts of 2**j cells, one candidate threshold per j of ``exponents``."""
+    release = ThresholdRelease(
+        name,
+        epsilon,
+        stream,
+        tuple(_threshold(epsilon, 2**j) for j in exponents),
+        tuple(2**j for j in exponents),
+        rule=rule,
+    )
+    release.check()
+    return release
 
 
 def depth_choice(plan: SynthPlan, noisy_size, xp=np):
