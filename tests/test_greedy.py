@@ -360,6 +360,7 @@ def test_elbow_reads_the_last_large_drop():
         (dict(point_mask=np.ones(3, bool)), "point_mask must have shape"),
         (dict(grid_dim=5), "grid_dim"),
         (dict(method="lloyd"), "method must be"),
+        (dict(order="size"), "order must be"),
         (dict(method="histogram", levels=20), "balls"),
     ],
 )

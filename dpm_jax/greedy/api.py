@@ -126,7 +126,8 @@ class KMeansResult:
     def prefix(self, count: int) -> jax.Array:
         """(count, d): the solution with ``count`` <= k centres read from this release alone
         (post-processing, :func:`dpm_jax.greedy.order.prefix_centers`): the first ``count``
-        centres, each moved to the size-weighted mean of the released centres nearest to it."""
+        centres, each moved to the size-weighted mean of the released centres nearest to it. For the
+        result of one run (under vmap, map it over the batch)."""
         return prefix_centers(self.centers, self.sizes, count)
 
     @property
