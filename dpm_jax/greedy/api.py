@@ -87,8 +87,8 @@ METHODS = ("exponential", "histogram")
 # histogram is level on 2-d blobs and far ahead on Synth-10d and the elbow at K = 32
 DEFAULT_METHOD = "histogram"
 ORDERS = ("greedy", "weighted")
-# the default from evidence: docs/greedy.md, "Round 5": "weighted" wins every prefix on 12 data sets
-# but its curve's tail drops are small, and the private elbow fails at K = 32 on one of two data sets
+# the default from evidence: docs/greedy.md, "Round 5": "weighted" wins every prefix on 12 data sets,
+# but its curve's last drops are small and its private elbow misses K = 32 on one of 6 data sets
 DEFAULT_ORDER = "greedy"
 
 
