@@ -537,6 +537,17 @@ MUTATIONS = (
         ("tests/test_greedy_order.py::test_cost_curve_is_that_of_the_returned_prefixes",),
     ),
     Mutation(
+        "greedy prefix(k') merged in the returned order (the selection order by default), not the weighted one",
+        "dpm_jax/greedy/api.py",
+        (
+            (
+                "weighted = prefix_order(self.centers, self.sizes, self.z)",
+                "weighted = jnp.arange(self.centers.shape[0])",
+            ),
+        ),
+        ("tests/test_greedy_order.py::test_prefix_is_the_weighted_orders_whatever_the_returned_order",),
+    ),
+    Mutation(
         "greedy: the histogram's noise at half its sigma",
         "dpm_jax/greedy/histogram.py",
         (

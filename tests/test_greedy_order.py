@@ -133,3 +133,21 @@ def test_cost_curve_is_that_of_the_returned_prefixes():
     )
     np.testing.assert_array_equal(np.asarray(result.cost_curve), np.asarray(costs))
     assert int(result.elbow_k) == int(api.elbow(result.cost_curve, api.cost_noise_std(plan)))
+
+
+@pytest.mark.slow  # compiles two kmeans programs
+def test_prefix_is_the_weighted_orders_whatever_the_returned_order():
+    """KMeansResult.prefix(k') reads the release in the weighted order under either ``order``: the same key
+    gives the same k'-solutions from a run in the selection order and from one in the weighted order
+    (whose returned orders differ here), and they are prefix_centers of the weighted order's centres."""
+    from dpm_jax.eval.datasets import synthetic_blobs
+
+    data = synthetic_blobs(n=4000, d=2, num_blobs=5, std=1.0, seed=5)
+    X, key, k = jnp.asarray(data.points), jax.random.key(0), 5
+    selection = dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds, order="greedy")
+    weighted = dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds, order="weighted")
+    assert np.any(np.asarray(selection.centers) != np.asarray(weighted.centers))  # the returned orders differ
+    for count in range(1, k + 1):
+        expected = np.asarray(prefix_centers(weighted.centers, weighted.sizes, count))
+        np.testing.assert_array_equal(np.asarray(selection.prefix(count)), expected)
+        np.testing.assert_array_equal(np.asarray(weighted.prefix(count)), expected)

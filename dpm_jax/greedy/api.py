@@ -87,8 +87,9 @@ METHODS = ("exponential", "histogram")
 # histogram is level on 2-d blobs and far ahead on Synth-10d and the elbow at K = 32
 DEFAULT_METHOD = "histogram"
 ORDERS = ("greedy", "weighted")
-# the default from evidence: docs/greedy.md, "Round 5": "weighted" wins every prefix on 12 data sets,
-# but its curve's last drops are small and its private elbow misses K = 32 on one of 6 data sets
+# the default from evidence: docs/greedy.md, "Round 5": the weighted order's curve has small last drops
+# and its private elbow misses K = 32 on one of 6 data sets; KMeansResult.prefix uses the weighted
+# order whatever the run returned, so the prefixes are as good under the default
 DEFAULT_ORDER = "greedy"
 
 
@@ -105,13 +106,15 @@ class KMeansResult:
       start_level: (k,) the level of each centre's start ball.
     Every per-centre field is in the prefix order (``order=`` of :func:`kmeans`: the weighted
     re-ordering of :mod:`dpm_jax.greedy.order`, or the greedy's order of selection), the one
-    the cost curve describes; :meth:`prefix` gives the solution for k' centres.
+    the cost curve describes; :meth:`prefix` gives the solution for k' centres (in the weighted
+    order, from either).
     Public or DP:
       bounds: (lower, upper), (d,) float32 each: the bounds of the working coordinates; the
         caller's public ones, or under ``bounds="private"`` the DP estimate (:mod:`dpm_jax.bounds`).
     Static:
       ledger: the privacy ledger (empty for ``budget=None``, whose outputs are NOT DP); under
         private bounds their release's line comes first.
+      z: 2 (k-means) or 1 (k-median), the objective's power (for :meth:`prefix`).
     """
 
     centers: jax.Array
@@ -122,13 +125,17 @@ class KMeansResult:
     start_level: jax.Array
     bounds: tuple[jax.Array, jax.Array]
     ledger: Ledger = dataclasses.field(metadata=dict(static=True))
+    z: int = dataclasses.field(default=2, metadata=dict(static=True))
 
     def prefix(self, count: int) -> jax.Array:
         """(count, d): the solution with ``count`` <= k centres read from this release alone
-        (post-processing, :func:`dpm_jax.greedy.order.prefix_centers`): the first ``count``
-        centres, each moved to the size-weighted mean of the released centres nearest to it. For the
-        result of one run (under vmap, map it over the batch)."""
-        return prefix_centers(self.centers, self.sizes, count)
+        (post-processing): the released centres in the weighted order of
+        :func:`dpm_jax.greedy.order.prefix_order` (whatever ``order`` the run returned them in), the
+        first ``count`` of them each moved to the size-weighted mean of the released centres nearest
+        to it (:func:`dpm_jax.greedy.order.prefix_centers`). For the result of one run (under vmap,
+        map it over the batch)."""
+        weighted = prefix_order(self.centers, self.sizes, self.z)
+        return prefix_centers(self.centers[weighted], self.sizes[weighted], count)
 
     @property
     def ledgers(self) -> tuple[tuple[int, Ledger]]:
@@ -144,7 +151,7 @@ class KMeansResult:
 jax.tree_util.register_dataclass(
     KMeansResult,
     data_fields=["centers", "sizes", "cost_curve", "elbow_k", "greedy_centers", "start_level", "bounds"],
-    meta_fields=["ledger"],
+    meta_fields=["ledger", "z"],
 )
 
 
@@ -273,8 +280,8 @@ def kmeans(
       order: the order of the returned centres, whose prefixes the cost curve describes:
         "greedy" (default: the greedy's order of selection, Algorithm 1; its curve gives the
         better elbow) or "weighted" (the released centres re-ordered by a weighted greedy on
-        the release alone, :mod:`dpm_jax.greedy.order`; post-processing, no budget; its
-        prefixes, through :meth:`KMeansResult.prefix`, are the better k'-solutions).
+        the release alone, :mod:`dpm_jax.greedy.order`; post-processing, no budget). The
+        k'-solutions are :meth:`KMeansResult.prefix`'s, in the weighted order under either.
 
     Works under ``jax.jit`` (``k``, ``budget`` and the keywords static) and ``jax.vmap`` over keys.
     Inside ``with accountant:`` the call charges ``budget`` once before it reads ``X``.
@@ -365,6 +372,7 @@ def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
         greedy.start_level[permutation],
         (lower, upper),
         ledger_of(plan.releases),
+        plan.nets.z,
     )
 
 
