@@ -435,6 +435,12 @@ MUTATIONS = (
         ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
     ),
     Mutation(
+        "private bounds: inf and NaN bucketed past their dimension's row (into the next one's)",
+        "dpm_jax/bounds.py",
+        (("magnitude = jnp.minimum(magnitude, middle)  # exponent 255", "magnitude = magnitude  # exponent 255"),),
+        ("tests/test_bounds.py::test_every_bit_pattern_counts_once_in_its_own_dimension",),
+    ),
+    Mutation(
         "private bounds in synthesize: the bounds drawn from another key (not the bounds' own stream)",
         "dpm_jax/synth/api.py",
         (
