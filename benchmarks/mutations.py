@@ -515,6 +515,40 @@ MUTATIONS = (
         ("tests/test_greedy.py::test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise",),
     ),
     Mutation(
+        "greedy prefix order: the weights ignored (every released centre counts 1)",
+        "dpm_jax/greedy/order.py",
+        (
+            (
+                "weight = jnp.maximum(weights.astype(jnp.float32), 0.0)\n    k = centers.shape[0]",
+                "weight = jnp.ones_like(weights, jnp.float32)\n    k = centers.shape[0]",
+            ),
+        ),
+        ("tests/test_greedy_order.py::test_order_weighs_the_centres_by_their_sizes",),
+    ),
+    Mutation(
+        "greedy prefix order read from the exact cell sizes (private data) instead of the noisy ones",
+        "dpm_jax/greedy/api.py",
+        (
+            (
+                "permutation = prefix_order(centers, sizes, plan.nets.z)",
+                "permutation = prefix_order(centers, __import__('dpm_jax.greedy.lift', fromlist=['lift'])"
+                ".cell_counts(slot, mask, plan.k), plan.nets.z)",
+            ),
+        ),
+        ("tests/test_greedy_order.py::test_weighted_order_permutes_the_release_and_reads_only_the_release",),
+    ),
+    Mutation(
+        "greedy cost curve computed in the order of selection, not the returned order",
+        "dpm_jax/greedy/api.py",
+        (
+            (
+                "jax.random.fold_in(sum_key, 1), working, mask, greedy_in_order,",
+                "jax.random.fold_in(sum_key, 1), working, mask, greedy.centers,",
+            ),
+        ),
+        ("tests/test_greedy_order.py::test_cost_curve_is_that_of_the_returned_prefixes",),
+    ),
+    Mutation(
         "greedy: the histogram's noise at half its sigma",
         "dpm_jax/greedy/histogram.py",
         (
