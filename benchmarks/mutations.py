@@ -289,6 +289,12 @@ MUTATIONS = (
         ("tests/test_structure.py::test_a_node_with_an_empty_window_halts_rarely_and_the_root_is_tested",),
     ),
     Mutation(
+        "structure test: Q from twice the window counts in the split choice's chunks (sensitivity 2, line 1)",
+        "dpm_jax/tree.py",
+        (("excess_of_windows(test_intervals, used,", "excess_of_windows(2 * test_intervals, used,"),),
+        ("tests/test_structure.py::test_the_engines_excess_moves_by_at_most_one_and_only_in_the_points_node",),
+    ),
+    Mutation(
         "structure test: the window counts' minimum taken over every boundary (the cell's empty tails)",
         "dpm_jax/structure.py",
         (("    excess = jnp.where(inner, ", "    excess = jnp.where(boundary < cells, "),),
@@ -433,6 +439,12 @@ MUTATIONS = (
             ),
         ),
         ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
+    ),
+    Mutation(
+        "private bounds: inf and NaN bucketed past their dimension's row (into the next one's)",
+        "dpm_jax/bounds.py",
+        (("magnitude = jnp.minimum(magnitude, middle)  # exponent 255", "magnitude = magnitude  # exponent 255"),),
+        ("tests/test_bounds.py::test_every_bit_pattern_counts_once_in_its_own_dimension",),
     ),
     Mutation(
         "private bounds in synthesize: the bounds drawn from another key (not the bounds' own stream)",
