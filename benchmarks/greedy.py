@@ -1,6 +1,7 @@
 """The unified greedy k-means (dpm_jax.kmeans) against its issue's targets.
 
     nice python benchmarks/greedy.py --out benchmarks/results/greedy.json [--parts quality,elbow,speed,projection]
+    nice python benchmarks/greedy.py --parts prefixes,elbow --keys 3 --seeds d,100,101,102,103,104
 
 Parts (medians over ``--keys`` keys, 5 by default; data: dpm_jax.eval.datasets.synthetic_blobs,
 Gaussian blobs of std 1 with centres uniform in [-100, 100]^d, bounds (-100, 100)):
@@ -9,7 +10,8 @@ Gaussian blobs of std 1 with centres uniform in [-100, 100]^d, bounds (-100, 100
               the greedy's prefixes k' <= k (its raw centres, before the lift) against
               k-means++ run at k'.
   elbow       the private elbow (epsilon = 1, n = 10^5, d = 2) on K = 4, 8, 16, 32 blobs,
-              k = 1.5 K + 2 centres asked for.
+              k = 1.5 K + 2 centres asked for, for both prefix orders (``order=``) on the same
+              keys; on the data seeds of ``--seeds`` ("d": the benchmark's seed, K).
   speed       warm seconds of one private run: Synth-10d-like data (10 d, 64 blobs, k = 64)
               at n = 25k, 50k, 100k (linearity), and the 2-d k = 8 run.
   projection  the random projection's cost in 10 d (8 blobs; Synth-10d, 64 blobs): working
@@ -18,9 +20,14 @@ Gaussian blobs of std 1 with centres uniform in [-100, 100]^d, bounds (-100, 100
               epsilon = 1: cost / k-means++ (one k-means++ per key, shared), accuracy and
               warm seconds on 2-d 8 blobs (k = 8) and Synth-10d (k = 64, 2-d projection),
               and the private elbow on K = 4 .. 32 blobs (k = 1.5 K + 2).
-  prefixes    without noise, 8 blobs in 2 and 10 d (k = 8): the cost of every prefix k' <= k
-              after the exact lift against k-means++ at k', for the greedy as built and with
-              Mettu and Plaxton's unscaled ball values (the start scores times r_i^z).
+  prefixes    8 blobs in 2 and 10 d (k = 8), on the data seeds of ``--seeds`` ("d": the
+              benchmark's seed, d), without noise and at epsilon = 1: the cost of every prefix
+              k' <= k against k-means++ at k' (median over the keys of k-means++), for both
+              prefix orders (``order=``, same keys, same run) and, without noise, Mettu and
+              Plaxton's unscaled ball values (the start scores times r_i^z). Three measures:
+              "relift" (NOT private: the exact means of the cells of the first k' greedy
+              centres in working coordinates), "released" (the first k' released centres as
+              they are) and "merged" (``KMeansResult.prefix``: post-processing of the release).
 Outputs: ``--out`` (JSON) and the same path with ``.md``.
 """
 
@@ -40,7 +47,7 @@ from dpm_jax.eval import baselines
 from dpm_jax.eval.benchmark import machine_description
 from dpm_jax.eval.datasets import paper_blobs, synthetic_blobs
 from dpm_jax.eval.metrics import clustering_accuracy
-from dpm_jax.greedy.api import METHODS
+from dpm_jax.greedy.api import METHODS, ORDERS
 
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
 
@@ -82,21 +89,28 @@ def quality(num_keys: int) -> list[dict]:
     return rows
 
 
-def elbow(num_keys: int) -> list[dict]:
+def elbow(num_keys: int, seeds=("d",)) -> list[dict]:
     rows = []
-    for true_k in (4, 8, 16, 32):
-        data = synthetic_blobs(100_000, 2, true_k, seed=true_k)
-        k = int(1.5 * true_k) + 2
-        for budget in (None, BUDGET):
-            found = [
-                int(dpm_jax.kmeans(jax.random.key(s), data.points, k, budget, bounds=data.bounds).elbow_k)
-                for s in range(num_keys)
-            ]
-            row = dict(true_k=true_k, k=k, epsilon=None if budget is None else 1.0, elbow=found)
-            row["median"] = float(np.median(found))
-            row["within_25_percent"] = bool(abs(row["median"] - true_k) <= 0.25 * true_k)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    for seed in seeds:
+        for true_k in (4, 8, 16, 32):
+            data_seed = true_k if seed == "d" else int(seed)
+            data = synthetic_blobs(100_000, 2, true_k, seed=data_seed)
+            k = int(1.5 * true_k) + 2
+            for budget in (None, BUDGET):
+                for order in ORDERS:
+                    found = [
+                        int(
+                            dpm_jax.kmeans(
+                                jax.random.key(s), data.points, k, budget, bounds=data.bounds, order=order
+                            ).elbow_k
+                        )
+                        for s in range(num_keys)
+                    ]
+                    row = dict(true_k=true_k, seed=data_seed, k=k, epsilon=None if budget is None else 1.0)
+                    row.update(order=order, elbow=found, median=float(np.median(found)))
+                    row["within_25_percent"] = bool(abs(row["median"] - true_k) <= 0.25 * true_k)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     return rows
 
 
@@ -215,31 +229,55 @@ def _mettu_plaxton_centers(working, k: int, plan):
     return greedy.centers
 
 
-def prefixes(num_keys: int) -> list[dict]:
-    """Without noise: the final cost and every prefix k' <= k against k-means++ at k' (2 and 10 d), for the
-    greedy as built (values / r_i^z) and with Mettu and Plaxton's unscaled values (same nets)."""
+def prefixes(num_keys: int, seeds=("d",)) -> list[dict]:
+    """Every prefix k' <= k against k-means++ at k' (2 and 10 d; the data seeds ``seeds``), without noise and at
+    epsilon = 1, for both prefix orders on the same keys, and without noise Mettu and Plaxton's unscaled values."""
     from dpm_jax.greedy import api
 
     rows = []
     k = 8
     for d in (2, 10):
-        data = synthetic_blobs(100_000, d, k, seed=d)
-        X = jnp.asarray(data.points)
-        plan = api.plan_greedy(None, k, d, 2, api.DEFAULT_LEVELS, api.MAX_GRID_DIM, 0)
-        lower, upper = (jnp.full(d, b, jnp.float32) for b in data.bounds)
-        working = api._working_coordinates(X, lower, upper, plan)[0]
-        references = np.array([[kmeanspp(jax.random.key(s), X, j) for j in range(1, k + 1)] for s in range(num_keys)])
-        built = dpm_jax.kmeans(jax.random.key(0), X, k, None, bounds=data.bounds)  # no noise: the key is unused
-        orders = dict(built=built.greedy_centers, mettu_plaxton=_mettu_plaxton_centers(working, k, plan))
-        for order, centers in orders.items():
-            prefix = np.array(_lifted_prefix_costs(X, working, centers))
-            ratios = prefix[None, :] / references  # one greedy (deterministic), k-means++ over keys
-            medians = np.median(ratios, axis=0)
-            row = dict(d=d, k=k, order=order, final_ratio=float(medians[-1]), prefix_ratio_medians=medians.tolist())
-            row["worst_prefix"] = int(np.argmax(medians)) + 1
-            row["prefixes_within_2x"] = bool(np.all(medians <= 2.0))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        for seed in seeds:
+            data_seed = d if seed == "d" else int(seed)
+            data = synthetic_blobs(100_000, d, k, seed=data_seed)
+            X = jnp.asarray(data.points)
+            plan = api.plan_greedy(None, k, d, 2, api.DEFAULT_LEVELS, api.MAX_GRID_DIM, 0)
+            lower, upper = (jnp.full(d, b, jnp.float32) for b in data.bounds)
+            working = api._working_coordinates(X, lower, upper, plan)[0]
+            references = np.array(
+                [[kmeanspp(jax.random.key(s), X, j) for j in range(1, k + 1)] for s in range(num_keys)]
+            )
+            reference = np.median(references, axis=0)  # k-means++ at every k', median over its keys
+            for budget in (None, BUDGET):
+                greedy_keys = range(1) if budget is None else range(num_keys)  # no noise: deterministic
+                for order in (*ORDERS, "mettu_plaxton") if budget is None else ORDERS:
+                    measures = dict(relift=[], released=[], merged=[])
+                    for s in greedy_keys:
+                        if order == "mettu_plaxton":
+                            centers = _mettu_plaxton_centers(working, k, plan)
+                            measures["relift"].append(np.array(_lifted_prefix_costs(X, working, centers)) / reference)
+                            continue
+                        result = dpm_jax.kmeans(jax.random.key(s), X, k, budget, bounds=data.bounds, order=order)
+                        measures["relift"].append(
+                            np.array(_lifted_prefix_costs(X, working, result.greedy_centers)) / reference
+                        )
+                        measures["released"].append(
+                            np.array([cost(X, result.centers[:j]) for j in range(1, k + 1)]) / reference
+                        )
+                        measures["merged"].append(
+                            np.array([cost(X, result.prefix(j)) for j in range(1, k + 1)]) / reference
+                        )
+                    row = dict(
+                        d=d, seed=data_seed, k=k, epsilon=None if budget is None else budget.epsilon, order=order
+                    )
+                    for name, ratios in measures.items():
+                        if ratios:
+                            medians = np.median(np.array(ratios), axis=0)  # over the greedy's keys
+                            row[name] = medians.tolist()
+                            row[f"worst_{name}"] = float(medians.max())
+                            row[f"worst_{name}_at"] = int(np.argmax(medians)) + 1
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     return rows
 
 
@@ -270,12 +308,19 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="benchmarks/results/greedy.json")
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--keys", type=int, default=5)
+    parser.add_argument(
+        "--seeds",
+        default="d",
+        help="data seeds of the prefixes and elbow parts, comma separated; d: the benchmark's own seed",
+    )
     args = parser.parse_args(argv)
+    seeds = tuple(args.seeds.split(","))
     out = Path(args.out)
     document = json.loads(out.read_text()) if out.exists() else dict(parts={})
     document["machine"] = machine_description()
     for name in args.parts.split(","):
-        document["parts"][name] = PARTS[name](args.keys)
+        seeded = name in ("prefixes", "elbow")
+        document["parts"][name] = PARTS[name](args.keys, seeds) if seeded else PARTS[name](args.keys)
         out.write_text(json.dumps(document, indent=1))
     out.with_suffix(".md").write_text(markdown(document))
     return 0

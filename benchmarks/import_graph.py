@@ -110,7 +110,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "bounds",
         "synth.cells", "synth.implicit", "synth.kdtree", "synth.plan", "synth.privtree", "synth.result",
         "synth.refine", "synth.threshold",
-        "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift",
+        "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift", "greedy.order",
     })),
     ("entry", frozenset({
         "api", "stream", "entry", "accountant", "assign", "bounds_api", "greedy.api",

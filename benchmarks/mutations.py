@@ -295,6 +295,12 @@ MUTATIONS = (
         ("tests/test_structure.py::test_a_node_with_an_empty_window_halts_rarely_and_the_root_is_tested",),
     ),
     Mutation(
+        "structure test: Q from twice the window counts in the split choice's chunks (sensitivity 2, line 1)",
+        "dpm_jax/tree.py",
+        (("excess_of_windows(test_intervals, used,", "excess_of_windows(2 * test_intervals, used,"),),
+        ("tests/test_structure.py::test_the_engines_excess_moves_by_at_most_one_and_only_in_the_points_node",),
+    ),
+    Mutation(
         "structure test: the window counts' minimum taken over every boundary (the cell's empty tails)",
         "dpm_jax/structure.py",
         (("    excess = jnp.where(inner, ", "    excess = jnp.where(boundary < cells, "),),
@@ -441,6 +447,12 @@ MUTATIONS = (
         ("tests/test_bounds.py::test_one_record_moves_one_count_per_dimension",),
     ),
     Mutation(
+        "private bounds: inf and NaN bucketed past their dimension's row (into the next one's)",
+        "dpm_jax/bounds.py",
+        (("magnitude = jnp.minimum(magnitude, middle)  # exponent 255", "magnitude = magnitude  # exponent 255"),),
+        ("tests/test_bounds.py::test_every_bit_pattern_counts_once_in_its_own_dimension",),
+    ),
+    Mutation(
         "private bounds in synthesize: the bounds drawn from another key (not the bounds' own stream)",
         "dpm_jax/synth/api.py",
         (
@@ -507,6 +519,51 @@ MUTATIONS = (
         "dpm_jax/greedy/api.py",
         (("gaussian_thresholds_on_device(plan.sums.sigma)", "gaussian_thresholds_on_device(plan.sums.sigma / 16)"),),
         ("tests/test_greedy.py::test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise",),
+    ),
+    Mutation(
+        "greedy prefix order: the weights ignored (every released centre counts 1)",
+        "dpm_jax/greedy/order.py",
+        (
+            (
+                "weight = jnp.maximum(weights.astype(jnp.float32), 0.0)\n    k = centers.shape[0]",
+                "weight = jnp.ones_like(weights, jnp.float32)\n    k = centers.shape[0]",
+            ),
+        ),
+        ("tests/test_greedy_order.py::test_order_weighs_the_centres_by_their_sizes",),
+    ),
+    Mutation(
+        "greedy prefix order read from the exact cell sizes (private data) instead of the noisy ones",
+        "dpm_jax/greedy/api.py",
+        (
+            (
+                "permutation = prefix_order(centers, sizes, plan.nets.z)",
+                "permutation = prefix_order(centers, __import__('dpm_jax.greedy.lift', fromlist=['lift'])"
+                ".cell_counts(slot, mask, plan.k), plan.nets.z)",
+            ),
+        ),
+        ("tests/test_greedy_order.py::test_weighted_order_permutes_the_release_and_reads_only_the_release",),
+    ),
+    Mutation(
+        "greedy cost curve computed in the order of selection, not the returned order",
+        "dpm_jax/greedy/api.py",
+        (
+            (
+                "jax.random.fold_in(sum_key, 1), working, mask, greedy_in_order,",
+                "jax.random.fold_in(sum_key, 1), working, mask, greedy.centers,",
+            ),
+        ),
+        ("tests/test_greedy_order.py::test_cost_curve_is_that_of_the_returned_prefixes",),
+    ),
+    Mutation(
+        "greedy prefix(k') merged in the returned order (the selection order by default), not the weighted one",
+        "dpm_jax/greedy/api.py",
+        (
+            (
+                "weighted = prefix_order(self.centers, self.sizes, self.z)",
+                "weighted = jnp.arange(self.centers.shape[0])",
+            ),
+        ),
+        ("tests/test_greedy_order.py::test_prefix_is_the_weighted_orders_whatever_the_returned_order",),
     ),
     Mutation(
         "greedy: the histogram's noise at half its sigma",

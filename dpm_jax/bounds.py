@@ -195,6 +195,11 @@ def plan_bounds(budget: Budget, d: int, request: PrivateBounds = PrivateBounds()
     """
     request.check()
     num_buckets = _num_buckets(request.mantissa_bits)
+    if d * num_buckets > 2**31 - 1:  # the histogram's cell index d' B + bucket is int32
+        raise ValueError(
+            f"private bounds: {d} dimensions x {num_buckets} buckets exceed the int32 histogram "
+            f"(at most {(2**31 - 1) // num_buckets} dimensions at mantissa_bits={request.mantissa_bits})"
+        )
     candidates = []
     if request.noise in ("auto", "laplace"):
         laplace = CountRelease("bounds", budget.epsilon, keys.BOUNDS, sensitivity=d, rule="d histograms, 1 count each")
@@ -251,12 +256,20 @@ def bucket_edges(mantissa_bits: int) -> np.ndarray:
 
 
 def bucket_index(points: jax.Array, mantissa_bits: int) -> jax.Array:
-    """int32 bucket of every float32 value, read from its bit pattern (exact; finite values)."""
+    """int32 bucket in [0, B) of every float32 bit pattern (exact; finite values in their bucket).
+
+    The non-finite patterns (exponent 255: +-inf, NaN) go to the outermost bucket of their sign,
+    as the engine clips a value to the bounds. They are refused where the data are concrete, not
+    under jit or vmap; left past the outermost bucket, +inf fell into the *next dimension's* row of
+    :func:`histogram` (NaN likewise, the last dimension's were dropped), so one record could move
+    one count by two and the L2 sensitivity sqrt(d) of the Gaussian release no longer held.
+    """
     bits = jax.lax.bitcast_convert_type(jnp.asarray(points, jnp.float32), jnp.int32)
     exponent = (bits >> 23) & 255
     top = (bits >> (23 - mantissa_bits)) & (2**mantissa_bits - 1)
-    magnitude = jnp.where(exponent == 0, 0, (exponent - 1) * 2**mantissa_bits + top + 1)
     middle = _MAGNITUDE_BINADES * 2**mantissa_bits
+    magnitude = jnp.where(exponent == 0, 0, (exponent - 1) * 2**mantissa_bits + top + 1)
+    magnitude = jnp.minimum(magnitude, middle)  # exponent 255 (inf, NaN): the outermost bucket
     return jnp.where(bits < 0, middle - magnitude, middle + magnitude)
 
 

@@ -41,10 +41,11 @@ level, so the root and level 1 pass this gate at n = 100,000, epsilon = 1).
 Privacy: N, the cells and so every theta_i and the set of boundaries are public. Adding or removing
 one point changes each W_i by at most one (a point lies in several windows, but adds one to each),
 so the minimum Q changes by at most one, and only in the point's node (the nodes of a level are
-disjoint): sensitivity 1, (epsilon_str_l, sampler delta)-DP per level for the exact discrete
-Laplace sampler (:func:`dpm_jax.mechanisms.count_noise`), composed sequentially with the level's
-other releases (ledger line ``structure/level{l}``, :mod:`dpm_jax.dpm_releases`). Only the halt bit
-is released (post-processing of Q~).
+disjoint): sensitivity 1 (maximum n: 2**31 - 1, the int32 counts; W_i is capped at 2**30 before
+the difference, a 1-Lipschitz map, so Q stays in int32), (epsilon_str_l, sampler delta)-DP per
+level for the exact discrete Laplace sampler (:func:`dpm_jax.mechanisms.count_noise`), composed
+sequentially with the level's other releases (ledger line ``structure/level{l}``,
+:mod:`dpm_jax.dpm_releases`). Only the halt bit is released (post-processing of Q~).
 """
 
 from __future__ import annotations

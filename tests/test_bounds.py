@@ -82,6 +82,35 @@ def test_histogram_is_the_numpy_histogram_of_the_buckets(mantissa_bits, d, n):
     np.testing.assert_array_equal(index, _numpy_bucket(values, mantissa_bits))
 
 
+@pytest.mark.parametrize("mantissa_bits", [0, 3])
+def test_every_bit_pattern_counts_once_in_its_own_dimension(mantissa_bits):
+    """+-inf and NaN of both signs (refused where concrete, not under jit, where the histogram runs):
+    each record still moves exactly one count by one in each dimension's row (the L1 sensitivity d,
+    the L2 sqrt(d)), in the outermost bucket of its sign. +inf beside -float32 max had put 2 in the
+    second dimension's lowest bucket (L2 change 2 > sqrt(2))."""
+    big, nan = np.float32(3.4028235e38), np.float32(np.nan)
+    negative_nan = (np.float32(np.nan).view(np.uint32) | np.uint32(1 << 31)).view(np.float32)
+    rows = np.float32([[np.inf, -big], [nan, -big], [-np.inf, 1.0], [1.0, np.inf], [negative_nan, nan], [0.0, 0.0]])
+    histogram = jax.jit(bounds_lib.histogram, static_argnums=2)
+    num_buckets = 2 * 254 * 2**mantissa_bits + 1
+    for row in rows:
+        counts = np.asarray(histogram(jnp.asarray(row[None]), jnp.ones(1, bool), mantissa_bits))
+        assert counts.shape == (2, num_buckets) and np.array_equal(counts.sum(axis=1), [1, 1]), row
+        assert counts.max() == 1, row
+        index = np.asarray(bounds_lib.bucket_index(row, mantissa_bits))
+        outermost = np.where(np.signbit(row), 0, num_buckets - 1)
+        np.testing.assert_array_equal(np.where(np.isfinite(row), index, outermost), index)
+
+
+def test_too_many_dimensions_for_the_int32_histogram_are_refused_before_any_work():
+    """The histogram's cell index d' B + bucket is int32: at mantissa_bits = 8 (B = 130,049) from
+    d = 16,513 on it wrapped (an 8 GiB histogram, within an H200's memory)."""
+    request = bounds_lib.PrivateBounds(mantissa_bits=8)
+    bounds_lib.plan_bounds(dpm_jax.Budget(1.0, 1e-6), 16_512, request)  # d B < 2**31
+    with pytest.raises(ValueError, match="int32 histogram"):
+        bounds_lib.plan_bounds(dpm_jax.Budget(1.0, 1e-6), 16_513, request)
+
+
 @pytest.mark.slow
 def test_one_record_moves_one_count_per_dimension():
     # Long because: histograms of neighbouring data sets (2 s in the fast loop, 2 cores at load 7).

@@ -289,7 +289,9 @@ def test_composed_selection_is_calibrated_tightly():
 def test_lift_is_the_exact_counts_and_sums_plus_the_keyed_noise(blobs2d):
     """Every lifted number re-derived from its key stream and the plan's sigma (catches dropped noise)."""
     X, key = blobs2d.points, jax.random.key(7)
-    result = dpm_jax.kmeans(key, X, 5, BUDGET, bounds=blobs2d.bounds)
+    # the greedy's order of selection: the lift's slots and noise draws are in it (the re-ordering's own
+    # test is tests/test_greedy_order.py)
+    result = dpm_jax.kmeans(key, X, 5, BUDGET, bounds=blobs2d.bounds, order="greedy")
     plan = api.plan_greedy(BUDGET, 5, 2, 2, api.DEFAULT_LEVELS, api.MAX_GRID_DIM, 0)
     lower, upper = (jnp.full(2, b, jnp.float32) for b in blobs2d.bounds)
     unit = (jnp.asarray(X) - lower) / (upper - lower)
@@ -358,6 +360,7 @@ def test_elbow_reads_the_last_large_drop():
         (dict(point_mask=np.ones(3, bool)), "point_mask must have shape"),
         (dict(grid_dim=5), "grid_dim"),
         (dict(method="lloyd"), "method must be"),
+        (dict(order="size"), "order must be"),
         (dict(method="histogram", levels=20), "balls"),
     ],
 )

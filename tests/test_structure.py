@@ -225,3 +225,49 @@ def test_the_test_window_does_not_follow_the_split_window():
     assert int(excess[0]) == -22  # the split scores' cumulative sum, the test's own window
     halted = tree.structure_halts(inputs, grid, excess, nodes, jnp.ones(1, bool), jnp.int32(0), zero, 1.0)
     assert not bool(halted[0])
+
+
+@pytest.mark.parametrize("split_window", [6, 12])
+def test_the_engines_excess_moves_by_at_most_one_and_only_in_the_points_node(split_window):
+    """Q as the engine computes it (tree.choose_splits, beside the split scores, chunk by chunk) at a
+    level of 16 nodes (two chunks of tree._SELECT_CHUNK), cells of fewer half-bins (a lattice) and
+    the split window equal to the test's (the shared window counts) or not (their own from the
+    shared cumulative sum): Q equals structure.window_excess node by node, and a neighbour (one
+    point more in one half-bin per dimension of one node) moves that node's Q by 0 or 1, no other."""
+    rng = np.random.default_rng(3)
+    config = dpm_jax.DPMConfig(tau_r=5, split_window=split_window)
+    table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
+    d, level = 2, 4
+    points = rng.uniform(size=(20, d)).astype(np.float32)
+    count = exact.from_int32(jnp.int32(20))
+    inputs = tree.point_inputs(points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(0.5), config, 5)
+    width, half_bins = inputs.width, 2 * inputs.max_splits
+    assert width >= 2**level > tree._SELECT_CHUNK
+    used = np.where(rng.random((width, d)) < 0.5, rng.integers(2, half_bins + 1, (width, d)), half_bins)
+    counts = rng.integers(0, 40, size=(width, d, half_bins))
+    counts[::2, :, 20:34] = rng.integers(0, 2, size=(width // 2, d, 14))  # gaps in every other node: Q < 0 there
+    counts[np.arange(half_bins) >= used[..., None]] = 0  # a node's points lie in its cell's half-bins
+    sizes = jnp.asarray(counts.sum(axis=(1, 2)) // d + rng.integers(-9, 10, width), jnp.int32)  # public n~
+    node_exact, active = exact.from_int32(sizes), jnp.arange(width) < 2**level
+    valid = jnp.arange(half_bins) + 1 < jnp.asarray(used)[..., None]
+    bits = jnp.zeros((width, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
+
+    @jax.jit  # one compilation for the three calls
+    def engine_excess(c):
+        arguments = (c, node_exact, active, valid, bits, 1.0, 0.0, jnp.asarray(used, jnp.int32))
+        return tree.choose_splits(inputs, jnp.int32(level), *arguments).excess
+
+    excess = lambda c: np.asarray(engine_excess(jnp.asarray(c, jnp.int32)))[: 2**level]
+
+    q = excess(counts)
+    reference, _ = structure.window_excess(
+        jnp.asarray(counts, jnp.int32), jnp.asarray(used, jnp.int32), exact.to_float32(node_exact), WINDOW
+    )
+    np.testing.assert_array_equal(q, np.asarray(reference)[: 2**level])
+    assert q.min() < 0 < q.max()
+    for node in (3, 12):  # one node of each chunk
+        neighbour = counts.copy()
+        for dim in range(d):
+            neighbour[node, dim, rng.integers(0, used[node, dim])] += 1
+        change = excess(neighbour) - q
+        assert set(change.tolist()) <= {0, 1} and np.all(np.delete(change, node) == 0)

@@ -2,7 +2,7 @@
 
 The release JSON has the fields of ``dpm-jax cluster``'s that apply (columns, k, centers,
 counts, budget, bounds, ledger) and the greedy's own: the noisy cost curve over k' <= k,
-the elbow read from it and the public parameters (z, levels, grid_dim, projection_seed, method).
+the elbow read from it and the public parameters (z, levels, grid_dim, projection_seed, method, order).
 """
 
 from __future__ import annotations
@@ -18,7 +18,16 @@ from dpm_jax.cli.bounds_option import released_bounds
 from dpm_jax.cli.readers import read_points
 from dpm_jax.cli.run_options import add_run_command, budget_and_bounds
 from dpm_jax.files import write_atomically
-from dpm_jax.greedy.api import DEFAULT_LEVELS, DEFAULT_METHOD, MAX_GRID_DIM, METHODS, KMeansResult, kmeans
+from dpm_jax.greedy.api import (
+    DEFAULT_LEVELS,
+    DEFAULT_METHOD,
+    DEFAULT_ORDER,
+    MAX_GRID_DIM,
+    METHODS,
+    ORDERS,
+    KMeansResult,
+    kmeans,
+)
 from dpm_jax.keys import key_from_seed
 
 __all__ = ["add_parser", "kmeans_release"]
@@ -44,6 +53,13 @@ def add_parser(commands, seed_type) -> argparse.ArgumentParser:
         choices=METHODS,
         help="histogram (default): every ball value released once; exponential: a mechanism per choice",
     )
+    run.add_argument(
+        "--order",
+        default=DEFAULT_ORDER,
+        choices=ORDERS,
+        help="order of the centres and the cost curve's prefixes: greedy (default: the order of selection) "
+        "or weighted (re-ordered from the release: better solutions for k' < K, a weaker elbow)",
+    )
     run.add_argument("--out", metavar="FILE", default=None, help="write the JSON release here (default stdout)")
     return run
 
@@ -59,7 +75,14 @@ def kmeans_release(result: KMeansResult, budget: Budget, bounds, args: argparse.
         elbow_k=int(result.elbow_k),
         budget=dict(epsilon=budget.epsilon, delta=budget.delta),
         bounds=dict(zip(("lower", "upper"), released_bounds(bounds, result))),
-        config=dict(z=args.z, levels=args.levels, grid_dim=args.grid_dim, projection_seed=0, method=args.method),
+        config=dict(
+            z=args.z,
+            levels=args.levels,
+            grid_dim=args.grid_dim,
+            projection_seed=0,
+            method=args.method,
+            order=args.order,
+        ),
         ledger=result.ledger.to_dicts(),
     )
 
@@ -80,6 +103,7 @@ def run_kmeans(args: argparse.Namespace, check_writable, status) -> int:
         levels=args.levels,
         grid_dim=args.grid_dim,
         method=args.method,
+        order=args.order,
     )
     text = json.dumps(kmeans_release(result, budget, bounds, args, points.columns), indent=2, allow_nan=False)
     if args.out is None:

@@ -14,8 +14,11 @@ Pipeline (each DP step a release of :mod:`dpm_jax.releases`, one ledger line eac
      max on it (post-processing).
   3. the lift (:mod:`dpm_jax.greedy.lift`): noisy cell sizes ("greedy_count") and noisy
      fixed-point sums in the original coordinates ("greedy_sum", rows "center_sums").
-  4. the cost curve of the first k' greedy centres ("greedy_sum", rows "cost_curve"), and
-     the elbow read from it (post-processing).
+  4. the prefix order (``order``): "greedy" (default) keeps the greedy's order of selection;
+     "weighted" re-orders the released centres by a weighted greedy on the release alone
+     (:mod:`dpm_jax.greedy.order`, post-processing).
+  5. the cost curve of the first k' greedy centres in that order ("greedy_sum", rows
+     "cost_curve"), and the elbow read from it (post-processing).
 The shares of the budget are SHARES; the parts add up to the budget (``split_budget``).
 """
 
@@ -49,6 +52,7 @@ from dpm_jax.greedy.nets import (
     start_candidates,
 )
 from dpm_jax.greedy.histogram import check_balls, histogram_release, histogram_scores, noisy_values
+from dpm_jax.greedy.order import prefix_centers, prefix_order
 from dpm_jax.greedy.select import argmax_chooser, greedy_centers, point_scores
 from dpm_jax.ledger import Ledger
 from dpm_jax.releases import ComposedSelectionRelease, CountRelease, GaussianRelease, at_most, ledger_of, split_budget
@@ -63,6 +67,8 @@ __all__ = [
     "ELBOW_GAIN",
     "METHODS",
     "DEFAULT_METHOD",
+    "ORDERS",
+    "DEFAULT_ORDER",
 ]
 
 # (select, count, sum, cost) shares of epsilon; of delta (the count spends only its sampler's).
@@ -80,6 +86,11 @@ METHODS = ("exponential", "histogram")
 # the default from evidence: the same-run comparison in docs/greedy.md ("Which to use"), where the
 # histogram is level on 2-d blobs and far ahead on Synth-10d and the elbow at K = 32
 DEFAULT_METHOD = "histogram"
+ORDERS = ("greedy", "weighted")
+# the default from evidence: docs/greedy.md, "Round 5": the weighted order's curve has small last drops
+# and its private elbow misses K = 32 on one of 6 data sets; KMeansResult.prefix uses the weighted
+# order whatever the run returned, so the prefixes are as good under the default
+DEFAULT_ORDER = "greedy"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,14 +102,19 @@ class KMeansResult:
       sizes: (k,) noisy cluster sizes.
       cost_curve: (k,) noisy cost of the first k' greedy centres, k' = 1 .. k (working units).
       elbow_k: int32, the number of clusters read from the cost curve (:func:`elbow`).
-      greedy_centers: (k, m) the greedy's centres in working coordinates, in selection order.
+      greedy_centers: (k, m) the greedy's centres in working coordinates.
       start_level: (k,) the level of each centre's start ball.
+    Every per-centre field is in the prefix order (``order=`` of :func:`kmeans`: the weighted
+    re-ordering of :mod:`dpm_jax.greedy.order`, or the greedy's order of selection), the one
+    the cost curve describes; :meth:`prefix` gives the solution for k' centres (in the weighted
+    order, from either).
     Public or DP:
       bounds: (lower, upper), (d,) float32 each: the bounds of the working coordinates; the
         caller's public ones, or under ``bounds="private"`` the DP estimate (:mod:`dpm_jax.bounds`).
     Static:
       ledger: the privacy ledger (empty for ``budget=None``, whose outputs are NOT DP); under
         private bounds their release's line comes first.
+      z: 2 (k-means) or 1 (k-median), the objective's power (for :meth:`prefix`).
     """
 
     centers: jax.Array
@@ -109,6 +125,17 @@ class KMeansResult:
     start_level: jax.Array
     bounds: tuple[jax.Array, jax.Array]
     ledger: Ledger = dataclasses.field(metadata=dict(static=True))
+    z: int = dataclasses.field(default=2, metadata=dict(static=True))
+
+    def prefix(self, count: int) -> jax.Array:
+        """(count, d): the solution with ``count`` <= k centres read from this release alone
+        (post-processing): the released centres in the weighted order of
+        :func:`dpm_jax.greedy.order.prefix_order` (whatever ``order`` the run returned them in), the
+        first ``count`` of them each moved to the size-weighted mean of the released centres nearest
+        to it (:func:`dpm_jax.greedy.order.prefix_centers`). For the result of one run (under vmap,
+        map it over the batch)."""
+        weighted = prefix_order(self.centers, self.sizes, self.z)
+        return prefix_centers(self.centers[weighted], self.sizes[weighted], count)
 
     @property
     def ledgers(self) -> tuple[tuple[int, Ledger]]:
@@ -124,7 +151,7 @@ class KMeansResult:
 jax.tree_util.register_dataclass(
     KMeansResult,
     data_fields=["centers", "sizes", "cost_curve", "elbow_k", "greedy_centers", "start_level", "bounds"],
-    meta_fields=["ledger"],
+    meta_fields=["ledger", "z"],
 )
 
 
@@ -136,6 +163,7 @@ class GreedyPlan(NamedTuple):
     d: int
     projection_seed: int
     method: str
+    order: str  # the prefix order (post-processing of the release; no budget)
     select: ComposedSelectionRelease | GaussianRelease | None  # the greedy's release; None: not private
     count: CountRelease | None
     sums: LeafSumsRelease | None
@@ -159,11 +187,12 @@ def plan_greedy(
     grid_dim: int,
     projection_seed: int,
     method: str = DEFAULT_METHOD,
+    order: str = DEFAULT_ORDER,
 ):
     """Calibrate every release of a run to its share of ``budget`` (host side)."""
     nets = plan_nets(min(d, grid_dim), levels, z)
     if budget is None:
-        return GreedyPlan(nets, k, d, projection_seed, method, None, None, None, None)
+        return GreedyPlan(nets, k, d, projection_seed, method, order, None, None, None, None)
     eps = split_budget(budget.epsilon, SHARES)
     count = CountRelease("greedy_count", eps[1], keys.GREEDY_COUNT, rule="sizes of the disjoint Voronoi cells")
     dlt = _delta_parts(budget.delta, count.entry().delta)
@@ -172,7 +201,7 @@ def plan_greedy(
     else:
         select = _selection_release(eps[0], dlt[0], nets, k)
     sums, costs = leaf_sums_release(eps[2], dlt[2], d), leaf_sums_release(eps[3], dlt[3], k)
-    return GreedyPlan(nets, k, d, projection_seed, method, select, count, sums, costs)
+    return GreedyPlan(nets, k, d, projection_seed, method, order, select, count, sums, costs)
 
 
 def _selection_release(epsilon: float, delta: float, nets: NetPlan, k: int) -> ComposedSelectionRelease:
@@ -226,6 +255,7 @@ def kmeans(
     projection_seed: int = 0,
     point_mask=None,
     method: str = DEFAULT_METHOD,
+    order: str = DEFAULT_ORDER,
 ) -> KMeansResult:
     """DP k-means (z = 2) or k-median (z = 1) with k centres, and the private cost curve over k' <= k.
 
@@ -247,6 +277,11 @@ def kmeans(
       method: "histogram" (default: every ball value released once, the greedy as
         post-processing, Section 4; its noise does not grow with k) or "exponential" (an
         exponential mechanism per choice, Section 5.1).
+      order: the order of the returned centres, whose prefixes the cost curve describes:
+        "greedy" (default: the greedy's order of selection, Algorithm 1; its curve gives the
+        better elbow) or "weighted" (the released centres re-ordered by a weighted greedy on
+        the release alone, :mod:`dpm_jax.greedy.order`; post-processing, no budget). The
+        k'-solutions are :meth:`KMeansResult.prefix`'s, in the weighted order under either.
 
     Works under ``jax.jit`` (``k``, ``budget`` and the keywords static) and ``jax.vmap`` over keys.
     Inside ``with accountant:`` the call charges ``budget`` once before it reads ``X``.
@@ -256,11 +291,13 @@ def kmeans(
     _validate_arguments(n, k, z, levels, grid_dim, budget)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     if method == "histogram":
         check_balls(plan_nets(min(d, grid_dim), int(levels), int(z)))
     plan_of = functools.partial(
         plan_greedy, k=int(k), d=d, z=int(z), levels=int(levels), grid_dim=int(grid_dim),
-        projection_seed=int(projection_seed), method=method,
+        projection_seed=int(projection_seed), method=method, order=order,
     )  # fmt: skip
     if bounds_lib.is_private(bounds):
         if budget is None:
@@ -304,7 +341,6 @@ def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
     fallback = to_data(greedy.centers)
     if plan.select is None:
         centers, sizes = lift_exact(X, mask, slot, fallback)
-        costs = exact_costs(working, mask, greedy.centers, plan.nets.z)
     else:
         sum_key = keys.derive_key(key, keys.GREEDY_SUM)
         lift_keys = (keys.derive_key(key, keys.GREEDY_COUNT), jax.random.fold_in(sum_key, 0))
@@ -312,19 +348,31 @@ def _run(key, X, mask, lower, upper, plan: GreedyPlan) -> KMeansResult:
         centers, sizes = lift_private(
             lift_keys, X, (lower, upper), mask, slot, fallback, (plan.count, plan.sums, tables)
         )
+    # the prefix order reads the release only (the lifted centres and their noisy sizes)
+    if plan.order == "weighted":
+        permutation = prefix_order(centers, sizes, plan.nets.z)
+    else:
+        permutation = jnp.arange(plan.k)
+    centers, sizes, greedy_in_order = centers[permutation], sizes[permutation], greedy.centers[permutation]
+    # the curve describes the prefixes in the returned order; which centres it is computed for is
+    # decided by earlier releases, and its sensitivity does not depend on their order
+    if plan.select is None:
+        costs = exact_costs(working, mask, greedy_in_order, plan.nets.z)
+    else:
         cost_tables = gaussian_thresholds_on_device(plan.costs.sigma)
         costs = private_costs(
-            jax.random.fold_in(sum_key, 1), working, mask, greedy.centers, plan.nets.z, plan.costs, cost_tables
+            jax.random.fold_in(sum_key, 1), working, mask, greedy_in_order, plan.nets.z, plan.costs, cost_tables
         )
     return KMeansResult(
         centers,
         sizes,
         costs,
         elbow(costs, cost_noise_std(plan)),
-        greedy.centers,
-        greedy.start_level,
+        greedy_in_order,
+        greedy.start_level[permutation],
         (lower, upper),
         ledger_of(plan.releases),
+        plan.nets.z,
     )
 
 

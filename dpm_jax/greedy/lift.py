@@ -38,7 +38,7 @@ from dpm_jax.averaging import (
 )
 from dpm_jax.releases import CountRelease
 
-__all__ = ["nearest", "lift_private", "lift_exact", "private_costs", "exact_costs"]
+__all__ = ["nearest", "squared_distances", "lift_private", "lift_exact", "private_costs", "exact_costs"]
 
 _COST_CODE_MAX = 2 ** (FIXED_POINT_BITS - 1)  # codes in [0, 2**19]: within the averaging's |code| bound
 COST_RADIUS = 1.0 / 16.0  # the cost curve's clip, a fraction of the working cube's diameter
@@ -46,10 +46,10 @@ COST_RADIUS = 1.0 / 16.0  # the cost curve's clip, a fraction of the working cub
 
 def nearest(points: jax.Array, centers: jax.Array) -> jax.Array:
     """(n,) int32 index of every point's nearest centre (the first on ties)."""
-    return jnp.argmin(_squared_distances(points, centers), axis=1).astype(jnp.int32)
+    return jnp.argmin(squared_distances(points, centers), axis=1).astype(jnp.int32)
 
 
-def _squared_distances(points: jax.Array, centers: jax.Array) -> jax.Array:
+def squared_distances(points: jax.Array, centers: jax.Array) -> jax.Array:
     """(n, k) by a sum over the coordinates (no (n, k, m) intermediate)."""
     return sum((points[:, j][:, None] - centers[:, j][None, :]) ** 2 for j in range(points.shape[1]))
 
@@ -94,7 +94,7 @@ def lift_exact(X, point_mask, slot, fallback) -> tuple[jax.Array, jax.Array]:
 def cost_codes(points: jax.Array, centers: jax.Array, z: int) -> jax.Array:
     """(n, k) int32 codes of every point's clipped distance^z to the first k' centres, k' = 1 .. k."""
     clip = np.float32(COST_RADIUS * np.sqrt(points.shape[1]))
-    prefix = jax.lax.cummin(jnp.sqrt(_squared_distances(points, centers)), axis=1)
+    prefix = jax.lax.cummin(jnp.sqrt(squared_distances(points, centers)), axis=1)
     scaled = jnp.clip(prefix / clip, 0.0, 1.0) ** z
     return jnp.clip(jnp.floor(scaled * _COST_CODE_MAX), 0, _COST_CODE_MAX).astype(jnp.int32)
 

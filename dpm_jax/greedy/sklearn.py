@@ -23,7 +23,7 @@ except ImportError as error:  # pragma: no cover - exercised only without scikit
 
 from dpm_jax.bounds import is_private
 from dpm_jax.budget import Budget
-from dpm_jax.greedy.api import DEFAULT_LEVELS, DEFAULT_METHOD, MAX_GRID_DIM, kmeans
+from dpm_jax.greedy.api import DEFAULT_LEVELS, DEFAULT_METHOD, DEFAULT_ORDER, MAX_GRID_DIM, kmeans
 from dpm_jax.keys import key_from_seed
 
 __all__ = ["DPKMeans"]
@@ -35,8 +35,8 @@ class DPKMeans(ClusterMixin, BaseEstimator):
     Parameters: n_clusters; epsilon, delta (the budget of one ``fit``); bounds (public
     ``(lo, hi)``, required; or ``"private"`` / :class:`dpm_jax.PrivateBounds`: estimated under DP
     with a share of the budget, ``bounds_`` then holds the estimate); seed (None: fresh randomness per
-    fit; an integer makes fits reproducible, keep it secret); z, levels, grid_dim, method (public,
-    see :func:`dpm_jax.kmeans`).
+    fit; an integer makes fits reproducible, keep it secret); z, levels, grid_dim, method, order
+    (public, see :func:`dpm_jax.kmeans`; ``cluster_centers_`` are in the prefix order).
     """
 
     def __init__(
@@ -51,6 +51,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
         levels: int = DEFAULT_LEVELS,
         grid_dim: int = MAX_GRID_DIM,
         method: str = DEFAULT_METHOD,
+        order: str = DEFAULT_ORDER,
     ):
         self.n_clusters = n_clusters
         self.epsilon = epsilon
@@ -61,6 +62,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
         self.levels = levels
         self.grid_dim = grid_dim
         self.method = method
+        self.order = order
 
     def fit(self, X, y=None):
         """One DP run on X (y is ignored)."""
@@ -76,6 +78,7 @@ class DPKMeans(ClusterMixin, BaseEstimator):
             levels=self.levels,
             grid_dim=self.grid_dim,
             method=self.method,
+            order=self.order,
         )
         self.cluster_centers_ = np.asarray(result.centers, np.float64)
         self.sizes_ = np.asarray(result.sizes)

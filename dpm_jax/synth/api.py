@@ -70,6 +70,12 @@ def synthesize(
     synthesis runs on the rest). Works under jax.jit (budget, method, config static) and
     jax.vmap over keys. The ledger adds up to the budget (epsilon exactly; delta at most).
     Inside ``with accountant:`` the call charges ``budget`` once before it reads ``X``.
+
+    The row count of ``X`` is taken as public, the stated maximum n: the "kdtree" and "privtree"
+    plans derive thresholds from it (:func:`dpm_jax.synth.plan.plan_synthesis`: Lemma 10's tau,
+    PrivTree's leaf thresholds). Under add/remove-one neighbours the true n is private, so pad
+    ``X`` to a public capacity with ``point_mask``: without padding, data sets one record apart
+    can get different thresholds, and the claim does not hold (docs/synthetic.md).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
