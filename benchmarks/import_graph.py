@@ -109,7 +109,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "histogram", "scoring", "structure", "interval", "tree", "tree_passes", "averaging", "depth", "dpm_releases",
         "bounds",
         "synth.cells", "synth.implicit", "synth.kdtree", "synth.plan", "synth.privtree", "synth.result",
-        "synth.threshold",
+        "synth.refine", "synth.threshold",
         "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift", "greedy.order",
     })),
     ("entry", frozenset({

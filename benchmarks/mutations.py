@@ -206,6 +206,12 @@ RELEASE_MUTATIONS = (
         builder="dpm_jax.synth.plan:plan_synthesis",
     ),
     ReleaseMutation(
+        "release: synth refine coarse counts with twice their epsilon (half the discrete Laplace noise)",
+        "lambda p: p._replace(coarse=p.coarse._replace(epsilon=2 * p.coarse.epsilon)) if p.coarse else p",
+        ("tests/test_synth.py::test_refine_counts_and_remaining_weights_are_rederived_from_their_streams",),
+        builder="dpm_jax.synth.plan:plan_synthesis",
+    ),
+    ReleaseMutation(
         "release: private bounds' Laplace counts with sensitivity 1, not d",
         "lambda p: p._replace(noise=p.noise._replace(sensitivity=1)) if hasattr(p.noise, 'offset') else p",
         ("tests/test_bounds.py::test_bounds_audit_stays_below_the_claim",),
@@ -617,6 +623,17 @@ MUTATIONS = (
         "dpm_jax/synth/privtree.py",
         (("        return self.kappa + 1\n", "        return self.kappa\n"),),
         ("tests/test_privtree.py::test_calibration_states_its_bound_and_the_one_point_delta",),
+    ),
+    Mutation(
+        "synth refine: the empty children of released coarse cells never drawn (only data can pass)",
+        "dpm_jax/synth/refine.py",
+        (
+            (
+                "num_empty = num_children - jnp.sum(candidate, dtype=jnp.int32)",
+                "num_empty = 0 * num_children",
+            ),
+        ),
+        ("tests/test_synth.py::test_auditor_on_the_refined_children_stays_at_or_below_the_claim",),
     ),
     Mutation(
         "synth output: cells in draw order (non-empty first) instead of by code",

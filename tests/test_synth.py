@@ -17,6 +17,7 @@ from dpm_jax.accountant import Charge
 from dpm_jax.bounds import PrivateBounds
 from dpm_jax.budget import Budget
 from dpm_jax.mechanisms import count_noise
+from dpm_jax.releases import split_budget
 from dpm_jax.synth.api import synthesize
 from dpm_jax.synth.cells import cell_boxes, cell_codes
 from dpm_jax.synth.implicit import pass_probability
@@ -38,7 +39,7 @@ def _depth_of(lower, upper):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["grid", "kdtree", "dpm"])
+@pytest.mark.parametrize("method", ["grid", "kdtree", "refine", "dpm"])
 def test_ledger_adds_up_to_the_budget(method):
     # Long because: compiles each method's synthesis (8-14 s, 2 cores at load 6).
     budget = Budget(0.8, 1e-6)
@@ -180,7 +181,7 @@ def test_lemma10_delta_is_charged():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["kdtree", "privtree"])
+@pytest.mark.parametrize("method", ["kdtree", "privtree", "refine"])
 def test_jit_and_vmap_over_keys_match_single_runs(method):
     # Long because: compiles the synthesis under jit and vmap (22 s, 2 cores at load 6).
     X = _blobs(200)
@@ -464,3 +465,100 @@ def test_cli_synthesize_with_private_bounds(tmp_path, capsys):
     assert entries[0]["name"] == "bounds" and entries[0]["epsilon"] == pytest.approx(0.2)
     assert math.fsum(e["epsilon"] for e in entries) <= 1.0
     assert "DP bounds" in capsys.readouterr().err and np.load(out).shape == (50, 2)
+
+
+def _noise_values(key, epsilon, n):
+    """The integer draws of :func:`count_noise` (epsilon, n) from ``key``, slot by slot."""
+    noise = count_noise(key, np.full(n, epsilon))
+    return np.asarray(noise.limbs[0]) + (np.asarray(noise.limbs[1]) << 30)
+
+
+@pytest.mark.slow
+def test_refine_counts_and_remaining_weights_are_rederived_from_their_streams():
+    # Long because: compiles a refine synthesis (10 s, 2 cores at load 8).
+    """ "refine" re-derived in NumPy: the coarse grid's counts (depth 3) are exact counts plus the
+    discrete Laplace noise of epsilon_coarse from derive_key(key, "synth_tree") folded with 1, 0
+    (slot = code order), kept at the coarse threshold; the children (depth 5) of the released
+    coarse cells get the noise of epsilon_leaves from derive_key(key, "synth_leaf") folded with
+    0 (slot = the non-empty children of all cells in code order), kept at the threshold of the
+    smallest 2**j >= 4 R (R released coarse cells); a coarse cell is released with its count
+    minus its released children's, when positive. Every coarse cell holds data (no coarse
+    empty cell can pass), so R is known; the children that hold no data (Algorithm 5) are
+    read from the result and must lie in released coarse cells, at or above the threshold."""
+    grid = np.stack(np.meshgrid(np.arange(2.0, 16.0, 4.0), np.arange(4.0, 16.0, 8.0)), -1).reshape(-1, 2)
+    X = np.concatenate([_blobs(400), grid]).astype(np.float32)
+    key = jax.random.key(11)
+    config = SynthConfig(levels=3)
+    budget = Budget(1.0, 1e-6)
+    result = synthesize(key, X, budget, bounds=BOUNDS, method="refine", config=config)
+    plan = plan_synthesis(budget, config, "refine", 2, X.shape[0])
+    assert plan.refine_bits == 2 and [e.name for e in plan.ledger] == ["synth coarse", "synth leaves"]
+    # the epsilons from the budget (60 % / 40 %: SynthConfig.coarse_share), not from the plan
+    coarse_epsilon, leaf_epsilon = split_budget(budget.epsilon, (0.6, 0.4))
+    n = X.shape[0]
+    cell = lambda depth: np.asarray(cell_codes(jnp.asarray(X), jnp.zeros(2), jnp.full(2, 16.0), depth))  # noqa: E731
+    coarse_cells, coarse_of, coarse_counts = np.unique(cell(3), return_inverse=True, return_counts=True)
+    assert len(coarse_cells) == 8  # every coarse cell holds data
+    tree_key = jax.random.fold_in(keys.derive_key(key, keys.SYNTH_TREE), 1)
+    coarse_noisy = coarse_counts + _noise_values(jax.random.fold_in(tree_key, 0), coarse_epsilon, n)[:8]
+    coarse_released = coarse_noisy >= plan.coarse.thresholds[0]
+    R = int(coarse_released.sum())
+    assert 3 <= R < 8
+    j = max(2, math.ceil(math.log2(4 * R)))
+    t = plan.leaves.thresholds[j - 2]
+    fine_cells, fine_counts = np.unique(cell(5), return_counts=True)
+    fine_noise = _noise_values(jax.random.fold_in(keys.derive_key(key, keys.SYNTH_LEAF), 0), leaf_epsilon, n)
+    parent = np.searchsorted(coarse_cells, fine_cells >> 2)
+    fine_noisy = fine_counts + fine_noise[: len(fine_cells)]
+    fine_released = coarse_released[parent] & (fine_noisy >= t)
+    assert 4 <= fine_released.sum() < len(fine_cells)  # some children below the threshold
+
+    valid = np.asarray(result.valid)
+    lower, upper = np.asarray(result.lower)[valid], np.asarray(result.upper)[valid]
+    weights, depth = np.asarray(result.weights)[valid], _depth_of(lower, upper)
+    # the released cells' codes from their boxes (the cells are midpoint cells of these depths)
+    code = lambda lo, dep: np.asarray(cell_codes(jnp.asarray(lo + 1e-3), jnp.zeros(2), jnp.full(2, 16.0), dep))  # noqa: E731
+    got_fine = dict(zip(code(lower[depth == 5], 5).tolist(), weights[depth == 5].tolist()))
+    expected = dict(zip(fine_cells[fine_released].tolist(), fine_noisy[fine_released].tolist()))
+    ghosts = {c: w for c, w in got_fine.items() if c not in set(fine_cells.tolist())}
+    assert {c: w for c, w in got_fine.items() if c not in ghosts} == expected
+    assert all(coarse_released[np.searchsorted(coarse_cells, c >> 2)] and c >> 2 in coarse_cells for c in ghosts)
+    assert all(w >= t for w in ghosts.values())
+    placed = np.zeros(8)
+    for c, w in got_fine.items():
+        placed[np.searchsorted(coarse_cells, c >> 2)] += w
+    remaining = np.where(coarse_released, np.maximum(coarse_noisy - placed, 0), 0)
+    got_coarse = dict(zip(code(lower[depth == 3], 3).tolist(), weights[depth == 3].tolist()))
+    assert got_coarse == {c: r for c, r in zip(coarse_cells.tolist(), remaining.tolist()) if r > 0}
+    assert set(np.unique(depth)) <= {3, 5}
+
+
+@pytest.mark.slow
+def test_auditor_on_the_refined_children_stays_at_or_below_the_claim():
+    # Long because: the empirical auditor's many runs (15 s, 2 cores at load 8).
+    """The auditor drives synthesize(method="refine") on neighbours that differ in the child
+    cells of one released coarse cell: A holds 200 points in the coarse cell [0, 8) x [0, 16),
+    all in its child [0, 4) x [0, 8); B adds one point in its child [4, 8) x [8, 16). Event: that
+    child is released (A: an empty child passing, drawn by Algorithm 5; B: 1 + Z passing).
+    The bound (95 %) must stay at or below the claim and near epsilon_leaves (0.8): the
+    children's counts are the only release that sees the difference."""
+    from dpm_jax.eval.audit import audit
+
+    rng = np.random.default_rng(1)
+    points = np.concatenate([rng.uniform(1.0, 3.0, (200, 2)), [[6.0, 12.0]]]).astype(np.float32)
+    mask_a = np.arange(201) < 200
+    a, b = (points, mask_a), (points, np.ones(201, bool))
+    budget, config = Budget(1.0, 1e-9), SynthConfig(levels=1, coarse_share=0.2)
+
+    def mechanism(key, data):
+        return synthesize(key, data[0], budget, bounds=BOUNDS, method="refine", config=config, point_mask=data[1])
+
+    def child_released(result):
+        return jnp.any(
+            result.valid & (result.lower[:, 0] >= 3.9) & (result.lower[:, 1] >= 7.9) & (result.upper[:, 0] <= 8.1)
+        )
+
+    claim = synthesize(jax.random.key(0), points[:200], budget, bounds=BOUNDS, method="refine", config=config).ledger
+    found = audit(jax.random.key(2), mechanism, a, b, {"child": child_released}, 20000, delta=claim.total_delta)
+    assert found.epsilon_lower_bound <= claim.total_epsilon
+    assert found.epsilon_lower_bound >= 0.5

@@ -87,6 +87,8 @@ def add_parser(commands, seed_type) -> argparse.ArgumentParser:
     )
     parser.add_argument("--rows", type=int, required=True, help="number of synthetic rows M")
     parser.add_argument("--out", metavar="FILE", required=True, help="output file, .csv or .npy")
-    parser.add_argument("--method", choices=METHODS, default="kdtree", help="grid, kdtree (default), privtree or dpm")
+    parser.add_argument(
+        "--method", choices=METHODS, default="kdtree", help="grid, kdtree (default), privtree, refine or dpm"
+    )
     parser.add_argument("--ledger", metavar="FILE", default=None, help="also write the ledger as JSON")
     return parser

@@ -9,11 +9,15 @@ Methods:
             decisions; the leaves released as in Algorithm 1.
   "privtree" h data-independent levels, then up to D levels of PrivTree's biased-count
             decisions (:mod:`dpm_jax.synth.privtree`); the leaves released as in Algorithm 1.
+  "refine"  Algorithm 1 on a coarse grid, then Algorithm 1 on the children of its released
+            cells; a coarse cell keeps what its released children leave of its count
+            (:mod:`dpm_jax.synth.refine`).
   "dpm"     DPM's own release (:func:`dpm_jax.cluster`): its leaf boxes and noisy counts
             already describe the data; sampling from them is post-processing.
 
 Key path: ``derive_key(key, "synth_tree")`` folded with 0 (the size n~) and 1 (the
-decisions: then with the decision row, then 0 or 1, :func:`dpm_jax.synth.kdtree.grow`);
+decisions: then with the decision row, then 0 or 1, :func:`dpm_jax.synth.kdtree.grow`;
+"refine": the coarse counts, folds 0, 1, 2 as the leaves');
 ``derive_key(key, "synth_leaf")`` for the leaf counts (folds 0, 1, 2: the
 non-empty counts, the empty cells' skips, their conditioned counts).
 Neighbours differ by adding or removing one record (replace-one costs twice: docs/synthetic.md).
@@ -37,6 +41,7 @@ from dpm_jax.synth.from_dpm import synthesize_from_cluster
 from dpm_jax.synth.result import SynthResult, sample_boxes
 from dpm_jax.synth.cells import cell_boxes, cell_codes
 from dpm_jax.synth.kdtree import empty_cell_at, grow
+from dpm_jax.synth.refine import refine
 from dpm_jax.synth.plan import METHODS, SynthConfig, SynthPlan, depth_choice, plan_synthesis
 
 __all__ = ["SynthResult", "synthesize", "sample_boxes", "released_cells"]
@@ -56,7 +61,7 @@ def synthesize(
 ) -> SynthResult:
     """A DP weighted synthetic data set of ``X`` (n, d) under ``budget``, within public ``bounds``.
 
-    Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree", "privtree" or "dpm" (then
+    Args mirror :func:`dpm_jax.cluster`; ``method`` is "grid", "kdtree", "privtree", "refine" or "dpm" (then
     ``cluster_config`` is its DPMConfig). ``bounds``: public (lo, hi), or "private" (here
     :data:`dpm_jax.bounds.COVERING`, a wider box than clustering's) /
     :class:`dpm_jax.PrivateBounds`: estimated under DP with a share of ``budget`` first (the
@@ -122,20 +127,22 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan) -> d
     partition = grow(
         codes, valid, h, plan.num_decisions, total, decision_key, plan.decisions, plan.tau, plan.bias, plan.floor
     )
-    kept, weights, positions, passed, ghost_weights = plan.leaves.draw(
-        leaf_key, partition.count, partition.num_empty, choice
+    # "refine": the grid's counts are the coarse release (synth_tree, fold 1), its children's the leaves'
+    first, first_key = (plan.leaves, leaf_key) if plan.coarse is None else (plan.coarse, decision_key)
+    kept, weights, positions, passed, ghost_weights = first.draw(
+        first_key, partition.count, partition.num_empty, choice
     )
     kept = kept & (jnp.arange(codes.shape[0]) < partition.num_leaves)
     ghost_start, ghost_depth = empty_cell_at(positions, partition, h, total)
-    return released_cells(
+    cells = (
         jnp.concatenate([partition.start, ghost_start]),
         jnp.concatenate([partition.depth, ghost_depth]),
         jnp.concatenate([weights, ghost_weights]),
         jnp.concatenate([kept, passed]),
-        lower,
-        upper,
-        total,
     )
+    if plan.coarse is not None:
+        cells = refine(codes, valid, *cells[:1], *cells[2:], h, plan.refine_bits, total, leaf_key, plan.leaves)
+    return released_cells(*cells, lower, upper, total)
 
 
 def released_cells(start, depth, weight, valid, lower, upper, total) -> dict:

@@ -20,6 +20,10 @@ between the tree and the leaf counts, nor t, tau, s1, s2 for its experiments. Ch
   within the 31-bit codes), the bias crossing the clamp gap in ``gap_levels`` levels. Its leaf
   threshold counts 2**h + 2 D n / theta candidate empty leaves (a split needs about theta
   points, so a level has at most n / theta of them; a utility heuristic, public numbers).
+* Refine (:mod:`dpm_jax.synth.refine`): ``coarse_share`` of the leaf epsilon for the coarse
+  grid of depth h, the rest for the 2**k children (k = d: one halving per axis) of its
+  released cells; the rule's depth is the children's, h = rule - k. The children's threshold
+  has one candidate per power of two 2**j >= J = (released coarse cells) 2**k.
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ from dpm_jax.synth.threshold import ThresholdRelease
 
 __all__ = ["SynthConfig", "SynthPlan", "plan_synthesis", "METHODS"]
 
-METHODS = ("grid", "kdtree", "privtree", "dpm")
+METHODS = ("grid", "kdtree", "privtree", "refine", "dpm")
+CELLS_PER_AXIS = 7.0  # the rule's c, fitted on Balog et al.'s d = 2 and 5 mixtures
+REFINE_CELLS_PER_AXIS = 10.0  # "refine": c of its children's depth, chosen on keys other than Figure 3's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,29 +59,32 @@ class SynthConfig:
     decisions: KD-tree levels decided by noisy counts (D); None: d (one halving per axis);
       PrivTree: the public maximum of decision levels, None: 2 d (at most 31 - 2 d).
     size_share, tree_share: parts of epsilon for n~ and for the tree's decisions.
-    cells_per_axis: the rule's c: 2**(h / d) = c (n~ epsilon_leaf)^(1 / (d + 2)).
+    cells_per_axis: the rule's c: 2**(h / d) = c (n~ epsilon_leaf)^(1 / (d + 2)); None: 7, and
+      10 for "refine" (whose rule depth is its children's: docs/synthetic.md measures both).
     gap_levels: PrivTree's m: the bias per level is ceil(kappa / m) (dpm_jax.synth.privtree).
+    coarse_share: "refine": the part of the leaf epsilon for the coarse grid (dpm_jax.synth.refine).
     """
 
     levels: int | None = None
     decisions: int | None = None
     size_share: float = 0.05
     tree_share: float = 0.3
-    cells_per_axis: float = 7.0
+    cells_per_axis: float | None = None
     gap_levels: int = 2
+    coarse_share: float = 0.6
 
     def __post_init__(self):
         if self.levels is not None and not (isinstance(self.levels, int) and 0 <= self.levels <= 30):
             raise ValueError(f"levels must be an integer in [0, 30] or None, got {self.levels!r}")
         if self.decisions is not None and not (isinstance(self.decisions, int) and 1 <= self.decisions <= 30):
             raise ValueError(f"decisions must be an integer in [1, 30] or None, got {self.decisions!r}")
-        for name in ("size_share", "tree_share"):
+        for name in ("size_share", "tree_share", "coarse_share"):
             value = getattr(self, name)
             if not 0 < value < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {value!r}")
         if not (isinstance(self.gap_levels, int) and 1 <= self.gap_levels <= 64):
             raise ValueError(f"gap_levels must be an integer in [1, 64], got {self.gap_levels!r}")
-        if not self.cells_per_axis > 0:
+        if self.cells_per_axis is not None and not self.cells_per_axis > 0:
             raise ValueError(f"cells_per_axis must be > 0, got {self.cells_per_axis!r}")
 
 
@@ -93,10 +102,12 @@ class SynthPlan(NamedTuple):
     dimension: int
     bias: int = 0  # PrivTree: per decision level
     floor: int = 0  # PrivTree: theta - kappa
+    coarse: ThresholdRelease | None = None  # refine: the coarse grid's counts (then leaves: the children's)
+    refine_bits: int = 0  # refine: k, the children's depth below the coarse cells
 
     @property
     def ledger(self) -> Ledger:
-        return ledger_of([r for r in (self.size, self.decisions, self.leaves) if r is not None])
+        return ledger_of([r for r in (self.size, self.decisions, self.coarse, self.leaves) if r is not None])
 
 
 def _depth_range(d: int, decisions: int, levels: int | None) -> tuple[int, ...]:
@@ -117,7 +128,7 @@ def _threshold(epsilon: float, cells: int) -> int:
 
 
 def _default_decisions(method: str, d: int, config: SynthConfig) -> int:
-    if method == "grid":
+    if method in ("grid", "refine"):
         return 0
     if config.decisions is not None:
         return config.decisions
@@ -130,6 +141,8 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int, n_m
     ``n_max`` (the row count of X) is the stated maximum n of the Lemma-10 and truncation bounds.
     """
     decisions = _default_decisions(method, d, config)
+    if method == "refine":
+        return _plan_refine(budget, config, d, n_max)
     depths = _depth_range(d, decisions, config.levels)
     size_share = 0.0 if config.levels is not None else config.size_share
     tree_share = config.tree_share if decisions else 0.0
@@ -180,16 +193,77 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int, n_m
         decisions,
         tau,
         max(depths) + decisions,
-        config.cells_per_axis,
+        config.cells_per_axis or CELLS_PER_AXIS,
         d,
         bias,
         floor,
     )
 
 
+def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> SynthPlan:
+    """The releases of "refine": n~, the coarse grid's counts, its released cells' children's counts.
+
+    Thresholds as for the grid (about one empty cell passes): 2**h cells for the coarse grid;
+    for the children, one candidate per J = 2**j (j = k, k + 1, ..., enough for n_max + the
+    coarse sampler's capacity released coarse cells), chosen from the released J.
+    """
+    k = d
+    depths = _depth_range(d, k, config.levels)
+    size_share = 0.0 if config.levels is not None else config.size_share
+    leaf_share = 1.0 - size_share
+    shares = [s for s in (size_share,) if s] + [
+        leaf_share * config.coarse_share,
+        leaf_share * (1 - config.coarse_share),
+    ]
+    parts = list(split_budget(budget.epsilon, shares))
+    size = CountRelease("synth size", parts.pop(0), keys.SYNTH_TREE, rows="size") if size_share else None
+    coarse_epsilon, child_epsilon = parts
+    coarse = _cell_counts(
+        "synth coarse", coarse_epsilon, keys.SYNTH_TREE, depths, "one count per cell of the coarse grid"
+    )
+    most_children = (n_max + coarse.capacity) * 2**k
+    top = max(k, math.ceil(math.log2(most_children)))
+    if top > 30:
+        raise ValueError(f"refine: up to {most_children} children of the coarse cells exceed the 2**30 positions")
+    rule = f"one count per child (2**{k}) of a released coarse cell"
+    leaves = _cell_counts("synth leaves", child_epsilon, keys.SYNTH_LEAF, range(k, top + 1), rule)
+    spent = [size.entry().delta if size else 0.0, coarse.sampler_delta, leaves.sampler_delta]
+    if math.fsum(spent) > budget.delta:
+        raise ValueError(f"delta {budget.delta:.3g} cannot pay for the samplers ({math.fsum(spent):.3g})")
+    return SynthPlan(
+        size,
+        None,
+        leaves,
+        depths,
+        0,
+        0,
+        max(depths) + k,
+        config.cells_per_axis or REFINE_CELLS_PER_AXIS,
+        d,
+        coarse=coarse,
+        refine_bits=k,
+    )
+
+
+def _cell_counts(name: str, epsilon: float, stream: str, exponents, rule: str) -> ThresholdRelease:
+    """Thresholded counts of 2**j cells, one candidate threshold per j of ``exponents``."""
+    release = ThresholdRelease(
+        name,
+        epsilon,
+        stream,
+        tuple(_threshold(epsilon, 2**j) for j in exponents),
+        tuple(2**j for j in exponents),
+        rule=rule,
+    )
+    release.check()
+    return release
+
+
 def depth_choice(plan: SynthPlan, noisy_size, xp=np):
-    """Index into ``plan.depths`` for the released size n~ (post-processing of n~)."""
+    """Index into ``plan.depths`` for the released size n~ (post-processing of n~); "refine": the
+    rule's depth is its children's (``refine_bits`` below the coarse depth)."""
     d = plan.dimension
-    scale = xp.log2(xp.maximum(noisy_size * plan.leaves.epsilon, 1.0)) / (d + 2)
-    target = d * (np.log2(plan.cells_per_axis) + scale)
+    epsilon = plan.leaves.epsilon + (plan.coarse.epsilon if plan.coarse is not None else 0.0)
+    scale = xp.log2(xp.maximum(noisy_size * epsilon, 1.0)) / (d + 2)
+    target = d * (np.log2(plan.cells_per_axis) + scale) - plan.refine_bits
     return xp.clip(xp.round(target).astype(np.int32) - plan.depths[0], 0, len(plan.depths) - 1)
