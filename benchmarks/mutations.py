@@ -566,6 +566,22 @@ MUTATIONS = (
         ("tests/test_greedy_order.py::test_prefix_is_the_weighted_orders_whatever_the_returned_order",),
     ),
     Mutation(
+        "synth plan from the row count of X (private) instead of the stated capacity max_rows",
+        "dpm_jax/synth/api.py",
+        (
+            (
+                "plan = plan_synthesis(budget, config, method, points.shape[1])",
+                "plan = plan_synthesis(budget, __import__('dataclasses').replace(config, max_rows=points.shape[0]), "
+                "method, points.shape[1])",
+            ),
+        ),
+        (
+            "tests/test_synth.py::test_plan_and_ledger_do_not_read_the_row_count[kdtree]",
+            "tests/test_synth.py::test_plan_and_ledger_do_not_read_the_row_count[privtree]",
+            "tests/test_synth.py::test_plan_and_ledger_do_not_read_the_row_count[refine]",
+        ),
+    ),
+    Mutation(
         "greedy: the histogram's noise at half its sigma",
         "dpm_jax/greedy/histogram.py",
         (
@@ -667,6 +683,17 @@ MUTATIONS = (
             (
                 '_status(f"read {d} columns (',
                 '_status(f"read {n} points, {d} columns (',
+            ),
+        ),
+        ("tests/test_guarantee_edges.py::test_cli_status_lines_hold_no_row_count",),
+    ),
+    Mutation(
+        "edges: the synthesize command prints the exact row count",
+        "dpm_jax/cli/synthesize.py",
+        (
+            (
+                'status(f"read {points.values.shape[1]} columns from',
+                'status(f"read {points.values.shape[0]} rows, {points.values.shape[1]} columns from',
             ),
         ),
         ("tests/test_guarantee_edges.py::test_cli_status_lines_hold_no_row_count",),

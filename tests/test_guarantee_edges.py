@@ -176,6 +176,12 @@ def test_cli_status_lines_hold_no_row_count(tmp_path):
             )
         assert status == 0 and "123" not in stderr.getvalue(), stderr.getvalue()
         assert "NOT PRIVATE: wall time" in stderr.getvalue()
+    for command in (["synthesize", "--rows", "7", "--out", str(tmp_path / "s.csv"), "--max-rows", "1000"],):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            common = ["--epsilon", "1", "--delta", "1e-6", "--bounds", "-5", "5", "--seed", "1"]
+            status = main([command[0], str(tmp_path / "x.npy"), *common, *command[1:]])
+        assert status == 0 and "123" not in stderr.getvalue(), stderr.getvalue()
 
 
 # ------------------------------------------------------------------ 4, 5. the ledger and planning

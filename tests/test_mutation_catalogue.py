@@ -54,7 +54,7 @@ def _builder_examples():
         "dpm_jax.greedy.api:plan_greedy": [(budget, 4, 2, 2, 6, 2, 0, m) for m in ("exponential", "histogram")],
         "dpm_jax.greedy.histogram:histogram_release": [(0.6, 4e-7, NetPlan(2, 6, 3, 2))],
         "dpm_jax.synth.plan:plan_synthesis": [
-            (budget, SynthConfig(decisions=4), m, 2, 300) for m in ("grid", "kdtree", "privtree", "refine")
+            (budget, SynthConfig(decisions=4, max_rows=300), m, 2) for m in ("grid", "kdtree", "privtree", "refine")
         ],
         "dpm_jax.bounds:plan_bounds": [(budget, 2, PrivateBounds(noise=n)) for n in ("laplace", "gaussian")],
         "dpm_jax.bounds:split_for_bounds": [(budget, PrivateBounds(), 2)],

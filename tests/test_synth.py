@@ -70,7 +70,7 @@ def _ghost_runs(num_runs, epsilon, levels):
     budget = Budget(epsilon, 1e-6)
     run = jax.jit(jax.vmap(lambda k: synthesize(k, X, budget, bounds=BOUNDS, method="grid", config=config)))
     result = run(jax.random.split(jax.random.key(7), num_runs))
-    plan = plan_synthesis(budget, config, "grid", 2, X.shape[0])
+    plan = plan_synthesis(budget, config, "grid", 2)
     return result, plan
 
 
@@ -121,7 +121,7 @@ def test_nonempty_cell_counts_are_rederived_from_the_leaf_stream():
     config = SynthConfig(levels=6)
     budget = Budget(1.0, 1e-6)
     result = synthesize(key, X, budget, bounds=BOUNDS, method="grid", config=config)
-    plan = plan_synthesis(budget, config, "grid", 2, X.shape[0])
+    plan = plan_synthesis(budget, config, "grid", 2)
     lower, upper = np.asarray(result.lower), np.asarray(result.upper)
     codes = np.asarray(cell_codes(jnp.asarray(X), jnp.zeros(2), jnp.full(2, 16.0), 6))
     cells, counts = np.unique(codes, return_counts=True)
@@ -151,7 +151,7 @@ def test_decision_noise_is_charged_for_every_level_decided():
     config = SynthConfig(levels=4, decisions=6)
     budget = Budget(2.0, 1e-6)
     result = synthesize(jax.random.key(1), X, budget, bounds=BOUNDS, method="kdtree", config=config)
-    plan = plan_synthesis(budget, config, "kdtree", 2, X.shape[0])
+    plan = plan_synthesis(budget, config, "kdtree", 2)
     valid = np.asarray(result.valid)
     depths = _depth_of(np.asarray(result.lower)[valid], np.asarray(result.upper)[valid])
     decided = depths.max() - 4
@@ -169,7 +169,7 @@ def test_lemma10_delta_is_charged():
     X = _blobs(300)
     config = SynthConfig(decisions=4)
     budget = Budget(1.0, 1e-5)
-    plan = plan_synthesis(budget, config, "kdtree", 2, X.shape[0])
+    plan = plan_synthesis(budget, config, "kdtree", 2)
     result = synthesize(jax.random.key(0), X, budget, bounds=BOUNDS, method="kdtree", config=config)
     entry = [e for e in result.ledger if e.name == "synth decisions"][0]
     eps = entry.epsilon
@@ -261,6 +261,9 @@ def test_cli_synthesize_writes_rows_in_the_format_of_the_suffix(tmp_path):
         rows = np.load(out) if suffix == ".npy" else np.loadtxt(out, delimiter=",", skiprows=1)
         assert rows.shape == (50, 2) and np.all((rows >= 0) & (rows <= 16))
     assert main(["synthesize", str(data), "--epsilon", "1", "--delta", "1e-6", "--rows", "5", "--out", "a.csv"]) == 1
+    small = ["--bounds", "0", "16", "--rows", "5", "--out", str(tmp_path / "b.csv"), "--max-rows", "50"]
+    assert main(["synthesize", str(data), "--epsilon", "1", "--delta", "1e-6", *small]) == 1  # 100 rows > 50
+    assert not (tmp_path / "b.csv").exists()
 
 
 @pytest.mark.slow
@@ -491,7 +494,7 @@ def test_refine_counts_and_remaining_weights_are_rederived_from_their_streams():
     config = SynthConfig(levels=3)
     budget = Budget(1.0, 1e-6)
     result = synthesize(key, X, budget, bounds=BOUNDS, method="refine", config=config)
-    plan = plan_synthesis(budget, config, "refine", 2, X.shape[0])
+    plan = plan_synthesis(budget, config, "refine", 2)
     assert plan.refine_bits == 2 and [e.name for e in plan.ledger] == ["synth coarse", "synth leaves"]
     # the epsilons from the budget (60 % / 40 %: SynthConfig.coarse_share), not from the plan
     coarse_epsilon, leaf_epsilon = split_budget(budget.epsilon, (0.6, 0.4))
@@ -562,3 +565,37 @@ def test_auditor_on_the_refined_children_stays_at_or_below_the_claim():
     found = audit(jax.random.key(2), mechanism, a, b, {"child": child_released}, 20000, delta=claim.total_delta)
     assert found.epsilon_lower_bound <= claim.total_epsilon
     assert found.epsilon_lower_bound >= 0.5
+
+
+@pytest.mark.parametrize("method", ["kdtree", "privtree", "refine"])
+def test_plan_and_ledger_do_not_read_the_row_count(method, monkeypatch):
+    """The row count of X is private under add/remove-one neighbours, so data sets one record apart
+    must get the same plan (Lemma 10's tau, PrivTree's and refine's thresholds, the empty-cell
+    capacities) and the same ledger: both follow the public ``SynthConfig.max_rows``. (The review of
+    stop 34 found tau and PrivTree's thresholds computed from X.shape[0]: PrivTree's leaf delta differed
+    between 10,000 and 10,001 rows.) Traced with jax.eval_shape: nothing runs."""
+    from dpm_jax.synth import api as synth_api
+
+    plans = []
+    original = synth_api.plan_synthesis
+    monkeypatch.setattr(synth_api, "plan_synthesis", lambda *args: plans.append(original(*args)) or plans[-1])
+    budget = Budget(1.0, 1e-6)
+    X = np.random.default_rng(0).uniform(0.0, 1.0, (10_001, 2)).astype(np.float32)
+    ledgers = [
+        jax.eval_shape(
+            lambda x: synthesize(jax.random.key(0), x, budget, bounds=(0.0, 1.0), method=method), rows
+        ).ledger
+        for rows in (X[:-1], X)
+    ]
+    assert len(plans) == 2 and plans[0] == plans[1]
+    assert ledgers[0].to_dicts() == ledgers[1].to_dicts()
+    config = SynthConfig(max_rows=20_000)  # a stated capacity moves them, the rows do not
+    assert plan_synthesis(budget, config, method, 2) != plans[0]
+
+
+def test_more_rows_than_the_stated_capacity_are_refused_before_any_work():
+    X = np.zeros((11, 2), np.float32)
+    with pytest.raises(ValueError, match="max_rows"):
+        synthesize(jax.random.key(0), X, Budget(1.0, 1e-6), bounds=(0.0, 1.0), config=SynthConfig(max_rows=10))
+    with pytest.raises(ValueError, match="max_rows"):
+        SynthConfig(max_rows=0)

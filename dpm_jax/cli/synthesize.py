@@ -25,7 +25,7 @@ from dpm_jax.cli.run_options import add_run_command, budget_and_bounds
 from dpm_jax.files import write_atomically
 from dpm_jax.keys import key_from_seed
 from dpm_jax.synth.api import synthesize
-from dpm_jax.synth.plan import METHODS
+from dpm_jax.synth.plan import DEFAULT_MAX_ROWS, METHODS, SynthConfig
 
 __all__ = ["add_parser"]
 
@@ -50,14 +50,19 @@ def run(args: argparse.Namespace, check_writable, status, error) -> int:
     budget, bounds = budget_and_bounds(args)
     if args.rows < 1:
         raise error(f"--rows must be >= 1, got {args.rows}")
+    try:
+        config = SynthConfig(max_rows=args.max_rows)
+    except ValueError as problem:
+        raise error(f"--max-rows: {problem}") from None
     if not args.out.lower().endswith(_FORMATS):
         raise error(f"--out must end in .csv or .npy, got {args.out}")
     check_writable(args.out)
     check_writable(args.ledger)
     points = read_points(args.input)
     key = key_from_seed(args.seed)
-    status(f"read {points.values.shape[0]} x {points.values.shape[1]} from {args.input}; method {args.method}")
-    result = synthesize(key, points.values, budget, bounds, method=args.method)
+    # the columns only: the row count is private (add/remove-one neighbours), stderr is an output too
+    status(f"read {points.values.shape[1]} columns from {args.input}; method {args.method}")
+    result = synthesize(key, points.values, budget, bounds, method=args.method, config=config)
     rows = np.asarray(result.sample(jax.random.fold_in(key, 1 << 20), args.rows), np.float64)
     _write_rows(args.out, points.columns, rows)
     ledger = result.ledger
@@ -89,6 +94,13 @@ def add_parser(commands, seed_type) -> argparse.ArgumentParser:
     parser.add_argument("--out", metavar="FILE", required=True, help="output file, .csv or .npy")
     parser.add_argument(
         "--method", choices=METHODS, default="kdtree", help="grid, kdtree (default), privtree, refine or dpm"
+    )
+    parser.add_argument(
+        "--max-rows",
+        type=int,
+        default=DEFAULT_MAX_ROWS,
+        help=f"public capacity: the most rows the input may have, stated before seeing it (the thresholds "
+        f"are computed from it, never from the input's row count, which is private); default {DEFAULT_MAX_ROWS}",
     )
     parser.add_argument("--ledger", metavar="FILE", default=None, help="also write the ledger as JSON")
     return parser

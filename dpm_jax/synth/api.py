@@ -71,11 +71,11 @@ def synthesize(
     jax.vmap over keys. The ledger adds up to the budget (epsilon exactly; delta at most).
     Inside ``with accountant:`` the call charges ``budget`` once before it reads ``X``.
 
-    The row count of ``X`` is taken as public, the stated maximum n: the "kdtree" and "privtree"
-    plans derive thresholds from it (:func:`dpm_jax.synth.plan.plan_synthesis`: Lemma 10's tau,
-    PrivTree's leaf thresholds). Under add/remove-one neighbours the true n is private, so pad
-    ``X`` to a public capacity with ``point_mask``: without padding, data sets one record apart
-    can get different thresholds, and the claim does not hold (docs/synthetic.md).
+    The stated maximum n is ``config.max_rows`` (public, default 2**24 rows), never the row count of
+    ``X`` (private under add/remove-one neighbours): Lemma 10's tau, PrivTree's and "refine"'s
+    thresholds and the empty-cell capacities follow it (:func:`dpm_jax.synth.plan.plan_synthesis`),
+    and ``X`` with more rows is refused. State a smaller public capacity when one is known: the
+    thresholds grow with its logarithm (docs/synthetic.md).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -100,7 +100,12 @@ def _prepare(key, points, mask, budget: Budget, *, method: str, config: SynthCon
         cluster_config = cluster_config or DPMConfig()
         validate_budget_and_config(budget, cluster_config)
         return lambda bounds: synthesize_from_cluster(key, points, budget, bounds, cluster_config, mask)
-    plan = plan_synthesis(budget, config, method, points.shape[1], points.shape[0])
+    if points.shape[0] > config.max_rows:
+        raise ValueError(
+            f"X has {points.shape[0]} rows, more than SynthConfig.max_rows = {config.max_rows} (the public "
+            "capacity the thresholds are computed from): state a larger one"
+        )
+    plan = plan_synthesis(budget, config, method, points.shape[1])
 
     def run(bounds) -> SynthResult:
         lower, upper = public_bounds(bounds, points.shape[1])

@@ -44,11 +44,15 @@ from dpm_jax.synth.kdtree import decision_threshold, lemma10_delta
 from dpm_jax.synth.privtree import PrivTreeRelease, calibrate
 from dpm_jax.synth.threshold import ThresholdRelease
 
-__all__ = ["SynthConfig", "SynthPlan", "plan_synthesis", "METHODS"]
+__all__ = ["SynthConfig", "SynthPlan", "plan_synthesis", "METHODS", "DEFAULT_MAX_ROWS"]
 
 METHODS = ("grid", "kdtree", "privtree", "refine", "dpm")
 CELLS_PER_AXIS = 7.0  # the rule's c, fitted on Balog et al.'s d = 2 and 5 mixtures
 REFINE_CELLS_PER_AXIS = 10.0  # "refine": c of its children's depth, chosen on keys other than Figure 3's
+# SynthConfig.max_rows: a public capacity (2**24 rows, 16.8 million) for when the caller states none; the
+# thresholds grow with its logarithm (docs/synthetic.md)
+DEFAULT_MAX_ROWS = 2**24
+_MAX_ROWS_LIMIT = 2**31 - 1  # dpm_jax.api.MAX_POINTS (the entry layer's; this module is the engine's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +67,11 @@ class SynthConfig:
       10 for "refine" (whose rule depth is its children's: docs/synthetic.md measures both).
     gap_levels: PrivTree's m: the bias per level is ceil(kappa / m) (dpm_jax.synth.privtree).
     coarse_share: "refine": the part of the leaf epsilon for the coarse grid (dpm_jax.synth.refine).
+    max_rows: the stated maximum n, a public capacity fixed before the data are seen: Lemma 10's
+      tau, PrivTree's leaf thresholds, the empty-cell capacities and "refine"'s candidate
+      thresholds are computed from it, never from the row count of X (private under
+      add/remove-one neighbours); X with more rows is refused. A tighter public capacity gives
+      lower thresholds.
     """
 
     levels: int | None = None
@@ -72,6 +81,7 @@ class SynthConfig:
     cells_per_axis: float | None = None
     gap_levels: int = 2
     coarse_share: float = 0.6
+    max_rows: int = DEFAULT_MAX_ROWS
 
     def __post_init__(self):
         if self.levels is not None and not (isinstance(self.levels, int) and 0 <= self.levels <= 30):
@@ -86,6 +96,8 @@ class SynthConfig:
             raise ValueError(f"gap_levels must be an integer in [1, 64], got {self.gap_levels!r}")
         if self.cells_per_axis is not None and not self.cells_per_axis > 0:
             raise ValueError(f"cells_per_axis must be > 0, got {self.cells_per_axis!r}")
+        if not (isinstance(self.max_rows, int) and 1 <= self.max_rows <= _MAX_ROWS_LIMIT):
+            raise ValueError(f"max_rows must be an integer in [1, {_MAX_ROWS_LIMIT}], got {self.max_rows!r}")
 
 
 class SynthPlan(NamedTuple):
@@ -135,11 +147,13 @@ def _default_decisions(method: str, d: int, config: SynthConfig) -> int:
     return d if method == "kdtree" else max(1, min(2 * d, MAX_DEPTH - 2 * d))
 
 
-def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int, n_max: int) -> SynthPlan:
-    """The releases and public parameters of a "grid", "kdtree" or "privtree" synthesis of d columns.
+def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> SynthPlan:
+    """The releases and public parameters of a "grid", "kdtree", "privtree" or "refine" synthesis of d columns.
 
-    ``n_max`` (the row count of X) is the stated maximum n of the Lemma-10 and truncation bounds.
+    ``config.max_rows`` (public) is the stated maximum n of the Lemma-10 and truncation bounds:
+    nothing here reads the data, not even their row count.
     """
+    n_max = config.max_rows
     decisions = _default_decisions(method, d, config)
     if method == "refine":
         return _plan_refine(budget, config, d, n_max)
@@ -221,10 +235,9 @@ def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> Syn
     coarse = _cell_counts(
         "synth coarse", coarse_epsilon, keys.SYNTH_TREE, depths, "one count per cell of the coarse grid"
     )
-    most_children = (n_max + coarse.capacity) * 2**k
-    top = max(k, math.ceil(math.log2(most_children)))
-    if top > 30:
-        raise ValueError(f"refine: up to {most_children} children of the coarse cells exceed the 2**30 positions")
+    # at most n_max + the coarse sampler's capacity released coarse cells, capped at 2**(30 - k): the
+    # children of released coarse cells past the cap (in code order) are not counted (refine.py)
+    top = min(30, max(k, math.ceil(math.log2((n_max + coarse.capacity) * 2**k))))
     rule = f"one count per child (2**{k}) of a released coarse cell"
     leaves = _cell_counts("synth leaves", child_epsilon, keys.SYNTH_LEAF, range(k, top + 1), rule)
     spent = [size.entry().delta if size else 0.0, coarse.sampler_delta, leaves.sampler_delta]

@@ -70,7 +70,9 @@ def refine(
     n = codes.shape[0]
     order = jnp.lexsort((parent_start, ~parent_valid))
     p_start, p_weight, p_valid = parent_start[order], parent_weight[order], parent_valid[order]
-    num_parents = jnp.sum(p_valid, dtype=jnp.int32)
+    # the plan's candidates reach J = 2**(k + len - 1): past that many parents (in code order) the
+    # children are not counted and the coarse cell keeps its whole weight (a public cap: the plan's)
+    num_parents = jnp.minimum(jnp.sum(p_valid, dtype=jnp.int32), 2 ** (len(release.thresholds) - 1))
     p_prefix = jnp.where(p_valid, jnp.right_shift(p_start, jnp.asarray(total - h, jnp.uint32)), jnp.uint32(_NONE))
     slots = p_prefix.shape[0]
 
