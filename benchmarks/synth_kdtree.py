@@ -322,7 +322,7 @@ def speed(repeats: int = 3) -> list[dict]:
     rows = []
     for n in (100_000, 1_000_000):
         X = mixture(n, 10, 30.0, seed=1)
-        for method in ("grid", "kdtree", "privtree"):
+        for method in ("grid", "kdtree", "privtree", "refine"):
             run = jax.jit(lambda k, x: synthesize(k, x, Budget(1.0, 1e-6), BALOG_BOUNDS, method=method))
             start = time.perf_counter()
             jax.block_until_ready(run(jax.random.key(0), X))
