@@ -32,6 +32,7 @@ import numpy as np
 
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact
+from dpm_jax.exact import MAX_POINTS
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.sharding import automatic_axes, rows_over_devices
 from dpm_jax.averaging import leaf_centers
@@ -84,7 +85,6 @@ __all__ = [
     "gaussian_thresholds_on_device",
 ]
 
-MAX_POINTS = 2**31 - 1
 
 BOUNDS_REQUIRED = (
     "bounds are required: pass the public range of the data as bounds=(lo, hi) (scalars or "

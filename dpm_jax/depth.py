@@ -65,7 +65,6 @@ __all__ = [
 AUTO_DEPTH_EPSILON_SHARE = 0.02  # noise scale 50 / epsilon points: ample for a depth
 AUTO_DEPTH_SLACK = 1  # levels beyond recommended_tau_r (benchmarks/depth_rule.py)
 _MAX_SAMPLER_SHARE = 0.01  # of delta, as dpm_jax.budget allows the samplers of a run
-_MAX_COUNT = 2**31 - 1  # dpm_jax.api.MAX_POINTS: thresholds above it are never reached
 _MAX_RECOMMENDED_DEPTH = 12
 
 
@@ -190,11 +189,11 @@ def _smallest_count_reaching(rule, depth: int) -> int | None:
     The rule reads counts below 1 as 1, so a depth it reaches at 1 is reached by every count
     (the threshold is the smallest count :func:`depth_of` compares, -(2**31 - 1)).
     """
-    if rule(_MAX_COUNT) < depth:
+    if rule(exact.MAX_POINTS) < depth:
         return None
-    low, high = 1, _MAX_COUNT  # rule(high) >= depth
+    low, high = 1, exact.MAX_POINTS  # rule(high) >= depth
     if rule(low) >= depth:
-        return -_MAX_COUNT
+        return -exact.MAX_POINTS
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if rule(middle) >= depth else (middle, high)
@@ -225,7 +224,7 @@ def noisy_size(key: jax.Array, num_points: jax.Array, plan: DepthPlan) -> exact.
 
 def depth_of(released: exact.Int, plan: DepthPlan) -> jax.Array:
     """int32 D = 1 + the number of thresholds the released count reaches (exact integer comparisons)."""
-    count = exact.clip_to_int32(released, -_MAX_COUNT, _MAX_COUNT)
+    count = exact.clip_to_int32(released, -exact.MAX_POINTS, exact.MAX_POINTS)
     reached = [count >= threshold for threshold in plan.thresholds if threshold is not None]
     return 1 + sum((r.astype(jnp.int32) for r in reached), jnp.int32(0))
 

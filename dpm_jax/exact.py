@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "MAX_POINTS",
     "LIMB_BITS",
     "Int",
     "from_int32",
@@ -41,6 +42,9 @@ __all__ = [
     "chunk_totals",
     "tree_total",
 ]
+
+# The most points any run takes: every count is an exact int32 (the limit of every entry point).
+MAX_POINTS = 2**31 - 1
 
 LIMB_BITS = 30
 LIMB_MASK = (1 << LIMB_BITS) - 1

@@ -36,6 +36,7 @@ import numpy as np
 
 from dpm_jax import keys
 from dpm_jax.budget import Budget
+from dpm_jax.exact import MAX_POINTS
 from dpm_jax.ledger import Ledger
 from dpm_jax.releases import CountRelease, at_most, ledger_of, split_budget
 from dpm_jax.synth.cells import MAX_DEPTH
@@ -52,7 +53,6 @@ REFINE_CELLS_PER_AXIS = 10.0  # "refine": c of its children's depth, chosen on k
 # SynthConfig.max_rows: a public capacity (2**24 rows, 16.8 million) for when the caller states none; the
 # thresholds grow with its logarithm (docs/synthetic.md)
 DEFAULT_MAX_ROWS = 2**24
-_MAX_ROWS_LIMIT = 2**31 - 1  # dpm_jax.api.MAX_POINTS (the entry layer's; this module is the engine's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +96,8 @@ class SynthConfig:
             raise ValueError(f"gap_levels must be an integer in [1, 64], got {self.gap_levels!r}")
         if self.cells_per_axis is not None and not self.cells_per_axis > 0:
             raise ValueError(f"cells_per_axis must be > 0, got {self.cells_per_axis!r}")
-        if not (isinstance(self.max_rows, int) and 1 <= self.max_rows <= _MAX_ROWS_LIMIT):
-            raise ValueError(f"max_rows must be an integer in [1, {_MAX_ROWS_LIMIT}], got {self.max_rows!r}")
+        if not (isinstance(self.max_rows, int) and 1 <= self.max_rows <= MAX_POINTS):
+            raise ValueError(f"max_rows must be an integer in [1, {MAX_POINTS}], got {self.max_rows!r}")
 
 
 class SynthPlan(NamedTuple):
