@@ -5,6 +5,8 @@ noisy sizes), the cost curve is that of the returned prefixes, and the merged pr
 weighted means of released centres.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +16,7 @@ import dpm_jax
 from dpm_jax import keys
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import gaussian_thresholds_on_device
+from dpm_jax.eval import datasets
 from dpm_jax.greedy import api, lift
 from dpm_jax.greedy.order import prefix_centers, prefix_order
 
@@ -102,14 +105,31 @@ def test_weighted_order_permutes_the_release_and_reads_only_the_release():
     assert any(differs), "no key where the exact sizes give another order: the test could not see that bug"
 
 
-@pytest.mark.slow  # compiles two kmeans programs
-def test_cost_curve_is_that_of_the_returned_prefixes():
+class FiveBlobRuns(NamedTuple):
+    """One key's private kmeans runs on five blobs in both orders (shared: each compiles its own program)."""
+
+    data: datasets.Dataset
+    key: jax.Array
+    k: int
+    selection: api.KMeansResult  # order="greedy"
+    weighted: api.KMeansResult  # order="weighted"
+
+
+@pytest.fixture(scope="module")
+def five_blob_runs() -> FiveBlobRuns:
+    data = datasets.synthetic_blobs(n=4000, d=2, num_blobs=5, std=1.0, seed=5)
+    key, k, X = jax.random.key(0), 5, jnp.asarray(data.points)
+    selection = dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds, order="greedy")
+    weighted = dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds, order="weighted")
+    return FiveBlobRuns(data, key, k, selection, weighted)
+
+
+@pytest.mark.slow  # compiles three kmeans programs (two shared with the next test)
+def test_cost_curve_is_that_of_the_returned_prefixes(five_blob_runs):
     """cost_curve[k' - 1] is the cost of the first k' returned greedy centres: exactly without noise, and with
     noise re-derived from its key stream for the returned order (which differs from the selection order)."""
-    from dpm_jax.eval.datasets import synthetic_blobs
-
-    data = synthetic_blobs(n=4000, d=2, num_blobs=5, std=1.0, seed=5)
-    X, key, k = jnp.asarray(data.points), jax.random.key(0), 5
+    data, key, k, selection, weighted = five_blob_runs
+    X = jnp.asarray(data.points)
     unit = to_unit_range(X, *(jnp.full(2, b, jnp.float32) for b in data.bounds))  # the working coordinates
     mask = jnp.ones(len(X), bool)
 
@@ -118,34 +138,27 @@ def test_cost_curve_is_that_of_the_returned_prefixes():
         prefix_cost = lift.exact_costs(unit, mask, exact.greedy_centers[:j], 2)[-1]
         assert float(exact.cost_curve[j - 1]) == float(prefix_cost)
 
-    result = dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds, order="weighted")
-    selection = dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds, order="greedy")
-    assert np.any(np.asarray(result.greedy_centers) != np.asarray(selection.greedy_centers))  # the orders differ
+    assert np.any(np.asarray(weighted.greedy_centers) != np.asarray(selection.greedy_centers))  # the orders differ
     plan = api.plan_greedy(BUDGET, k, 2, 2, api.DEFAULT_LEVELS, api.MAX_GRID_DIM, 0)
     costs = lift.private_costs(
         jax.random.fold_in(keys.derive_key(key, keys.GREEDY_SUM), 1),
         unit,
         mask,
-        result.greedy_centers,
+        weighted.greedy_centers,
         2,
         plan.costs,
         gaussian_thresholds_on_device(plan.costs.sigma),
     )
-    np.testing.assert_array_equal(np.asarray(result.cost_curve), np.asarray(costs))
-    assert int(result.elbow_k) == int(api.elbow(result.cost_curve, api.cost_noise_std(plan)))
+    np.testing.assert_array_equal(np.asarray(weighted.cost_curve), np.asarray(costs))
+    assert int(weighted.elbow_k) == int(api.elbow(weighted.cost_curve, api.cost_noise_std(plan)))
 
 
-@pytest.mark.slow  # compiles two kmeans programs
-def test_prefix_is_the_weighted_orders_whatever_the_returned_order():
+@pytest.mark.slow  # shares the previous test's two kmeans programs
+def test_prefix_is_the_weighted_orders_whatever_the_returned_order(five_blob_runs):
     """KMeansResult.prefix(k') reads the release in the weighted order under either ``order``: the same key
     gives the same k'-solutions from a run in the selection order and from one in the weighted order
     (whose returned orders differ here), and they are prefix_centers of the weighted order's centres."""
-    from dpm_jax.eval.datasets import synthetic_blobs
-
-    data = synthetic_blobs(n=4000, d=2, num_blobs=5, std=1.0, seed=5)
-    X, key, k = jnp.asarray(data.points), jax.random.key(0), 5
-    selection = dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds, order="greedy")
-    weighted = dpm_jax.kmeans(key, X, k, BUDGET, bounds=data.bounds, order="weighted")
+    k, selection, weighted = five_blob_runs.k, five_blob_runs.selection, five_blob_runs.weighted
     assert np.any(np.asarray(selection.centers) != np.asarray(weighted.centers))  # the returned orders differ
     for count in range(1, k + 1):
         expected = np.asarray(prefix_centers(weighted.centers, weighted.sizes, count))
