@@ -442,6 +442,7 @@ def test_the_word_private_asks_the_synthesis_for_the_covering_box(tmp_path):
     for share in ([], ["--bounds-share", "0.3"]):
         ledger = tmp_path / "ledger.json"
         argv = ["synthesize", str(tmp_path / "x.npy"), "--epsilon", "1", "--delta", "1e-6", "--rows", "5"]
+        argv += ["--method", "grid"]  # the API calls' method: their compiled programs serve the CLI too
         argv += ["--out", str(tmp_path / "s.npy"), "--bounds", "private", *share, "--ledger", str(ledger)]
         assert main(argv) == 0
         first = json.loads(ledger.read_text())[0]
