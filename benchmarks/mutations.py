@@ -582,6 +582,27 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "synth: the released arrays as long as the candidates (n + a constant) instead of max_cells",
+        "dpm_jax/synth/api.py",
+        (("    padding = rows - start.shape[0]\n", "    padding, rows = 0, start.shape[0]\n"),),
+        tuple(
+            f"tests/test_synth.py::test_released_arrays_have_a_public_length[{method}]"
+            for method in ("grid", "kdtree", "privtree", "refine")
+        ),
+    ),
+    Mutation(
+        "synth: rows that are not released keep their cells' boxes (occupied cells below the threshold)",
+        "dpm_jax/synth/api.py",
+        (
+            ("lower=jnp.where(released, low, jnp.nan),", "lower=low,"),
+            ("upper=jnp.where(released, high, jnp.nan),", "upper=high,"),
+        ),
+        tuple(
+            f"tests/test_synth.py::test_rows_that_are_not_released_hold_no_box[{method}]"
+            for method in ("grid", "kdtree", "privtree", "refine")
+        ),
+    ),
+    Mutation(
         "greedy: the histogram's noise at half its sigma",
         "dpm_jax/greedy/histogram.py",
         (
@@ -654,7 +675,10 @@ MUTATIONS = (
     Mutation(
         "synth output: cells in draw order (non-empty first) instead of by code",
         "dpm_jax/synth/api.py",
-        (("order = jnp.lexsort((start, ~valid))", "order = jnp.lexsort((~valid,))"),),
+        (
+            ("order = jnp.lexsort((depth, start, ~valid))", "order = jnp.lexsort((~valid,))"),
+            ("heaviest = jnp.lexsort((depth, start, -weight, ~valid))[:rows]", "heaviest = jnp.arange(rows)"),
+        ),
         ("tests/test_synth.py::test_released_cells_are_in_code_order",),
     ),
     # Issue 21, the guarantee's edges ("edges:" runs them alone: --only edges:).

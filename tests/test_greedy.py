@@ -348,6 +348,16 @@ def test_elbow_reads_the_last_large_drop():
     assert int(api.elbow(costs, noise_std=20.0)) == 1  # drops within the noise do not count
 
 
+def test_without_a_large_drop_the_elbow_is_the_strongest_relative_drop():
+    """No drop reaches the gain (20 %): the k' after the drop largest relative to its cost, net of the
+    noise margin (13 / 73 here, the fourth drop: k' = 5), not 1; 1 only when no drop clears the margin."""
+    costs = jnp.asarray([100.0, 90.0, 81.0, 73.0, 60.0, 58.0, 57.0])
+    assert int(api.elbow(costs)) == 5
+    margin_std = 2.0 / (api.ELBOW_NOISE * math.sqrt(2.0))  # a margin of 2: net drops 8, 7, 6, 11, 0, -1
+    assert int(api.elbow(costs, noise_std=margin_std)) == 5
+    assert int(api.elbow(costs, noise_std=14.0 / (api.ELBOW_NOISE * math.sqrt(2.0)))) == 1  # margin 14
+
+
 # ------------------------------------------------------------------ input
 @pytest.mark.parametrize(
     "kwargs, message",

@@ -253,7 +253,7 @@ def test_auditor_on_the_privtree_decision_stays_at_or_below_the_claim():
     (95% simultaneous confidence) must stay at or below the claim and see most of alpha."""
     from dpm_jax.eval.audit import audit
 
-    budget, config = Budget(4.0, 1e-6), SynthConfig(levels=2, decisions=3)
+    budget, config = Budget(4.0, 1e-6), SynthConfig(levels=2, decisions=3, max_cells=32)  # 2**2 * 2**3 leaves
     plan = plan_synthesis(budget, config, "privtree", 2)
     theta = plan.decisions.theta
     n = theta  # A: theta - 1 records in one cell, B: theta

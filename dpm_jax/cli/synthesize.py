@@ -25,7 +25,7 @@ from dpm_jax.cli.run_options import add_run_command, budget_and_bounds
 from dpm_jax.files import write_atomically
 from dpm_jax.keys import key_from_seed
 from dpm_jax.synth.api import synthesize
-from dpm_jax.synth.plan import DEFAULT_MAX_ROWS, METHODS, SynthConfig
+from dpm_jax.synth.plan import DEFAULT_MAX_CELLS, DEFAULT_MAX_ROWS, METHODS, SynthConfig
 
 __all__ = ["add_parser"]
 
@@ -51,9 +51,9 @@ def run(args: argparse.Namespace, check_writable, status, error) -> int:
     if args.rows < 1:
         raise error(f"--rows must be >= 1, got {args.rows}")
     try:
-        config = SynthConfig(max_rows=args.max_rows)
+        config = SynthConfig(max_rows=args.max_rows, max_cells=args.max_cells)
     except ValueError as problem:
-        raise error(f"--max-rows: {problem}") from None
+        raise error(f"--max-rows / --max-cells: {problem}") from None
     if not args.out.lower().endswith(_FORMATS):
         raise error(f"--out must end in .csv or .npy, got {args.out}")
     check_writable(args.out)
@@ -101,6 +101,13 @@ def add_parser(commands, seed_type) -> argparse.ArgumentParser:
         default=DEFAULT_MAX_ROWS,
         help=f"public capacity: the most rows the input may have, stated before seeing it (the thresholds "
         f"are computed from it, never from the input's row count, which is private); default {DEFAULT_MAX_ROWS}",
+    )
+    parser.add_argument(
+        "--max-cells",
+        type=int,
+        default=DEFAULT_MAX_CELLS,
+        help="public: the most cells the release keeps (the heaviest, with a warning past it); the rows are "
+        f"drawn from them; default {DEFAULT_MAX_CELLS}",
     )
     parser.add_argument("--ledger", metavar="FILE", default=None, help="also write the ledger as JSON")
     return parser

@@ -26,6 +26,7 @@ Neighbours differ by adding or removing one record (replace-one costs twice: doc
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import jax
@@ -101,23 +102,30 @@ def _prepare(key, points, mask, budget: Budget, *, method: str, config: SynthCon
         validate_budget_and_config(budget, cluster_config)
         return lambda bounds: synthesize_from_cluster(key, points, budget, bounds, cluster_config, mask)
     if points.shape[0] > config.max_rows:
-        raise ValueError(
-            f"X has {points.shape[0]} rows, more than SynthConfig.max_rows = {config.max_rows} (the public "
-            "capacity the thresholds are computed from): state a larger one"
+        raise ValueError(  # the row count itself is not printed: the message may be shown or logged
+            f"X has more rows than SynthConfig.max_rows = {config.max_rows} (the public capacity the "
+            "thresholds are computed from): state a larger one"
         )
     plan = plan_synthesis(budget, config, method, points.shape[1])
 
     def run(bounds) -> SynthResult:
         lower, upper = public_bounds(bounds, points.shape[1])
-        arrays = _synthesize_arrays(key, points, mask, lower, upper, plan=plan)
+        arrays = _synthesize_arrays(key, points, mask, lower, upper, plan=plan, rows=config.max_cells)
+        released = arrays.pop("released")  # how many cells passed (DP: a function of the noisy counts)
+        if not isinstance(released, jax.core.Tracer) and int(released) > config.max_cells:
+            warnings.warn(
+                f"{int(released)} cells were released, more than SynthConfig.max_cells = {config.max_cells}: "
+                "the heaviest are kept; a larger max_cells keeps them all",
+                stacklevel=4,
+            )
         ledgers = ((-1, plan.ledger),)
         return SynthResult(**arrays, depth=jnp.int32(-1), ledgers=ledgers, method=method, bounds=(lower, upper))
 
     return run
 
 
-@functools.partial(jax.jit, static_argnames=("plan",))
-def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan) -> dict:
+@functools.partial(jax.jit, static_argnames=("plan", "rows"))
+def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan, rows: int) -> dict:
     tree_key, leaf_key = keys.derive_key(key, keys.SYNTH_TREE), keys.derive_key(key, keys.SYNTH_LEAF)
     choice = jnp.int32(0)
     if plan.size is not None:
@@ -147,19 +155,36 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan) -> d
     )
     if plan.coarse is not None:
         cells = refine(codes, valid, *cells[:1], *cells[2:], h, plan.refine_bits, total, leaf_key, plan.leaves)
-    return released_cells(*cells, lower, upper, total)
+    return released_cells(*cells, lower, upper, total, rows)
 
 
-def released_cells(start, depth, weight, valid, lower, upper, total) -> dict:
-    """The released cells in a canonical order (by code; padding last): the order of the
-    draws (non-empty cells first) must not show which cells held data."""
-    order = jnp.lexsort((start, ~valid))
+def released_cells(start, depth, weight, valid, lower, upper, total, rows: int) -> dict:
+    """The released cells as ``rows`` rows (public), in a canonical order (by code; padding last),
+    and ``released``, how many passed (DP, before any are cut).
+
+    Every output is a function of the released cells alone (their codes, depths, noisy weights):
+    * the candidates' order (non-empty cells first) must not show which cells held data;
+    * the candidates' number (n + a constant) must not show n, so the arrays have ``rows`` rows;
+      where more cells are released the heaviest are kept, ties broken by code and depth;
+    * a row that is not released holds no box (NaN, like its centre): a candidate below the
+      threshold is still an occupied cell.
+    """
+    num_released = jnp.sum(valid, dtype=jnp.int32)
+    padding = rows - start.shape[0]
+    if padding > 0:  # fewer candidates than rows: empty rows (a static shape)
+        pad = lambda a: jnp.concatenate([a, jnp.zeros(padding, a.dtype)])
+        start, depth, weight, valid = pad(start), pad(depth), pad(weight), pad(valid)
+    heaviest = jnp.lexsort((depth, start, -weight, ~valid))[:rows]
+    start, depth, weight, valid = start[heaviest], depth[heaviest], weight[heaviest], valid[heaviest]
+    order = jnp.lexsort((depth, start, ~valid))
     start, depth, weight, valid = start[order], depth[order], weight[order], valid[order]
     low, high = cell_boxes(start, depth, lower, upper, total)
+    released = valid[:, None]
     return dict(
-        centers=jnp.where(valid[:, None], 0.5 * (low + high), jnp.nan),
+        centers=jnp.where(released, 0.5 * (low + high), jnp.nan),
         weights=jnp.where(valid, weight, 0).astype(jnp.float32),
-        lower=low,
-        upper=high,
+        lower=jnp.where(released, low, jnp.nan),
+        upper=jnp.where(released, high, jnp.nan),
         valid=valid,
+        released=num_released,
     )

@@ -57,8 +57,8 @@ def synthesize_from_cluster(key: jax.Array, X: Any, budget: Budget, bounds, conf
     return SynthResult(
         centers=result.centers,
         weights=jnp.where(valid, result.counts, 0.0).astype(jnp.float32),
-        lower=lo,
-        upper=hi,
+        lower=jnp.where(valid[:, None], lo, jnp.nan),  # as every method's: no box where not valid
+        upper=jnp.where(valid[:, None], hi, jnp.nan),
         valid=valid,
         depth=result.depth,
         ledgers=result.ledgers,

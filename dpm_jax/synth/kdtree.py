@@ -19,8 +19,8 @@ Corrections to the paper, each stated where the code needs it:
   the output differs from the explicit tree's only on the event that an empty decision
   cell's noise reaches tau, so the tree is (epsilon_tree, delta_L10 (1 + e^epsilon_tree))-DP,
   delta_L10 = N P[Z >= tau], N = 2**h + n_max (D - 1) empty decision cells at most
-  (Lemma 29). That delta is charged in the ledger (:func:`lemma10_delta`); n_max is the
-  row count of X (pad with ``point_mask`` to a public capacity).
+  (Lemma 29). That delta is charged in the ledger (:func:`lemma10_delta`); n_max is
+  ``SynthConfig.max_rows``, the stated public capacity, never the row count of X.
 * Algorithm 2 calls Recursive-Binning without s1, s2: here h and D are explicit.
 """
 

@@ -45,7 +45,7 @@ from dpm_jax.synth.kdtree import decision_threshold, lemma10_delta
 from dpm_jax.synth.privtree import PrivTreeRelease, calibrate
 from dpm_jax.synth.threshold import ThresholdRelease
 
-__all__ = ["SynthConfig", "SynthPlan", "plan_synthesis", "METHODS", "DEFAULT_MAX_ROWS"]
+__all__ = ["SynthConfig", "SynthPlan", "plan_synthesis", "METHODS", "DEFAULT_MAX_ROWS", "DEFAULT_MAX_CELLS"]
 
 METHODS = ("grid", "kdtree", "privtree", "refine", "dpm")
 CELLS_PER_AXIS = 7.0  # the rule's c, fitted on Balog et al.'s d = 2 and 5 mixtures
@@ -53,6 +53,10 @@ REFINE_CELLS_PER_AXIS = 10.0  # "refine": c of its children's depth, chosen on k
 # SynthConfig.max_rows: a public capacity (2**24 rows, 16.8 million) for when the caller states none; the
 # thresholds grow with its logarithm (docs/synthetic.md)
 DEFAULT_MAX_ROWS = 2**24
+# SynthConfig.max_cells: the length of the released arrays (a public number; the heaviest cells are kept
+# past it, with a warning). The largest release of benchmarks/synth_kdtree.py (Figures 3 and 4, App. G.3)
+# holds 2,784 cells, its 10^6 x 10 speed runs 317-518; a row costs 3 d + 2 numbers in the result.
+DEFAULT_MAX_CELLS = 2**12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +76,9 @@ class SynthConfig:
       thresholds are computed from it, never from the row count of X (private under
       add/remove-one neighbours); X with more rows is refused. A tighter public capacity gives
       lower thresholds.
+    max_cells: the length of the released arrays (public, so that it cannot show the row count of X,
+      as the candidates' n + a constant would); where more cells are released, the heaviest are kept
+      (post-processing of the noisy weights, ties broken by the cell's code and depth).
     """
 
     levels: int | None = None
@@ -82,6 +89,7 @@ class SynthConfig:
     gap_levels: int = 2
     coarse_share: float = 0.6
     max_rows: int = DEFAULT_MAX_ROWS
+    max_cells: int = DEFAULT_MAX_CELLS
 
     def __post_init__(self):
         if self.levels is not None and not (isinstance(self.levels, int) and 0 <= self.levels <= 30):
@@ -98,6 +106,8 @@ class SynthConfig:
             raise ValueError(f"cells_per_axis must be > 0, got {self.cells_per_axis!r}")
         if not (isinstance(self.max_rows, int) and 1 <= self.max_rows <= MAX_POINTS):
             raise ValueError(f"max_rows must be an integer in [1, {MAX_POINTS}], got {self.max_rows!r}")
+        if not (isinstance(self.max_cells, int) and 1 <= self.max_cells <= MAX_POINTS):
+            raise ValueError(f"max_cells must be an integer in [1, {MAX_POINTS}], got {self.max_cells!r}")
 
 
 class SynthPlan(NamedTuple):

@@ -22,10 +22,11 @@ __all__ = ["SynthResult", "sample_boxes"]
 class SynthResult:
     """A weighted synthetic data set; a JAX pytree (ledger and method are static). All DP.
 
-    centers: (m, d) the cells' centres (rows where ``valid`` is False are padding).
+    centers: (m, d) the cells' centres (NaN where ``valid`` is False: padding). m is public:
+      ``SynthConfig.max_cells`` (the heaviest cells kept past it), or DPM's leaf slots for "dpm".
     weights: (m,) float32 noisy counts (0 where not valid); ``weights / weights.sum()`` is the
       synthetic distribution over the centres.
-    lower, upper: (m, d) the cells' boxes.
+    lower, upper: (m, d) the cells' boxes (NaN where not ``valid``).
     valid: (m,) bool.
     depth: the depth of the run's ledger: DPM's tree depth for "dpm" (data dependent under
       tau_r="auto"), -1 otherwise.
