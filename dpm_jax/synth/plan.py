@@ -104,10 +104,10 @@ class SynthConfig:
             raise ValueError(f"gap_levels must be an integer in [1, 64], got {self.gap_levels!r}")
         if self.cells_per_axis is not None and not self.cells_per_axis > 0:
             raise ValueError(f"cells_per_axis must be > 0, got {self.cells_per_axis!r}")
-        if not (isinstance(self.max_rows, int) and 1 <= self.max_rows <= MAX_POINTS):
-            raise ValueError(f"max_rows must be an integer in [1, {MAX_POINTS}], got {self.max_rows!r}")
-        if not (isinstance(self.max_cells, int) and 1 <= self.max_cells <= MAX_POINTS):
-            raise ValueError(f"max_cells must be an integer in [1, {MAX_POINTS}], got {self.max_cells!r}")
+        for name in ("max_rows", "max_cells"):  # public counts, int32 like every count
+            value = getattr(self, name)
+            if not (isinstance(value, int) and 1 <= value <= MAX_POINTS):
+                raise ValueError(f"{name} must be an integer in [1, {MAX_POINTS}], got {value!r}")
 
 
 class SynthPlan(NamedTuple):
