@@ -98,6 +98,76 @@ def unit_coordinates(points: jax.Array, lower: jax.Array, upper: jax.Array, scal
     return jnp.clip((points - lower) * scale, 0.0, 1.0)
 
 
+def unfused_multiply_add(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+    """``a * b + c`` in float32 with the product rounded before the sum: the same bits on every backend.
+
+    XLA contracts ``a * b + c`` into one fused multiply-add (one rounding) where its backend
+    and the fusion around it allow, and rounds twice elsewhere, so released floats computed so
+    (split positions, centres, cell boxes: post-processing of released integers) differed in
+    the last bit between a GPU and the CPU. With the product :func:`materialized`, every backend
+    rounds twice, as NumPy's float32 arithmetic does.
+    """
+    return materialized(a * b) + c
+
+
+def divide(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a / b`` in float32, correctly rounded (IEEE 754's quotient) on every backend.
+
+    XLA's GPU backend lowers a float32 division to PTX ``div.full`` (within 2 ulp, not the
+    correctly rounded quotient: it passes ``-nvptx-prec-divf32=1`` to LLVM), so released
+    floats computed by a division (centres: released sums over released sizes) differed
+    between a GPU and the CPU. The backend's quotient is corrected by
+    :func:`nearest_quotient`. For finite ``a`` and ``b`` with |a|, |b| and |a / b| in
+    [2**-100, 2**100] (or a = 0): the post-processing of released counts and sums.
+    """
+    a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+    return nearest_quotient(a, b, a / b)
+
+
+def nearest_quotient(a: jax.Array, b: jax.Array, approximate: jax.Array) -> jax.Array:
+    """The float32 nearest to a / b among ``approximate`` and its two neighbours on each side.
+
+    The candidate q with the smallest |a - q b| is the correctly rounded quotient (a quotient
+    of two floats is never exactly half-way between two floats). a - q b is computed exactly:
+    q b = p + e with Dekker's exact product (Veltkamp's split, every product rounded on its own:
+    :func:`materialized`), and a - p is exact because p is within a few ulps of a (Sterbenz).
+    """
+    steps = jnp.arange(-2, 3, dtype=jnp.float32)
+    q = _float_steps(approximate[..., None], steps)  # (..., 5) the candidates
+    a, b = a[..., None], jnp.broadcast_to(b[..., None], q.shape)
+    p, e = _exact_product(q, b)
+    residual = jnp.abs((a - p) - e)
+    best = jnp.argmin(jnp.where(jnp.isnan(residual), jnp.inf, residual), axis=-1)
+    nearest = jnp.take_along_axis(q, best[..., None], axis=-1)[..., 0]
+    return jnp.where((approximate == 0) | ~jnp.isfinite(approximate), approximate, nearest)
+
+
+def _float_steps(x: jax.Array, steps: jax.Array) -> jax.Array:
+    """x moved by ``steps`` (integers in float32) units in the last place."""
+    bits = jax.lax.bitcast_convert_type(x, jnp.int32)
+    # float32 bit patterns order like sign-magnitude integers: a step away from zero adds one
+    moved = bits + jnp.where(bits < 0, -steps, steps).astype(jnp.int32)
+    return jax.lax.bitcast_convert_type(moved, jnp.float32)
+
+
+def _exact_product(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(p, e) with p = fl(x y) and x y = p + e exactly (Dekker's TwoProduct, unfused)."""
+    x_high, x_low = _split(x)
+    y_high, y_low = _split(y)
+    p = materialized(x * y)
+    e = ((materialized(x_high * y_high) - p) + materialized(x_high * y_low) + materialized(x_low * y_high)) + (
+        materialized(x_low * y_low)
+    )
+    return p, e
+
+
+def _split(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Veltkamp's split of float32 x into two halves of 12 significant bits, x = high + low exactly."""
+    scaled = materialized(x * jnp.float32(2**12 + 1))
+    high = scaled - (scaled - x)
+    return high, x - high
+
+
 def reciprocal(x: jax.Array) -> jax.Array:
     """1 / x, computed once into its own buffer, for per-point quantities to *multiply* by.
 

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact, keys
-from dpm_jax._arrays import fold_row_blocks, looped_under_vmap, to_unit_range
+from dpm_jax._arrays import divide, fold_row_blocks, looped_under_vmap, to_unit_range, unfused_multiply_add
 from dpm_jax.ledger import LedgerEntry
 from dpm_jax.releases import ledger_line
 from dpm_jax.mechanisms import (
@@ -263,10 +263,9 @@ def centers_from_sums(
     released = release_leaf_sums(key, sums, table_arrays, plan)
     # Post-processing of released integers from here on.
     noisy_sum = (exact.to_float32(released) + 0.5) * np.float32(2.0**plan.coarse_shift)
-    unit_centers = (
-        np.float32(plan.code_offset / 2**FIXED_POINT_BITS)
-        + noisy_sum / np.float32(2**FIXED_POINT_BITS) / jnp.maximum(leaf_count, 1.0)[:, None]
+    unit_centers = np.float32(plan.code_offset / 2**FIXED_POINT_BITS) + divide(
+        noisy_sum / np.float32(2**FIXED_POINT_BITS), jnp.maximum(leaf_count, 1.0)[:, None]
     )
     # The second clip: lower + u (upper - lower) can round one float32 step past upper.
-    centers = jnp.clip(lower + jnp.clip(unit_centers, 0.0, 1.0) * (upper - lower), lower, upper)
+    centers = jnp.clip(unfused_multiply_add(jnp.clip(unit_centers, 0.0, 1.0), upper - lower, lower), lower, upper)
     return jnp.where(leaf_valid[:, None], centers, jnp.nan)

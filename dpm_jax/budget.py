@@ -172,11 +172,14 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     structure_sampler = tuple(tv_delta(count_sampler_tv(e), e) for e in structure_epsilons)
     sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,) + structure_sampler)
     if not sampler_total <= _MAX_SAMPLER_SHARE * delta_cnt:
+        # The samplers' share depends on the epsilons and d only, so this delta is enough:
+        least_delta = sampler_total / (_MAX_SAMPLER_SHARE * config.delta_shares[0])
         raise ValueError(
-            f"degenerate budget: at epsilon {budget.epsilon:.4g} the samplers' deviation from their "
-            f"ideal distributions, multiplied by e^epsilon, would need delta {sampler_total:.3g}, more "
-            f"than {_MAX_SAMPLER_SHARE:.0%} of the count delta {delta_cnt:.3g}; lower epsilon (per "
-            "level count epsilons above about 20 cannot be sampled exactly) or raise delta"
+            f"degenerate budget: at epsilon {budget.epsilon:.4g} and d = {d} the samplers' deviation from "
+            f"their ideal distributions, multiplied by e^epsilon, would need delta {sampler_total:.3g}, more "
+            f"than {_MAX_SAMPLER_SHARE:.0%} of the count delta {delta_cnt:.3g}; raise delta to at least "
+            f"{least_delta:.3g}, or lower epsilon (per level count epsilons above about 20 cannot be "
+            "sampled exactly; the split samplers' deviation grows with d)"
         )
     offset_delta = delta_cnt - sampler_total
     count_deltas = proportional_parts(offset_delta, [1.0] * (config.tau_r + 1))

@@ -61,6 +61,7 @@ from dpm_jax._arrays import (
     materialized,
     reciprocal,
     to_unit_range,
+    unfused_multiply_add,
     unit_coordinates,
 )
 from dpm_jax.histogram import (
@@ -515,7 +516,8 @@ def drawn_split(
 
 def paper_split_position(inputs: _TreeInputs, split_dim: jax.Array, split_index: jax.Array) -> jax.Array:
     """The drawn split's position in data units on the paper grid: lower + (j + 1/2) beta (range)."""
-    return inputs.lower[split_dim] + (split_index + 0.5) * inputs.beta * (inputs.upper - inputs.lower)[split_dim]
+    fraction = (split_index + 0.5) * inputs.beta
+    return unfused_multiply_add(fraction, (inputs.upper - inputs.lower)[split_dim], inputs.lower[split_dim])
 
 
 def release_level(
@@ -855,7 +857,7 @@ class CellSplitGrid(NamedTuple):
     def drawn_split(self, inputs, grid, cell_lower, cell_upper, split_dim, split_index):
         first_right = split_index + 1  # candidate j sits at boundary j + 1
         cut = _cell_cut(grid, split_dim, first_right)
-        position = inputs.lower[split_dim] + cut * (inputs.upper - inputs.lower)[split_dim]
+        position = unfused_multiply_add(cut, (inputs.upper - inputs.lower)[split_dim], inputs.lower[split_dim])
         return DrawnSplit(first_right, position, *_children_cells(cell_lower, cell_upper, split_dim, cut))
 
 

@@ -10,12 +10,15 @@ import dpm_jax._arrays
 
 from dpm_jax._arrays import (
     bin_dtype,
+    divide,
     fold_row_blocks,
     looped_under_vmap,
     map_row_blocks,
     materialized,
+    nearest_quotient,
     reciprocal,
     row_blocks,
+    unfused_multiply_add,
 )
 
 
@@ -88,3 +91,52 @@ def test_materialized_under_vmap_is_the_values():
     np.testing.assert_array_equal(np.asarray(once), np.moveaxis(np.asarray(x) * 2, 1, 0))
     closed = jax.jit(lambda a: jax.vmap(lambda b: materialized(b) + a.sum())(a))(x)
     np.testing.assert_array_equal(np.asarray(closed), np.asarray(x) + float(np.asarray(x).sum()))
+
+
+def test_unfused_multiply_add_rounds_the_product_first_as_numpy_does():
+    # XLA's CPU backend contracts a plain jitted l + f * w into a fused multiply-add on most of
+    # these inputs (measured: 28 % of them differ from NumPy); the helper must match NumPy's two
+    # roundings on every one, under jit and under vmap, as a GPU must (benchmarks/accelerator.py).
+    rng = np.random.default_rng(0)
+    a, c = rng.uniform(0, 1, (2, 20_000)).astype(np.float32)
+    b = rng.uniform(0.1, 7, 20_000).astype(np.float32)
+    expected = a * b + c
+    fused = np.asarray(jax.jit(lambda a, b, c: a * b + c)(a, b, c))
+    assert np.any(fused != expected), "no contraction here: the test would not see a fused helper"
+    jitted = jax.jit(unfused_multiply_add)(a, b, c)
+    batched = jax.jit(jax.vmap(unfused_multiply_add))(a.reshape(100, 200), b.reshape(100, 200), c.reshape(100, 200))
+    assert np.asarray(jitted).tobytes() == expected.tobytes()
+    assert np.asarray(batched).reshape(-1).tobytes() == expected.tobytes()
+
+
+def _quotient_inputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 a, b of every sign and magnitude with |a|, |a / b| in the domain [2**-100, 2**100]."""
+    rng = np.random.default_rng(seed)
+    a = (rng.uniform(-1, 1, n) * 10.0 ** rng.uniform(-20, 20, n)).astype(np.float32)
+    counts, scales = rng.integers(1, 10**7, n), rng.uniform(0.5, 2, n) * 10.0 ** rng.uniform(-15, 15, n)
+    b = np.where(rng.random(n) < 0.5, counts, scales).astype(np.float32)
+    q = np.abs(a.astype(np.float64) / b)
+    keep = (np.abs(a) >= 2.0**-100) & (q >= 2.0**-100) & (q <= 2.0**100)
+    return a[keep], b[keep]
+
+
+def test_divide_is_the_correctly_rounded_quotient_under_jit_and_vmap():
+    a, b = _quotient_inputs(40_000, 0)
+    a, b = a[:30_000], b[:30_000]
+    expected = a / b  # NumPy divides as IEEE 754 prescribes
+    assert np.asarray(jax.jit(divide)(a, b)).tobytes() == expected.tobytes()
+    batched = jax.jit(jax.vmap(divide))(a.reshape(100, -1), b.reshape(100, -1))
+    assert np.asarray(batched).reshape(-1).tobytes() == expected.tobytes()
+    assert np.asarray(divide(np.float32(0.0), np.float32(3.0))) == 0.0
+
+
+@pytest.mark.parametrize("ulps", [-2, -1, 1, 2])
+def test_nearest_quotient_corrects_a_quotient_two_ulps_off(ulps):
+    # A GPU's division (PTX div.full) is within 2 ulp: every such approximation must be corrected.
+    a, b = _quotient_inputs(20_000, 1)
+    expected = a / b
+    off = expected.copy()
+    for _ in range(abs(ulps)):
+        off = np.nextafter(off, np.float32(np.sign(ulps)) * np.inf).astype(np.float32)
+    assert np.all(off != expected)
+    assert np.asarray(jax.jit(nearest_quotient)(a, b, off)).tobytes() == expected.tobytes()

@@ -1,6 +1,7 @@
 """Budget allocation and the ledger (Algorithm 1 lines 4-6, Equation 2, Theorem 1)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -177,6 +178,17 @@ def test_degenerate_budgets_are_refused(budget, config, message):
     d = 4096 if "candidates" in message else D
     with pytest.raises(ValueError, match=message):
         allocate(budget, config, d)
+
+
+def test_a_delta_too_small_for_the_samplers_is_refused_with_the_least_delta_that_works():
+    # 10^7 x 100 at the DPM paper's delta 1/(n sqrt n) = 3.2e-11 (found by benchmarks/accelerator.py)
+    config = DPMConfig(tau_r=7)
+    with pytest.raises(ValueError, match="raise delta to at least") as refused:
+        allocate(Budget(1.0, 3.2e-11), config, 100)
+    least = float(re.search(r"at least ([0-9.e+-]+),", str(refused.value)).group(1))
+    allocate(Budget(1.0, least * 1.01), config, 100)  # the named delta (3 digits: within 0.5 %) is enough
+    with pytest.raises(ValueError, match="degenerate budget"):
+        allocate(Budget(1.0, least * 0.9), config, 100)
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ import numpy as np
 
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import keys
-from dpm_jax._arrays import to_unit_range
+from dpm_jax._arrays import to_unit_range, unfused_multiply_add
 from dpm_jax.api import em_table_on_device, gaussian_thresholds_on_device, public_bounds, validated_input
 from dpm_jax.averaging import LeafSumsRelease, leaf_sums_release
 from dpm_jax.budget import Budget
@@ -402,11 +402,14 @@ def _working_coordinates(X, lower, upper, plan: GreedyPlan):
     """(points in [0, 1]^m, the map of working centres back to data units)."""
     unit = to_unit_range(X, lower, upper)
     if plan.nets.dim == plan.d:
-        return unit, lambda c: lower + c * (upper - lower)
+        return unit, lambda c: unfused_multiply_add(c, upper - lower, lower)
     q, root_d = jnp.asarray(_projection(plan)), np.float32(math.sqrt(plan.d))
-    working = jnp.clip(0.5 + ((unit - 0.5) @ q) / root_d, 0.0, 1.0)
+    # float32 products in full (a GPU's default for a float32 matmul is TF32, a 10-bit mantissa)
+    project = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    working = jnp.clip(0.5 + project(unit - 0.5, q) / root_d, 0.0, 1.0)
     # back: the least-norm preimage of the working centre (clipped to the bounds)
-    return working, lambda c: lower + jnp.clip(0.5 + root_d * (c - 0.5) @ q.T, 0.0, 1.0) * (upper - lower)
+    back = lambda c: jnp.clip(0.5 + project(root_d * (c - 0.5), q.T), 0.0, 1.0)  # noqa: E731
+    return working, lambda c: unfused_multiply_add(back(c), upper - lower, lower)
 
 
 def cost_noise_std(plan: GreedyPlan) -> float:

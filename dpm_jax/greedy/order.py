@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from dpm_jax._arrays import divide
 from dpm_jax.greedy.lift import nearest, squared_distances
 
 __all__ = ["prefix_order", "prefix_centers"]
@@ -71,4 +72,4 @@ def prefix_centers(centers: jax.Array, weights: jax.Array, count: int) -> jax.Ar
     weight = jnp.maximum(weights.astype(jnp.float32), 0.0)
     total = jnp.zeros(count, jnp.float32).at[group].add(weight)
     sums = jnp.zeros(head.shape, jnp.float32).at[group].add(weight[:, None] * centers)
-    return jnp.where(total[:, None] > 0, sums / jnp.where(total > 0, total, 1.0)[:, None], head)
+    return jnp.where(total[:, None] > 0, divide(sums, jnp.where(total > 0, total, 1.0)[:, None]), head)

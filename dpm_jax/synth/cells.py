@@ -22,6 +22,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dpm_jax._arrays import unfused_multiply_add
+
 __all__ = ["MAX_DEPTH", "cell_codes", "Level", "level_of", "cell_boxes"]
 
 MAX_DEPTH = 31
@@ -86,6 +88,6 @@ def cell_boxes(starts: jax.Array, depths: jax.Array, lower: jax.Array, upper: ja
             bit = (jnp.right_shift(starts, total - 1 - level) & 1).astype(jnp.float32)
             index = jnp.where(level < depths, 2.0 * index + bit, index)
         width = (upper[dim] - lower[dim]) / jnp.exp2(bits.astype(jnp.float32))
-        los.append(lower[dim] + index * width)
-        his.append(lower[dim] + (index + 1.0) * width)
+        los.append(unfused_multiply_add(index, width, lower[dim]))
+        his.append(unfused_multiply_add(index + 1.0, width, lower[dim]))
     return jnp.stack(los, axis=1), jnp.stack(his, axis=1)

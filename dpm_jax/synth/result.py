@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax._arrays import unfused_multiply_add
 from dpm_jax.ledger import Ledger
 
 __all__ = ["SynthResult", "sample_boxes"]
@@ -95,5 +96,5 @@ def sample_boxes(key: jax.Array, weights: jax.Array, lower: jax.Array, upper: ja
     u = jnp.minimum(jax.random.uniform(pick, (m,), jnp.float32) * cumulative[-1], jnp.nextafter(cumulative[-1], 0))
     rows = jnp.minimum(jnp.searchsorted(cumulative, u, side="right"), weights.shape[0] - 1)
     u = jax.random.uniform(inside, (m, lower.shape[1]))
-    drawn = lower[rows] + u * (upper[rows] - lower[rows])
+    drawn = unfused_multiply_add(u, upper[rows] - lower[rows], lower[rows])
     return jnp.where(cumulative[-1] > 0, drawn, jnp.nan)  # no positive weight: nothing to draw from
