@@ -56,6 +56,15 @@ def test_x64_mode_gives_the_same_release_and_the_first_call_message_comes_once()
     assert done.stderr.count(FIRST_CALL_MESSAGE) == 1
 
 
+def _x64_on():
+    """A context with ``jax_enable_x64`` on (JAX >= 0.7: jax.enable_x64; before: jax.experimental)."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64
+
+    return enable_x64()
+
+
 @pytest.mark.slow
 def test_the_callers_own_jit_and_vmap_under_x64_give_the_same_release(small_blobs, budget):
     """A caller who turned x64 on and jits or vmaps cluster themselves (the traced path, not the
@@ -63,7 +72,7 @@ def test_the_callers_own_jit_and_vmap_under_x64_give_the_same_release(small_blob
     # Long because: three compiles of the small configuration (x64 off, jitted and vmapped with x64 on).
     X, bounds = small_blobs.points, small_blobs.bounds
     plain = dpm_jax.cluster(jax.random.key(1), X, budget, bounds, config=SMALL_CONFIG)
-    with jax.enable_x64(True):
+    with _x64_on():
         jitted = jax.jit(dpm_jax.cluster, static_argnames=("budget", "bounds", "config"))(
             jax.random.key(1), X, budget, bounds=bounds, config=SMALL_CONFIG
         )

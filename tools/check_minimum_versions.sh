@@ -16,9 +16,10 @@ numpy_min=$(python3 -c 'import re,tomllib;d=tomllib.load(open("pyproject.toml","
 jax_version=${1:-$declared}
 venv=$(mktemp -d)/venv
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q "jax==$jax_version" "jaxlib==$jax_version" "numpy==$numpy_min" pytest hypothesis
+"$venv/bin/pip" install -q "jax==$jax_version" "jaxlib==$jax_version" "numpy==$numpy_min" pytest pytest-xdist hypothesis
 "$venv/bin/python" -c "import jax, numpy; print('jax', jax.__version__, 'numpy', numpy.__version__)"
 # The fast subset: bit-identity of every integer output against the recording (tests/test_golden.py),
 # x64 mode, array-likes, labels, warnings, the accountant. Run from the checkout: it imports this copy.
+# Left out: a caller's own jax.jit of cluster under x64, which jax 0.5.3 cannot lower (docs/usage.md).
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_golden.py tests/test_usability.py tests/test_accountant.py \
-    -k "not stream_and_fit"
+    -k "not stream_and_fit and not callers_own_jit"
