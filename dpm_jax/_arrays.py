@@ -98,6 +98,38 @@ def unit_coordinates(points: jax.Array, lower: jax.Array, upper: jax.Array, scal
     return jnp.clip((points - lower) * scale, 0.0, 1.0)
 
 
+def power_of_two(exponent: jax.Array) -> jax.Array:
+    """2.0**exponent in float32, exact, for integer exponents in [-126, 127] (traced or not).
+
+    ``jnp.exp2`` computes exp(x ln 2), which XLA's CPU backend rounds away from the power of two
+    from 2**13 on (and a GPU's exp is another approximation); this writes the exponent bits.
+    """
+    biased = jnp.asarray(exponent).astype(jnp.int32) + 127
+    return jax.lax.bitcast_convert_type(jnp.left_shift(biased, 23), jnp.float32)
+
+
+def bit_length(x: jax.Array) -> jax.Array:
+    """The number of bits of non-negative int32 ``x`` (0 for 0): floor(log2 x) + 1, exactly."""
+    return 32 - jax.lax.clz(jnp.asarray(x).astype(jnp.int32))
+
+
+def ordered_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x @ w for float32 (r, K) @ (K, m): each product rounded on its own, added in the order of K.
+
+    A matmul's summation order, blocking and fused multiply-adds are the backend's, and may follow
+    the shapes (a GPU library picks its kernel by them): a row's result would depend on r, which
+    is private where the rows are records, and differ between devices. Here every row's result is
+    a fixed function of that row alone, the same bits everywhere. Loops over K: for small K.
+    """
+
+    def add(total, pair):
+        column, weights = pair
+        return total + materialized(column[:, None] * weights[None, :]), None
+
+    total, _ = jax.lax.scan(add, jnp.zeros((x.shape[0], w.shape[1]), jnp.float32), (x.T, w))
+    return total
+
+
 def unfused_multiply_add(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
     """``a * b + c`` in float32 with the product rounded before the sum: the same bits on every backend.
 
@@ -118,28 +150,30 @@ def divide(a: jax.Array, b: jax.Array) -> jax.Array:
     floats computed by a division (centres: released sums over released sizes) differed
     between a GPU and the CPU. The backend's quotient is corrected by
     :func:`nearest_quotient`. For finite ``a`` and ``b`` with |a|, |b| and |a / b| in
-    [2**-100, 2**100] (or a = 0): the post-processing of released counts and sums.
+    [2**-60, 2**100] (or a = 0; below, XLA's CPU flushes the exact product's subnormal parts).
     """
     a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
     return nearest_quotient(a, b, a / b)
 
 
 def nearest_quotient(a: jax.Array, b: jax.Array, approximate: jax.Array) -> jax.Array:
-    """The float32 nearest to a / b among ``approximate`` and its two neighbours on each side.
+    """The float32 nearest to a / b among ``approximate`` and its four neighbours on each side.
 
     The candidate q with the smallest |a - q b| is the correctly rounded quotient (a quotient
     of two floats is never exactly half-way between two floats). a - q b is computed exactly:
     q b = p + e with Dekker's exact product (Veltkamp's split, every product rounded on its own:
     :func:`materialized`), and a - p is exact because p is within a few ulps of a (Sterbenz).
     """
-    steps = jnp.arange(-2, 3, dtype=jnp.float32)
-    q = _float_steps(approximate[..., None], steps)  # (..., 5) the candidates
+    # Four, not two: a quotient within 2 ulp of a / b just above a power of two is up to 3 floats away.
+    steps = jnp.arange(-4, 5, dtype=jnp.float32)
+    q = _float_steps(approximate[..., None], steps)  # (..., 9) the candidates
     a, b = a[..., None], jnp.broadcast_to(b[..., None], q.shape)
     p, e = _exact_product(q, b)
     residual = jnp.abs((a - p) - e)
     best = jnp.argmin(jnp.where(jnp.isnan(residual), jnp.inf, residual), axis=-1)
     nearest = jnp.take_along_axis(q, best[..., None], axis=-1)[..., 0]
-    return jnp.where((approximate == 0) | ~jnp.isfinite(approximate), approximate, nearest)
+    outside = (approximate == 0) | ~jnp.isfinite(approximate) | ~jnp.isfinite(jnp.min(residual, axis=-1))
+    return jnp.where(outside, approximate, nearest)
 
 
 def _float_steps(x: jax.Array, steps: jax.Array) -> jax.Array:
@@ -180,7 +214,7 @@ def reciprocal(x: jax.Array) -> jax.Array:
     NumPy number (the auditor and the tests pass public scalars): it is divided as a
     float32 on the device, as the engine's traced values are.
     """
-    return materialized(1.0 / jnp.asarray(x, jnp.float32))
+    return materialized(divide(1.0, jnp.asarray(x, jnp.float32)))  # a GPU's 1 / x is within 1 ulp only
 
 
 class RowBlocks(NamedTuple):

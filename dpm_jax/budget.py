@@ -172,8 +172,9 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     structure_sampler = tuple(tv_delta(count_sampler_tv(e), e) for e in structure_epsilons)
     sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,) + structure_sampler)
     if not sampler_total <= _MAX_SAMPLER_SHARE * delta_cnt:
-        # The samplers' share depends on the epsilons and d only, so this delta is enough:
-        least_delta = sampler_total / (_MAX_SAMPLER_SHARE * config.delta_shares[0])
+        # The samplers' share depends on the epsilons and d only, so this delta is enough (raised by
+        # 0.5 % so that its 3 printed digits never round below it):
+        least_delta = sampler_total / (_MAX_SAMPLER_SHARE * config.delta_shares[0]) * 1.005
         raise ValueError(
             f"degenerate budget: at epsilon {budget.epsilon:.4g} and d = {d} the samplers' deviation from "
             f"their ideal distributions, multiplied by e^epsilon, would need delta {sampler_total:.3g}, more "

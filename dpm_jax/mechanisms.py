@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact
-from dpm_jax._arrays import materialized
+from dpm_jax._arrays import materialized, power_of_two
 from dpm_jax.exact import Int
 
 __all__ = [
@@ -415,9 +415,7 @@ def _exponents(gap: Int, exponent_scale: jax.Array) -> jax.Array:
     drop = jnp.maximum(shift - 17, 0)  # h
     rest = shift - drop  # s <= 17
     low, high = gap.limbs
-    rough = (high.astype(jnp.float32) * np.float32(2.0**30) + low.astype(jnp.float32)) * jnp.exp2(
-        -drop.astype(jnp.float32)
-    )
+    rough = (high.astype(jnp.float32) * np.float32(2.0**30) + low.astype(jnp.float32)) * power_of_two(-drop)
     clamp = rough >= np.float32(2.0**_GAP_BITS)  # float32 is within 2**-22 here: no doubt
     safe_high = jnp.where(clamp, 0, high)
     dropped = jnp.where(

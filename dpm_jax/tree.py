@@ -56,6 +56,7 @@ import numpy as np
 from dpm_jax import exact
 from dpm_jax._arrays import (
     bin_dtype,
+    bit_length,
     fold_row_blocks,
     map_row_blocks,
     materialized,
@@ -595,7 +596,7 @@ def next_point_nodes(
 def _cell_cut(grid: CellGrid, split_dim: jax.Array, boundary: jax.Array) -> jax.Array:
     """(width,) the drawn split in unit coordinates: the cell's lower end plus ``boundary`` half-bins."""
     pick = lambda a: jnp.take_along_axis(a, split_dim[:, None], axis=1)[:, 0]
-    return pick(grid.lower) + boundary.astype(jnp.float32) * pick(grid.half_width)
+    return unfused_multiply_add(boundary.astype(jnp.float32), pick(grid.half_width), pick(grid.lower))
 
 
 def _children_cells(
@@ -1039,7 +1040,7 @@ def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, 
     which exactly one is a leaf, so a masked scatter-add places every leaf alone.
     """
     heap = jnp.arange(2 ** (padded + 1))
-    level = jnp.floor(jnp.log2(jnp.maximum(heap, 1))).astype(jnp.int32)
+    level = jnp.maximum(bit_length(heap) - 1, 0)  # exact (a float log2 misplaced heap ids 8192, 32768)
     slot = (heap - 2**level) << (padded - level)
     slot = jnp.where(is_leaf, slot, 2**padded)  # non-leaves are dropped
     num_slots = 2**padded

@@ -341,6 +341,21 @@ def test_projection_path_runs_in_higher_dimensions():
     assert _cost(data.points, result.centers) <= 1.3 * KMeans(4, n_init=3, random_state=0).fit(data.points).inertia_
 
 
+def test_a_records_projected_coordinates_do_not_depend_on_the_other_records():
+    # The sensitivity argument needs each record's working coordinates to be a function of that
+    # record alone: not of n (private), as a backend's matmul blocking could make them.
+    data = synthetic_blobs(n=40_000, d=7, num_blobs=4, std=1.0, seed=5)
+    plan = api.plan_greedy(None, 4, 7, 2, 6, 2, 0)
+    lower, upper = (jnp.full(7, b, jnp.float32) for b in data.bounds)
+    coordinates = jax.jit(lambda X: api._working_coordinates(X, lower, upper, plan)[0])
+    every = np.asarray(coordinates(data.points))
+    for rows in (1, 16_383, 16_385, 39_999):  # within one row block and across blocks
+        assert np.asarray(coordinates(data.points[:rows])).tobytes() == every[:rows].tobytes()
+    q = api._projection(plan)
+    centred = np.clip((data.points[:5] - lower) / (upper - lower), 0, 1).astype(np.float32) - np.float32(0.5)
+    np.testing.assert_allclose(every[:5], np.clip(0.5 + centred @ q / np.sqrt(7), 0, 1), rtol=0, atol=1e-6)
+
+
 # ------------------------------------------------------------------ elbow
 def test_elbow_reads_the_last_large_drop():
     costs = jnp.asarray([100.0, 50.0, 20.0, 19.0, 18.5, 18.0])

@@ -272,3 +272,17 @@ def test_level_counts_and_split_dimension_bins_are_those_of_the_whole_arrays_bin
         column = np.asarray(tree.split_dimension_half_bins(inputs, grid, node, split_dim))
         assert column.shape == (n, 1) and len(np.unique(column)) > 10, config  # many distinct bins compared
         np.testing.assert_array_equal(column[:, 0], np.asarray(whole)[np.arange(n), np.asarray(split_dim)[node]])
+
+
+@pytest.mark.parametrize("padded", [13, 14, 15])
+def test_leaves_deep_on_the_left_most_path_get_slot_zero(padded):
+    # A float log2 put heap ids 8192 and 32768 (left-most nodes of levels 13 and 15) at the level
+    # below, so their slot fell outside the table and the leaf was dropped.
+    size = 2 ** (padded + 1)
+    for node in [2**level for level in range(padded + 1)]:
+        is_leaf = jnp.zeros(size, bool).at[node].set(True)
+        counts = jnp.arange(size, dtype=jnp.float32)
+        split_tree = tree.SplitTree(counts, None, None, None, None)
+        leaves = tree._leaves_by_slot(split_tree, is_leaf, jnp.zeros(1, jnp.int32), padded)
+        assert bool(leaves.valid[0]) and int(leaves.node[0]) == node and float(leaves.noisy_count[0]) == node
+        assert int(leaves.valid.sum()) == 1

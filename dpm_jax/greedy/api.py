@@ -35,7 +35,7 @@ import numpy as np
 
 from dpm_jax import bounds as bounds_lib
 from dpm_jax import keys
-from dpm_jax._arrays import to_unit_range, unfused_multiply_add
+from dpm_jax._arrays import map_row_blocks, ordered_matmul, to_unit_range, unfused_multiply_add
 from dpm_jax.api import em_table_on_device, gaussian_thresholds_on_device, public_bounds, validated_input
 from dpm_jax.averaging import LeafSumsRelease, leaf_sums_release
 from dpm_jax.budget import Budget
@@ -392,6 +392,9 @@ def _greedy_inputs(select_key, working, mask, plan: GreedyPlan):
     return point_scores(working, mask, plan.nets), choose
 
 
+_PROJECTION_ROWS = 2**14  # rows projected per loop step (their transposed tile stays in cache)
+
+
 def _projection(plan: GreedyPlan) -> np.ndarray:
     """(d, m) orthonormal columns from the public seed (data independent)."""
     gaussian = np.random.default_rng(plan.projection_seed).standard_normal((plan.d, plan.nets.dim))
@@ -400,15 +403,18 @@ def _projection(plan: GreedyPlan) -> np.ndarray:
 
 def _working_coordinates(X, lower, upper, plan: GreedyPlan):
     """(points in [0, 1]^m, the map of working centres back to data units)."""
-    unit = to_unit_range(X, lower, upper)
     if plan.nets.dim == plan.d:
-        return unit, lambda c: unfused_multiply_add(c, upper - lower, lower)
+        return to_unit_range(X, lower, upper), lambda c: unfused_multiply_add(c, upper - lower, lower)
     q, root_d = jnp.asarray(_projection(plan)), np.float32(math.sqrt(plan.d))
-    # float32 products in full (a GPU's default for a float32 matmul is TF32, a 10-bit mantissa)
-    project = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-    working = jnp.clip(0.5 + project(unit - 0.5, q) / root_d, 0.0, 1.0)
+    inverse_root_d = np.float32(1.0 / math.sqrt(plan.d))
+
+    def project(rows):  # a record's working coordinates are a function of that record alone
+        centred = to_unit_range(rows, lower, upper) - 0.5
+        return jnp.clip(unfused_multiply_add(ordered_matmul(centred, q), inverse_root_d, 0.5), 0.0, 1.0)
+
+    working = map_row_blocks(project, (plan.nets.dim,), jnp.float32, _PROJECTION_ROWS, X)
     # back: the least-norm preimage of the working centre (clipped to the bounds)
-    back = lambda c: jnp.clip(0.5 + project(root_d * (c - 0.5), q.T), 0.0, 1.0)  # noqa: E731
+    back = lambda c: jnp.clip(0.5 + ordered_matmul(root_d * (c - 0.5), q.T), 0.0, 1.0)  # noqa: E731
     return working, lambda c: unfused_multiply_add(back(c), upper - lower, lower)
 
 

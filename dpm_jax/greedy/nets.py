@@ -47,6 +47,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpm_jax._arrays import power_of_two
+
 __all__ = [
     "C_FORBID",
     "VALUE_BITS",
@@ -119,7 +121,7 @@ def start_candidates(plan: NetPlan) -> tuple[np.ndarray, np.ndarray]:
 
 def cell_centers(cells: jax.Array, level) -> jax.Array:
     """Centres (j + 1/2) 2**-i of level-i cells j."""
-    return (cells.astype(jnp.float32) + 0.5) * jnp.exp2(-jnp.asarray(level, jnp.float32))[..., None]
+    return (cells.astype(jnp.float32) + 0.5) * power_of_two(-jnp.asarray(level))[..., None]
 
 
 def contributions(points_t: jax.Array, centers: jax.Array, r: jax.Array, z: int) -> jax.Array:

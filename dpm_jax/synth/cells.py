@@ -22,7 +22,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dpm_jax._arrays import unfused_multiply_add
+from dpm_jax._arrays import power_of_two, to_unit_range, unfused_multiply_add
 
 __all__ = ["MAX_DEPTH", "cell_codes", "Level", "level_of", "cell_boxes"]
 
@@ -40,7 +40,7 @@ def cell_codes(points: jax.Array, lower: jax.Array, upper: jax.Array, depth: int
     code = jnp.zeros(points.shape[0], jnp.uint32)
     for dim in range(min(d, depth)):
         bits = bits_of(depth, dim, d)
-        unit = (points[:, dim] - lower[dim]) / (upper[dim] - lower[dim])
+        unit = to_unit_range(points[:, dim], lower[dim], upper[dim])  # the scaling of every statistic
         index = jnp.clip(jnp.floor(unit * 2.0**bits), 0, 2.0**bits - 1).astype(jnp.uint32)
         for k in range(bits):  # bit k from the top of this dimension sits at level dim + k d
             bit = jnp.right_shift(index, bits - 1 - k) & 1
@@ -87,7 +87,7 @@ def cell_boxes(starts: jax.Array, depths: jax.Array, lower: jax.Array, upper: ja
             level = dim + k * d
             bit = (jnp.right_shift(starts, total - 1 - level) & 1).astype(jnp.float32)
             index = jnp.where(level < depths, 2.0 * index + bit, index)
-        width = (upper[dim] - lower[dim]) / jnp.exp2(bits.astype(jnp.float32))
+        width = (upper[dim] - lower[dim]) * power_of_two(-bits)  # exact: jnp.exp2 is not from 2**13 on
         los.append(unfused_multiply_add(index, width, lower[dim]))
         his.append(unfused_multiply_add(index + 1.0, width, lower[dim]))
     return jnp.stack(los, axis=1), jnp.stack(his, axis=1)
