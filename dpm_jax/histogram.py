@@ -39,7 +39,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from dpm_jax._arrays import bin_dtype, looped_under_vmap, reciprocal
+from dpm_jax._arrays import bin_dtype, divide, looped_under_vmap, reciprocal
 
 __all__ = [
     "half_bin_indices",
@@ -90,10 +90,10 @@ def cell_grid(lower: jax.Array, upper: jax.Array, max_splits: int, lattice_unit)
     """
     width = upper - lower
     if lattice_unit is None:
-        return CellGrid(lower, width / (2 * max_splits), jnp.full(width.shape, 2 * max_splits, jnp.int32))
-    values = jnp.maximum(jnp.round(width / lattice_unit), 1.0)
-    per_bin = jnp.ceil(values / (2 * max_splits))
-    return CellGrid(lower, per_bin * lattice_unit, jnp.ceil(values / per_bin).astype(jnp.int32))
+        return CellGrid(lower, divide(width, 2 * max_splits), jnp.full(width.shape, 2 * max_splits, jnp.int32))
+    values = jnp.maximum(jnp.round(divide(width, lattice_unit)), 1.0)
+    per_bin = jnp.ceil(divide(values, 2 * max_splits))
+    return CellGrid(lower, per_bin * lattice_unit, jnp.ceil(divide(values, per_bin)).astype(jnp.int32))
 
 
 def cell_half_bin_indices(

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact
-from dpm_jax._arrays import looped_under_vmap, reciprocal
+from dpm_jax._arrays import divide, looped_under_vmap, reciprocal
 from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import exponential_mechanism
 from dpm_jax.releases import SelectionRelease
@@ -264,7 +264,7 @@ def estimate_split_interval_size(
 
 def first_gap_threshold(noisy_count, config: DPMConfig):
     """y_1 = c_p sigma_step / n~: the first gap threshold, in units of the range (public: n~ is released)."""
-    return gaussian_gap_constant(config.percentile) * config.sigma_step / jnp.maximum(noisy_count, 2.0)
+    return divide(gaussian_gap_constant(config.percentile) * config.sigma_step, jnp.maximum(noisy_count, 2.0))
 
 
 def select_interval_size(

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact
-from dpm_jax._arrays import materialized
+from dpm_jax._arrays import divide, materialized
 
 __all__ = [
     "ScoreCoefficients",
@@ -200,5 +200,5 @@ def exponent_ratio(noisy_count: jax.Array, offset, node_size: jax.Array) -> jax.
     eps / (2 Delta_G) per unit of G, which is what privacy needs; n~ and lambda are
     public, so the ratio is too.
     """
-    ratio = jnp.maximum(noisy_count - offset, 1.0) / jnp.maximum(node_size.astype(jnp.float32), 1.0)
+    ratio = divide(jnp.maximum(noisy_count - offset, 1.0), jnp.maximum(node_size.astype(jnp.float32), 1.0))
     return jnp.minimum(ratio, 1.0)

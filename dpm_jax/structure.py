@@ -53,6 +53,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from dpm_jax._arrays import divide
 from dpm_jax import exact
 from dpm_jax.mechanisms import add_count_noise
 from dpm_jax.scoring import boundary_statistics
@@ -95,7 +96,7 @@ def excess_of_windows(intervals: jax.Array, used: jax.Array, node_size: jax.Arra
 
 def _node_scale(used: jax.Array, node_size: jax.Array) -> jax.Array:
     """(nodes, d) float32: the node's released n~ per half-bin of its cell, per dimension."""
-    return jnp.maximum(node_size, 0.0)[:, None] / jnp.maximum(used, 1).astype(jnp.float32)
+    return divide(jnp.maximum(node_size, 0.0)[:, None], jnp.maximum(used, 1).astype(jnp.float32))
 
 
 def full_window_theta(used: jax.Array, node_size: jax.Array, window: int) -> jax.Array:

@@ -57,6 +57,7 @@ from dpm_jax import exact
 from dpm_jax._arrays import (
     bin_dtype,
     bit_length,
+    divide,
     fold_row_blocks,
     map_row_blocks,
     materialized,
@@ -629,7 +630,7 @@ def root_interval_size(lower: jax.Array, upper: jax.Array, config: DPMConfig) ->
 
 def _lattice_unit(lower: jax.Array, upper: jax.Array, config: DPMConfig) -> jax.Array | None:
     """(d,) the public lattice step in units of each dimension's range, or None without a lattice."""
-    return None if config.lattice_step is None else config.lattice_step / (upper - lower)
+    return None if config.lattice_step is None else divide(config.lattice_step, upper - lower)
 
 
 class LevelSchedule(NamedTuple):
@@ -755,7 +756,7 @@ def build_tree(
 
 def num_splits_at(beta, max_splits: int) -> jax.Array:
     """numSplits on the paper grid: candidates per dimension for the split interval size beta."""
-    return jnp.minimum(jnp.ceil(1.0 / beta - 1e-6).astype(jnp.int32), max_splits)
+    return jnp.minimum(jnp.ceil(divide(1.0, beta) - 1e-6).astype(jnp.int32), max_splits)
 
 
 class PaperGrid(NamedTuple):
