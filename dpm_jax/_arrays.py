@@ -161,8 +161,8 @@ def nearest_quotient(a: jax.Array, b: jax.Array, approximate: jax.Array) -> jax.
 
     The candidate q with the smallest |a - q b| is the correctly rounded quotient (a quotient
     of two floats is never exactly half-way between two floats). a - q b is computed exactly:
-    q b = p + e with Dekker's exact product (Veltkamp's split, every product rounded on its own:
-    :func:`materialized`), and a - p is exact because p is within a few ulps of a (Sterbenz).
+    q b = p + e with Dekker's exact product (:func:`_exact_product`), and a - p is exact because p
+    is within a few ulps of a (Sterbenz).
     """
     # Four, not two: a quotient within 2 ulp of a / b just above a power of two is up to 3 floats away.
     steps = jnp.arange(-4, 5, dtype=jnp.float32)
@@ -170,9 +170,11 @@ def nearest_quotient(a: jax.Array, b: jax.Array, approximate: jax.Array) -> jax.
     a, b = a[..., None], jnp.broadcast_to(b[..., None], q.shape)
     p, e = _exact_product(q, b)
     residual = jnp.abs((a - p) - e)
-    best = jnp.argmin(jnp.where(jnp.isnan(residual), jnp.inf, residual), axis=-1)
-    nearest = jnp.take_along_axis(q, best[..., None], axis=-1)[..., 0]
-    outside = (approximate == 0) | ~jnp.isfinite(approximate) | ~jnp.isfinite(jnp.min(residual, axis=-1))
+    residual = jnp.where(jnp.isnan(residual), jnp.inf, residual)
+    least = jnp.min(residual, axis=-1, keepdims=True)
+    # the one candidate at the least residual (no ties); a min and a max compile faster than argmin
+    nearest = jnp.max(jnp.where(residual == least, q, -jnp.inf), axis=-1)
+    outside = (approximate == 0) | ~jnp.isfinite(approximate) | ~jnp.isfinite(least[..., 0])
     return jnp.where(outside, approximate, nearest)
 
 
@@ -185,20 +187,24 @@ def _float_steps(x: jax.Array, steps: jax.Array) -> jax.Array:
 
 
 def _exact_product(x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(p, e) with p = fl(x y) and x y = p + e exactly (Dekker's TwoProduct, unfused)."""
+    """(p, e) with p = fl(x y) and x y = p + e exactly (Dekker's TwoProduct).
+
+    The halves' products have at most 24 significant bits, so they are exact and a fused
+    multiply-add of one of them rounds as the product and the sum would; only p is rounded, and
+    is :func:`materialized` so that no backend fuses it into the subtraction.
+    """
     x_high, x_low = _split(x)
     y_high, y_low = _split(y)
     p = materialized(x * y)
-    e = ((materialized(x_high * y_high) - p) + materialized(x_high * y_low) + materialized(x_low * y_high)) + (
-        materialized(x_low * y_low)
-    )
+    e = ((x_high * y_high - p) + x_high * y_low + x_low * y_high) + x_low * y_low
     return p, e
 
 
 def _split(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Veltkamp's split of float32 x into two halves of 12 significant bits, x = high + low exactly."""
-    scaled = materialized(x * jnp.float32(2**12 + 1))
-    high = scaled - (scaled - x)
+    """float32 x as high + low exactly, each of at most 12 significant bits: the mantissa's top
+    12 bits (integer masking: no product a backend could fuse or round) and the rest."""
+    bits = jax.lax.bitcast_convert_type(x, jnp.int32)
+    high = jax.lax.bitcast_convert_type(jnp.bitwise_and(bits, jnp.int32(-(2**12))), jnp.float32)
     return high, x - high
 
 
