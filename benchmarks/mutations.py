@@ -332,7 +332,7 @@ MUTATIONS = (
     Mutation(
         "scores: Lemma 5's n~ - lambda becomes n~ + lambda",
         "dpm_jax/scoring.py",
-        (("ratio = jnp.maximum(noisy_count - offset, 1.0)", "ratio = jnp.maximum(noisy_count + offset, 1.0)"),),
+        (("divide(jnp.maximum(noisy_count - offset, 1.0)", "divide(jnp.maximum(noisy_count + offset, 1.0)"),),
         ("tests/test_scoring.py::test_exponent_ratio_is_in_unit_interval",),
     ),
     Mutation(
