@@ -107,46 +107,39 @@ def large_case(n: int, d: int, repeats: int) -> dict:
     )
 
 
-def identity_case(n: int, d: int) -> dict:
-    """The release on the default device against the release on the CPU, same key and data."""
-    data = synthetic_blobs(n=n, d=d, seed=42)
-    budget, device = _budget(n), jax.devices()[0]
-    if device.platform == "cpu":
-        return dict(n=n, d=d, device=str(device), compared="no accelerator: the default device is the CPU")
-    log(f"[{n} x {d}] the release on {device} and on the CPU ...")
-    here = dpm_jax.cluster(jax.random.key(7), jax.device_put(data.points, device), budget, bounds=data.bounds)
-    cpu = jax.devices("cpu")[0]
-    with jax.default_device(cpu):
-        there = dpm_jax.cluster(jax.random.key(7), jax.device_put(data.points, cpu), budget, bounds=data.bounds)
-    differing = differing_fields(here, there)
-    return dict(n=n, d=d, device=str(device), identical=not differing, differing=differing)
-
-
 def _on(device, fn):
     with jax.default_device(device):
         return jax.block_until_ready(fn())
 
 
+def _released_on_both(release, points: np.ndarray, /, **row) -> dict:
+    """``release(points)`` on the default device against on the CPU, field by field (its key is fixed)."""
+    device, cpu = jax.devices()[0], jax.devices("cpu")[0]
+    if device.platform == "cpu":
+        return dict(row, device=str(device), compared="no accelerator: the default device is the CPU")
+    log(f"[{row}] the release on {device} and on the CPU ...")
+    here = _on(device, lambda: release(jax.device_put(points, device)))
+    there = _on(cpu, lambda: release(jax.device_put(points, cpu)))
+    differing = differing_fields(here, there)
+    return dict(row, device=str(device), identical=not differing, differing=differing)
+
+
+def identity_case(n: int, d: int) -> dict:
+    """The release of ``cluster`` on the default device against the release on the CPU, same key and data."""
+    data, budget = synthetic_blobs(n=n, d=d, seed=42), _budget(n)
+    call = lambda x: dpm_jax.cluster(jax.random.key(7), x, budget, bounds=data.bounds)  # noqa: E731
+    return _released_on_both(call, data.points, n=n, d=d)
+
+
 def identity_other(n: int) -> list[dict]:
     """synthesize (kdtree, refine) and kmeans on the default device against the CPU, same key and data."""
-    data = synthetic_blobs(n=n, d=10, seed=42)
-    device, cpu, budget = jax.devices()[0], jax.devices("cpu")[0], _budget(n)
+    data, budget = synthetic_blobs(n=n, d=10, seed=42), _budget(n)
     calls = {
         "synthesize kdtree": lambda x: dpm_jax.synthesize(jax.random.key(7), x, budget, data.bounds, method="kdtree"),
         "synthesize refine": lambda x: dpm_jax.synthesize(jax.random.key(7), x, budget, data.bounds, method="refine"),
         "kmeans histogram k=8": lambda x: dpm_jax.kmeans(jax.random.key(7), x, 8, budget, bounds=data.bounds),
     }
-    rows = []
-    for name, call in calls.items():
-        if device.platform == "cpu":
-            rows.append(dict(call=name, n=n, compared="no accelerator: the default device is the CPU"))
-            continue
-        log(f"[{name}] on {device} and on the CPU ...")
-        here = _on(device, lambda: call(jax.device_put(data.points, device)))
-        there = _on(cpu, lambda: call(jax.device_put(data.points, cpu)))
-        differing = differing_fields(here, there)
-        rows.append(dict(call=name, n=n, device=str(device), identical=not differing, differing=differing))
-    return rows
+    return [_released_on_both(call, data.points, call=name, n=n) for name, call in calls.items()]
 
 
 def device_against_cpu(n: int, d: int, repeats: int) -> dict:
