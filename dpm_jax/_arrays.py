@@ -157,25 +157,33 @@ def divide(a: jax.Array, b: jax.Array) -> jax.Array:
 
 
 def nearest_quotient(a: jax.Array, b: jax.Array, approximate: jax.Array) -> jax.Array:
-    """The float32 nearest to a / b among ``approximate`` and its four neighbours on each side.
+    """The float32 nearest to a / b, from ``approximate`` within four floats of it.
 
-    The candidate q with the smallest |a - q b| is the correctly rounded quotient (a quotient
-    of two floats is never exactly half-way between two floats). a - q b is computed exactly:
-    q b = p + e with Dekker's exact product (:func:`_exact_product`), and a - p is exact because p
-    is within a few ulps of a (Sterbenz).
+    Two exact residuals (a - q b = (a - p) - e, with q b = p + e by Dekker's exact product
+    :func:`_exact_product`, and a - p exact by Sterbenz, p being within a few ulps of a):
+    1. r0 of the approximation gives q1 = q0 + r0 / b, whose error is half an ulp plus a tiny
+       fraction of one (r0 / b is the small correction, itself approximate): q1 is one of the
+       two floats around a / b (a faithful quotient);
+    2. r1 of q1 is then exact (a faithful quotient's remainder is a float), and a / b lies
+       r1 / b from q1: q1's neighbour towards it is nearer exactly when 2 |r1| > |gap b|, the
+       gap being that neighbour's distance from q1 (a power of two, so gap b is exact).
+    A quotient of two floats is never exactly half-way between two floats, so there is no tie.
     """
-    # Four, not two: a quotient within 2 ulp of a / b just above a power of two is up to 3 floats away.
-    steps = jnp.arange(-4, 5, dtype=jnp.float32)
-    q = _float_steps(approximate[..., None], steps)  # (..., 9) the candidates
-    a, b = a[..., None], jnp.broadcast_to(b[..., None], q.shape)
+    q0 = approximate
+    q1 = q0 + _residual(a, b, q0) / b
+    r1 = _residual(a, b, q1)
+    towards = jnp.where((r1 < 0) != (b < 0), -1.0, 1.0).astype(jnp.float32)
+    neighbour = _float_steps(q1, towards)
+    nearer = 2.0 * jnp.abs(r1) > jnp.abs((neighbour - q1) * b)
+    nearest = jnp.where(nearer & (r1 != 0), neighbour, q1)
+    inside = (q0 != 0) & jnp.isfinite(q0) & jnp.isfinite(q1) & jnp.isfinite(r1)
+    return jnp.where(inside, nearest, q0)
+
+
+def _residual(a: jax.Array, b: jax.Array, q: jax.Array) -> jax.Array:
+    """a - q b, exact when it is a float (q within an ulp of a / b), else rounded once."""
     p, e = _exact_product(q, b)
-    residual = jnp.abs((a - p) - e)
-    residual = jnp.where(jnp.isnan(residual), jnp.inf, residual)
-    least = jnp.min(residual, axis=-1, keepdims=True)
-    # the one candidate at the least residual (no ties); a min and a max compile faster than argmin
-    nearest = jnp.max(jnp.where(residual == least, q, -jnp.inf), axis=-1)
-    outside = (approximate == 0) | ~jnp.isfinite(approximate) | ~jnp.isfinite(least[..., 0])
-    return jnp.where(outside, approximate, nearest)
+    return (a - p) - e
 
 
 def _float_steps(x: jax.Array, steps: jax.Array) -> jax.Array:

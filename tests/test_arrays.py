@@ -146,6 +146,52 @@ def test_nearest_quotient_corrects_a_quotient_four_floats_off(ulps):
     assert np.asarray(jax.jit(nearest_quotient)(a, b, off)).tobytes() == expected.tobytes()
 
 
+@pytest.mark.parametrize("ulps", [-4, -1, 0, 2, 4])
+def test_nearest_quotient_next_to_powers_of_two_and_half_way_points(ulps):
+    # The hard cases of the two-residual correction: a / b a hair from half-way between two floats
+    # (q1 may land on the wrong side of it), and next to a power of two, where the floats below
+    # are twice as dense as those above (the neighbour's gap is not q1's ulp).
+    rng = np.random.default_rng(2)
+    n = 20_000
+    power = np.ldexp(np.float32(1), rng.integers(-40, 40, n)).astype(np.float32)
+    around = [power, np.nextafter(power, np.float32(0)), np.nextafter(power, np.float32(np.inf))]
+    base = np.choose(rng.integers(0, 3, n), around).astype(np.float64)
+    target = base + rng.choice([-0.5, -0.25, 0.0, 0.25, 0.5], n) * np.spacing(base.astype(np.float32))
+    b = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 20, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    a = (b * target).astype(np.float32)
+    expected = a / b
+    off = expected.copy()
+    for _ in range(abs(ulps)):
+        off = np.nextafter(off, np.float32(np.sign(ulps)) * np.inf).astype(np.float32)
+    assert np.asarray(jax.jit(nearest_quotient)(a, b, off)).tobytes() == expected.tobytes()
+
+
+def _half_way_inputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 a, b with a / b within 2**-24 ulp of half-way between two floats (the closest there
+    are): odd 24-bit B and A = +-1 / 2**25 mod B give A 2**25 = B (2 Q + 1) -+ 1."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    while len(pairs) < n:
+        b = int(rng.integers(2**23, 2**24)) | 1
+        inverse = pow(2**25, -1, b)
+        pairs += [(a, b) for a in (inverse, b - inverse) if 2**23 <= a < 2**24]
+    a, b = np.asarray(pairs[:n], np.float64).T
+    a = a * rng.choice([-1.0, 1.0], n) * 2.0 ** rng.integers(-20, 20, n)
+    return a.astype(np.float32), (b * 2.0 ** rng.integers(-20, 20, n)).astype(np.float32)
+
+
+@pytest.mark.parametrize("ulps", [-4, -2, 0, 3])
+def test_nearest_quotient_a_hair_from_half_way(ulps):
+    # A quotient so close to half-way that the first correction q0 + r0 / b may round to the wrong
+    # side of it: the second, exact residual must decide (returning q1 fails here).
+    a, b = _half_way_inputs(5_000, 3)
+    expected = a / b
+    off = expected.copy()
+    for _ in range(abs(ulps)):
+        off = np.nextafter(off, np.float32(np.sign(ulps)) * np.inf).astype(np.float32)
+    assert np.asarray(jax.jit(nearest_quotient)(a, b, off)).tobytes() == expected.tobytes()
+
+
 def test_power_of_two_is_exact_for_every_float32_exponent():
     exponents = np.arange(-126, 128)
     got = np.asarray(jax.jit(power_of_two)(exponents))
