@@ -15,11 +15,16 @@ import sys
 import tempfile
 
 
-def start_worker(code: str, args: list, path: str | os.PathLike | None) -> tuple[subprocess.Popen, list[str]]:
+def start_worker(
+    code: str, args: list, path: str | os.PathLike | None, xla_flags: str | None = None
+) -> tuple[subprocess.Popen, list[str]]:
     """``python -c code *args`` on the checkout at ``path`` (PYTHONPATH; None: the installed one),
     without the persistent compilation cache, started and waited for: (the process, the words
-    after "ready" of its first line). A worker whose first line is not "ready ..." is an error."""
+    after "ready" of its first line). A worker whose first line is not "ready ..." is an error.
+    ``xla_flags``: the worker's XLA_FLAGS (None: this process's)."""
     env = dict(os.environ, DPM_JAX_NO_COMPILATION_CACHE="1")
+    if xla_flags is not None:
+        env["XLA_FLAGS"] = xla_flags
     if path:
         env["PYTHONPATH"] = str(path)
     # Outside the repository: with ``python -c`` the working directory would shadow PYTHONPATH.
