@@ -17,7 +17,7 @@ os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
 
 # The suite's time is XLA compiling thousands of small programs, and on the CPU most of that
 # is LLVM optimising machine code that then runs on a few hundred rows. These settings compile
-# the same HLO in about 0.4x the time (benchmarks: docs/scaling.md, "The first call"); they
+# the same HLO in about 0.4x the time (docs/scaling.md, "Compiler settings"); they
 # change how the machine code is generated, not what it computes: the release must stay the
 # same bits, and tests/test_golden.py checks it against outputs recorded with XLA's defaults.
 # USERS_COMPILER_OPTIONS restores the defaults for a test about the compiler's own rewriting.
