@@ -17,6 +17,7 @@ __all__ = [
     "to_unit_range",
     "unit_coordinates",
     "reciprocal",
+    "rounded_square",
 ]
 
 
@@ -140,6 +141,18 @@ def unfused_multiply_add(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
     rounds twice, as NumPy's float32 arithmetic does.
     """
     return materialized(a * b) + c
+
+
+def rounded_square(x: jax.Array) -> jax.Array:
+    """``x * x`` in float32, rounded before any sum it feeds: the same bits on every backend.
+
+    A sum of squares is a chain of ``a * a + s``, which XLA contracts into fused multiply-adds
+    where its backend and fusion allow (on this CPU 28 % of a plain squared distance over six
+    coordinates differ from NumPy's). The max with 0 (the square itself; NaN stays NaN) stands
+    between the product and the sum, so no backend has a multiply-add to contract. Unlike
+    :func:`materialized` it costs no buffer: for per-record arrays (n, k).
+    """
+    return jnp.maximum(x * x, 0.0)
 
 
 def divide(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -21,6 +21,7 @@ from dpm_jax._arrays import (
     ordered_matmul,
     power_of_two,
     reciprocal,
+    rounded_square,
     row_blocks,
     unfused_multiply_add,
 )
@@ -108,10 +109,33 @@ def test_unfused_multiply_add_rounds_the_product_first_as_numpy_does():
     plain = jax.jit(lambda a, b, c: a * b + c, compiler_options=USERS_COMPILER_OPTIONS)  # conftest's are faster
     fused = np.asarray(plain(a, b, c))
     assert np.any(fused != expected), "no contraction here: the test would not see a fused helper"
-    jitted = jax.jit(unfused_multiply_add)(a, b, c)
-    batched = jax.jit(jax.vmap(unfused_multiply_add))(a.reshape(100, 200), b.reshape(100, 200), c.reshape(100, 200))
+    jitted = jax.jit(unfused_multiply_add, compiler_options=USERS_COMPILER_OPTIONS)(a, b, c)
+    batched = jax.jit(jax.vmap(unfused_multiply_add), compiler_options=USERS_COMPILER_OPTIONS)(
+        a.reshape(100, 200), b.reshape(100, 200), c.reshape(100, 200)
+    )
     assert np.asarray(jitted).tobytes() == expected.tobytes()
     assert np.asarray(batched).reshape(-1).tobytes() == expected.tobytes()
+
+
+def test_sums_of_rounded_squares_are_numpys_under_jit_and_vmap():
+    # A squared distance over six coordinates: XLA's CPU contracts the plain sum of squares into
+    # multiply-adds (about a quarter of these differ from NumPy); with rounded_square it must not.
+    rng = np.random.default_rng(5)
+    points, centers = rng.uniform(0, 1, (5_000, 6)).astype(np.float32), rng.uniform(0, 1, (16, 6)).astype(np.float32)
+    expected = np.zeros((5_000, 16), np.float32)
+    for j in range(6):
+        difference = points[:, j][:, None] - centers[:, j][None, :]
+        expected = expected + difference * difference  # float32: two roundings
+    plain = lambda p, c: sum((p[:, j][:, None] - c[:, j][None, :]) ** 2 for j in range(6))  # noqa: E731
+    rounded = lambda p, c: sum(rounded_square(p[:, j][:, None] - c[:, j][None, :]) for j in range(6))  # noqa: E731
+    assert np.any(np.asarray(jax.jit(plain, compiler_options=USERS_COMPILER_OPTIONS)(points, centers)) != expected)
+    got = jax.jit(rounded, compiler_options=USERS_COMPILER_OPTIONS)(points, centers)
+    batched = jax.jit(jax.vmap(rounded, in_axes=(None, 0)), compiler_options=USERS_COMPILER_OPTIONS)(
+        points, np.stack([centers, centers])
+    )
+    assert np.asarray(got).tobytes() == expected.tobytes()
+    assert np.asarray(batched[1]).tobytes() == expected.tobytes()
+    assert np.isnan(rounded_square(jnp.float32(np.nan)))  # the max does not hide a NaN
 
 
 def _quotient_inputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import dpm_jax
+from conftest import USERS_COMPILER_OPTIONS
 from dpm_jax import keys
 from dpm_jax._arrays import to_unit_range
 from dpm_jax.api import gaussian_thresholds_on_device
@@ -71,6 +72,37 @@ def test_prefix_centers_are_weighted_means_of_the_nearest_released_centres():
     np.testing.assert_array_equal(np.asarray(prefix_centers(centers, sizes, 5)), np.asarray(centers))
     with pytest.raises(ValueError, match="count must be in 1 .. 5"):
         prefix_centers(centers, sizes, 0)
+
+
+def test_order_and_prefix_centres_sum_in_index_order():
+    # Their sums must not be a backend's (a reduction's or a scatter-add's order is its own, and a
+    # last-bit difference flips a near-tie of the order): each is NumPy's float32 sum in index order.
+    rng = np.random.default_rng(12)
+    centers = (rng.uniform(-1, 1, (40, 3)) * 10.0 ** rng.uniform(-3, 3, (40, 1))).astype(np.float32)
+    weights = rng.uniform(0, 1e4, 40).astype(np.float32)
+    compiled = jax.jit(prefix_centers, static_argnums=2, compiler_options=USERS_COMPILER_OPTIONS)
+    merged = np.asarray(compiled(centers, weights, 6))
+    head = centers[:6]
+    group = np.argmin(((centers[:, None, :] - head[None]) ** 2).sum(-1), axis=1)
+    for c in range(6):
+        total, sums = np.float32(0), np.zeros(3, np.float32)
+        for i in np.flatnonzero(group == c):
+            total, sums = total + weights[i], sums + weights[i] * centers[i]
+        assert merged[c].tobytes() == (sums / total).astype(np.float32).tobytes()
+    distance = np.zeros((40, 40), np.float32)
+    for j in range(3):
+        difference = centers[:, j][:, None] - centers[:, j][None, :]
+        distance = distance + difference * difference
+    closest, chosen, order = np.full(40, distance.max()), np.zeros(40, bool), []
+    for _ in range(40):
+        totals = np.zeros(40, np.float32)
+        for i in range(40):
+            totals = totals + weights[i] * np.minimum(closest[i], distance[i])
+        best = int(np.argmin(np.where(chosen, np.inf, totals)))
+        closest, chosen[best] = np.minimum(closest, distance[:, best]), True
+        order.append(best)
+    ordered = jax.jit(prefix_order, static_argnums=2, compiler_options=USERS_COMPILER_OPTIONS)
+    assert np.asarray(ordered(centers, weights, 2)).tolist() == order
 
 
 def _two_blobs():

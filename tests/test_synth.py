@@ -21,7 +21,7 @@ from dpm_jax.releases import split_budget
 from dpm_jax.synth.api import synthesize
 from dpm_jax.synth.cells import cell_boxes, cell_codes
 from dpm_jax.synth.implicit import pass_probability
-from dpm_jax.synth.plan import SynthConfig, plan_synthesis
+from dpm_jax.synth.plan import SynthConfig, depth_choice, plan_synthesis
 
 BOUNDS = (0.0, 16.0)
 
@@ -72,6 +72,22 @@ def _ghost_runs(num_runs, epsilon, levels):
     result = run(jax.random.split(jax.random.key(7), num_runs))
     plan = plan_synthesis(budget, config, "grid", 2)
     return result, plan
+
+
+@pytest.mark.parametrize("method, d", [("grid", 2), ("kdtree", 5), ("privtree", 3), ("refine", 3)])
+def test_depth_rule_is_the_rounded_float64_target_for_every_released_size(method, d):
+    # The rule compares the released size with host-computed thresholds (no log2 on the device,
+    # whose rounding is the backend's): it must be d (log2 c + log2(m) / (d + 2)) - refine_bits,
+    # rounded half-way up and clipped, evaluated in float64, at every size from 1 to 10**8.
+    plan = plan_synthesis(Budget(1.0, 1e-6), SynthConfig(), method, d)
+    sizes = np.unique(np.round(np.geomspace(1, 1e8, 100_000))).astype(np.float32)
+    epsilon = plan.leaves.epsilon + (plan.coarse.epsilon if plan.coarse is not None else 0.0)
+    m = np.maximum(sizes * np.float32(epsilon), 1.0).astype(np.float64)
+    target = d * (np.log2(plan.cells_per_axis) + np.log2(m) / (d + 2)) - plan.refine_bits
+    expected = np.clip(np.floor(target + 0.5).astype(int) - plan.depths[0], 0, len(plan.depths) - 1)
+    got = np.asarray(jax.jit(lambda size: depth_choice(plan, size))(sizes))
+    assert len(plan.depths) > 1 and len(np.unique(expected)) > 1  # the rule has choices to make here
+    np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.slow

@@ -435,7 +435,7 @@ def elbow(costs: jax.Array, noise_std: float = 0.0, gain: float = ELBOW_GAIN) ->
     """
     drop = costs[:-1] - costs[1:]
     margin = ELBOW_NOISE * math.sqrt(2.0) * noise_std
-    large = drop >= gain * jnp.maximum(costs[:-1], 0.0) + margin
+    large = drop >= unfused_multiply_add(jnp.float32(gain), jnp.maximum(costs[:-1], 0.0), jnp.float32(margin))
     last = costs.shape[0] - 1 - jnp.argmax(large[::-1])
     # Many clusters spread evenly lower the cost by a few per cent per centre, and near k the
     # noise can hide the last large drops: the strongest relative drop left is then the

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import exact
+from dpm_jax._arrays import rounded_square
 from dpm_jax.averaging import (
     FIXED_POINT_BITS,
     LeafSumsRelease,
@@ -51,7 +52,7 @@ def nearest(points: jax.Array, centers: jax.Array) -> jax.Array:
 
 def squared_distances(points: jax.Array, centers: jax.Array) -> jax.Array:
     """(n, k) by a sum over the coordinates (no (n, k, m) intermediate)."""
-    return sum((points[:, j][:, None] - centers[:, j][None, :]) ** 2 for j in range(points.shape[1]))
+    return sum(rounded_square(points[:, j][:, None] - centers[:, j][None, :]) for j in range(points.shape[1]))
 
 
 def cell_counts(slot: jax.Array, point_mask: jax.Array, k: int) -> jax.Array:

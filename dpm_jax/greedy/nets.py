@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpm_jax._arrays import power_of_two
+from dpm_jax._arrays import power_of_two, rounded_square
 
 __all__ = [
     "C_FORBID",
@@ -129,7 +129,7 @@ def contributions(points_t: jax.Array, centers: jax.Array, r: jax.Array, z: int)
 
     ``points_t``: the points as (m, n) (coordinate-major: every operation runs along n).
     """
-    squared = sum((points_t[j][None, :] - centers[:, j][:, None]) ** 2 for j in range(points_t.shape[0]))
+    squared = sum(rounded_square(points_t[j][None, :] - centers[:, j][:, None]) for j in range(points_t.shape[0]))
     return _value_code(jnp.sqrt(squared), r, z)
 
 
@@ -174,7 +174,7 @@ def _level_values(points_t, point_mask, level: int, offsets: np.ndarray, plan: N
         squared, flat = 0.0, 0
         for j, cell in enumerate(neighbour):
             inside = inside & (cell >= 0) & (cell < side)
-            squared = squared + (points_t[j] - (cell.astype(jnp.float32) + 0.5) / side) ** 2
+            squared = squared + rounded_square(points_t[j] - (cell.astype(jnp.float32) + 0.5) / side)
             flat = flat * side + jnp.clip(cell, 0, side - 1)
         values = values.at[flat].add(jnp.where(inside, _value_code(jnp.sqrt(squared), r, plan.z), 0))
     return values

@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dpm_jax._arrays import divide
+from dpm_jax._arrays import divide, materialized, ordered_matmul
 from dpm_jax.greedy.lift import nearest, squared_distances
 
 __all__ = ["prefix_order", "prefix_centers"]
@@ -48,8 +48,9 @@ def prefix_order(centers: jax.Array, weights: jax.Array, z: int) -> jax.Array:
 
     def choose(state, _):
         closest, chosen = state
-        # the weighted cost of the chosen set plus candidate j, for every j
-        totals = jnp.sum(weight[:, None] * jnp.minimum(closest[:, None], distance), axis=0)
+        # the weighted cost of the chosen set plus candidate j, for every j; summed in the order of
+        # i (a backend's reduction order is its own, and a last-bit difference can flip the argmin)
+        totals = ordered_matmul(weight[None, :], jnp.minimum(closest[:, None], distance))[0]
         best = jnp.argmin(jnp.where(chosen, jnp.inf, totals)).astype(jnp.int32)
         return (jnp.minimum(closest, distance[:, best]), chosen.at[best].set(True)), best
 
@@ -70,6 +71,9 @@ def prefix_centers(centers: jax.Array, weights: jax.Array, count: int) -> jax.Ar
     head = centers[:count]
     group = nearest(centers, head)
     weight = jnp.maximum(weights.astype(jnp.float32), 0.0)
-    total = jnp.zeros(count, jnp.float32).at[group].add(weight)
-    sums = jnp.zeros(head.shape, jnp.float32).at[group].add(weight[:, None] * centers)
+    # Sums over the centres in index order (a float scatter-add's order is a GPU's atomics'):
+    # the one-hot matrix adds each weighted centre to its group, and exact zeros to the others.
+    members = (group[None, :] == jnp.arange(count)[:, None]).astype(jnp.float32)  # (count, k)
+    total = ordered_matmul(members, weight[:, None])[:, 0]
+    sums = ordered_matmul(members, materialized(weight[:, None] * centers))
     return jnp.where(total[:, None] > 0, divide(sums, jnp.where(total > 0, total, 1.0)[:, None]), head)

@@ -130,7 +130,7 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan, rows
     choice = jnp.int32(0)
     if plan.size is not None:
         noisy = plan.size.draw(jax.random.fold_in(tree_key, 0), jnp.sum(mask, dtype=jnp.int32))
-        choice = depth_choice(plan, exact.to_float32(noisy), jnp)
+        choice = depth_choice(plan, exact.to_float32(noisy))
     h = jnp.asarray(plan.depths, jnp.int32)[choice]
     total = plan.total_depth
     codes = cell_codes(points, lower, upper, total)

@@ -32,6 +32,8 @@ import dataclasses
 import math
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from dpm_jax import keys
@@ -282,11 +284,21 @@ def _cell_counts(name: str, epsilon: float, stream: str, exponents, rule: str) -
     return release
 
 
-def depth_choice(plan: SynthPlan, noisy_size, xp=np):
+def depth_choice(plan: SynthPlan, noisy_size: jax.Array) -> jax.Array:
     """Index into ``plan.depths`` for the released size n~ (post-processing of n~); "refine": the
-    rule's depth is its children's (``refine_bits`` below the coarse depth)."""
+    rule's depth is its children's (``refine_bits`` below the coarse depth).
+
+    The rule's depth is d (log2 c + log2(m) / (d + 2)) - refine_bits, m = max(n~ epsilon, 1), to
+    the nearest integer (half-way up) within the candidates. A log2 on the device rounds as the
+    backend's own approximation does, and the depth would follow it near a half-way point; so the
+    m at which each next depth starts is computed here, on the host, as a public float32
+    threshold, and the device only compares: the same choice on every backend.
+    """
     d = plan.dimension
     epsilon = plan.leaves.epsilon + (plan.coarse.epsilon if plan.coarse is not None else 0.0)
-    scale = xp.log2(xp.maximum(noisy_size * epsilon, 1.0)) / (d + 2)
-    target = d * (np.log2(plan.cells_per_axis) + scale) - plan.refine_bits
-    return xp.clip(xp.round(target).astype(np.int32) - plan.depths[0], 0, len(plan.depths) - 1)
+    # depth index j + 1 from target >= depths[0] + j + 1/2, i.e. log2 m >= (d + 2) (that / d - log2 c)
+    steps = np.arange(len(plan.depths) - 1) + plan.depths[0] + 0.5 + plan.refine_bits
+    exponents = (d + 2) * (steps / d - np.log2(plan.cells_per_axis))
+    thresholds = np.exp2(np.minimum(exponents, 128.0)).astype(np.float32)  # beyond float32: inf, never met
+    m = jnp.maximum(noisy_size * np.float32(epsilon), 1.0)
+    return jnp.sum(m[..., None] >= thresholds, axis=-1, dtype=jnp.int32)
