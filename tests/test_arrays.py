@@ -159,24 +159,27 @@ def test_divide_is_the_correctly_rounded_quotient_under_jit_and_vmap():
     assert np.asarray(divide(np.float32(0.0), np.float32(3.0))) == 0.0
 
 
-@pytest.mark.parametrize("ulps", [-4, -3, -2, -1, 1, 2, 3, 4])
-def test_nearest_quotient_corrects_a_quotient_four_floats_off(ulps):
-    # A GPU's division (PTX div.full) is within 2 ulp, which is up to 3 floats just above a power of
-    # two (a = 1.2500001, b = 1.25): every approximation up to 4 floats off must be corrected.
-    a, b = _quotient_inputs(20_000, 1)
+def _assert_corrected(a: np.ndarray, b: np.ndarray, ulps: int) -> None:
+    """nearest_quotient turns NumPy's a / b moved ``ulps`` floats away back into a / b, bit for bit."""
     expected = a / b
     off = expected.copy()
     for _ in range(abs(ulps)):
         off = np.nextafter(off, np.float32(np.sign(ulps)) * np.inf).astype(np.float32)
-    assert np.all(off != expected)
+    assert ulps == 0 or np.all(off != expected)
     assert np.asarray(jax.jit(nearest_quotient)(a, b, off)).tobytes() == expected.tobytes()
 
 
+@pytest.mark.parametrize("ulps", [-4, -3, -2, -1, 1, 2, 3, 4])
+def test_nearest_quotient_corrects_a_quotient_four_floats_off(ulps):
+    # A GPU's division (PTX div.full) is within 2 ulp, which is up to 3 floats just above a power of
+    # two (a = 1.2500001, b = 1.25): every approximation up to 4 floats off must be corrected.
+    _assert_corrected(*_quotient_inputs(20_000, 1), ulps)
+
+
 @pytest.mark.parametrize("ulps", [-4, -1, 0, 2, 4])
-def test_nearest_quotient_next_to_powers_of_two_and_half_way_points(ulps):
-    # The hard cases of the two-residual correction: a / b a hair from half-way between two floats
-    # (q1 may land on the wrong side of it), and next to a power of two, where the floats below
-    # are twice as dense as those above (the neighbour's gap is not q1's ulp).
+def test_nearest_quotient_next_to_powers_of_two(ulps):
+    # Quotients at, just below and just above powers of two, where the floats below are twice as
+    # dense as those above (the neighbour's gap is not q1's ulp).
     rng = np.random.default_rng(2)
     n = 20_000
     power = np.ldexp(np.float32(1), rng.integers(-40, 40, n)).astype(np.float32)
@@ -184,12 +187,7 @@ def test_nearest_quotient_next_to_powers_of_two_and_half_way_points(ulps):
     base = np.choose(rng.integers(0, 3, n), around).astype(np.float64)
     target = base + rng.choice([-0.5, -0.25, 0.0, 0.25, 0.5], n) * np.spacing(base.astype(np.float32))
     b = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-20, 20, n) * rng.choice([-1, 1], n)).astype(np.float32)
-    a = (b * target).astype(np.float32)
-    expected = a / b
-    off = expected.copy()
-    for _ in range(abs(ulps)):
-        off = np.nextafter(off, np.float32(np.sign(ulps)) * np.inf).astype(np.float32)
-    assert np.asarray(jax.jit(nearest_quotient)(a, b, off)).tobytes() == expected.tobytes()
+    _assert_corrected((b * target).astype(np.float32), b, ulps)
 
 
 def _half_way_inputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -210,12 +208,7 @@ def _half_way_inputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_nearest_quotient_a_hair_from_half_way(ulps):
     # A quotient so close to half-way that the first correction q0 + r0 / b may round to the wrong
     # side of it: the second, exact residual must decide (returning q1 fails here).
-    a, b = _half_way_inputs(5_000, 3)
-    expected = a / b
-    off = expected.copy()
-    for _ in range(abs(ulps)):
-        off = np.nextafter(off, np.float32(np.sign(ulps)) * np.inf).astype(np.float32)
-    assert np.asarray(jax.jit(nearest_quotient)(a, b, off)).tobytes() == expected.tobytes()
+    _assert_corrected(*_half_way_inputs(5_000, 3), ulps)
 
 
 def test_power_of_two_is_exact_for_every_float32_exponent():
