@@ -17,7 +17,9 @@ __all__ = [
     "to_unit_range",
     "unit_coordinates",
     "reciprocal",
+    "rounded_product",
     "rounded_square",
+    "pairwise_sum",
 ]
 
 
@@ -143,16 +145,37 @@ def unfused_multiply_add(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
     return materialized(a * b) + c
 
 
-def rounded_square(x: jax.Array) -> jax.Array:
-    """``x * x`` in float32, rounded before any sum it feeds: the same bits on every backend.
+def rounded_product(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a * b`` in float32 for products known to be >= 0 (squares, weights times distances),
+    rounded before any sum it feeds: the same bits on every backend.
 
     A sum of squares is a chain of ``a * a + s``, which XLA contracts into fused multiply-adds
     where its backend and fusion allow (on this CPU 28 % of a plain squared distance over six
-    coordinates differ from NumPy's). The max with 0 (the square itself; NaN stays NaN) stands
+    coordinates differ from NumPy's). The max with 0 (the product itself; NaN stays NaN) stands
     between the product and the sum, so no backend has a multiply-add to contract. Unlike
     :func:`materialized` it costs no buffer: for per-record arrays (n, k).
     """
-    return jnp.maximum(x * x, 0.0)
+    return jnp.maximum(a * b, 0.0)
+
+
+def rounded_square(x: jax.Array) -> jax.Array:
+    """``x * x``, rounded before any sum it feeds (:func:`rounded_product`)."""
+    return rounded_product(x, x)
+
+
+def pairwise_sum(x: jax.Array) -> jax.Array:
+    """The sum over axis 0 in one fixed order on every backend: pairwise, by halving.
+
+    A reduction's order (and a scatter-add's, with a GPU's atomics) is the backend's, and a
+    last-bit difference can flip a comparison made on the sum. Here every addition is an
+    elementwise one between fixed halves (zero-padded to a power of two), in log2 steps.
+    Feed it :func:`rounded_product` or :func:`materialized` terms, never raw products.
+    """
+    size = 1 << max(x.shape[0] - 1, 0).bit_length()
+    x = jnp.concatenate([x, jnp.zeros((size - x.shape[0],) + x.shape[1:], x.dtype)])
+    while x.shape[0] > 1:
+        x = x[0::2] + x[1::2]
+    return x[0]
 
 
 def divide(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -21,6 +21,7 @@ from dpm_jax._arrays import (
     ordered_matmul,
     power_of_two,
     reciprocal,
+    pairwise_sum,
     rounded_square,
     row_blocks,
     unfused_multiply_add,
@@ -138,6 +139,22 @@ def test_sums_of_rounded_squares_are_numpys_under_jit_and_vmap():
     assert np.isnan(rounded_square(jnp.float32(np.nan)))  # the max does not hide a NaN
 
 
+def test_pairwise_sum_adds_in_its_fixed_order_under_jit_and_vmap():
+    # Terms of very different sizes, so that every order of addition gives other bits: the sum must
+    # be the halving one (zero-padded to 64 rows), which a backend's own reduction is not.
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((37, 50)) * 10.0 ** rng.uniform(-6, 6, (37, 50))).astype(np.float32)
+    expected = np.concatenate([x, np.zeros((27, 50), np.float32)])
+    while len(expected) > 1:
+        expected = expected[0::2] + expected[1::2]
+    got = jax.jit(pairwise_sum, compiler_options=USERS_COMPILER_OPTIONS)(x)
+    batched = jax.jit(jax.vmap(pairwise_sum, in_axes=1), compiler_options=USERS_COMPILER_OPTIONS)(x)
+    assert np.asarray(got).tobytes() == expected[0].tobytes()
+    assert np.asarray(batched).tobytes() == expected[0].tobytes()
+    assert np.any(np.asarray(jnp.sum(x, axis=0)) != expected[0])  # another order: the test can tell
+    assert np.asarray(pairwise_sum(x[:1])).tobytes() == x[0].tobytes()
+
+
 def _quotient_inputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """float32 a, b of every sign and magnitude with |a|, |a / b| in the domain [2**-60, 2**100]."""
     rng = np.random.default_rng(seed)
@@ -153,8 +170,8 @@ def test_divide_is_the_correctly_rounded_quotient_under_jit_and_vmap():
     a, b = _quotient_inputs(40_000, 0)
     a, b = a[:30_000], b[:30_000]
     expected = a / b  # NumPy divides as IEEE 754 prescribes
-    assert np.asarray(jax.jit(divide)(a, b)).tobytes() == expected.tobytes()
-    batched = jax.jit(jax.vmap(divide))(a.reshape(100, -1), b.reshape(100, -1))
+    assert np.asarray(jax.jit(divide, compiler_options=USERS_COMPILER_OPTIONS)(a, b)).tobytes() == expected.tobytes()
+    batched = jax.jit(jax.vmap(divide), compiler_options=USERS_COMPILER_OPTIONS)(a.reshape(100, -1), b.reshape(100, -1))
     assert np.asarray(batched).reshape(-1).tobytes() == expected.tobytes()
     assert np.asarray(divide(np.float32(0.0), np.float32(3.0))) == 0.0
 
@@ -166,7 +183,8 @@ def _assert_corrected(a: np.ndarray, b: np.ndarray, ulps: int) -> None:
     for _ in range(abs(ulps)):
         off = np.nextafter(off, np.float32(np.sign(ulps)) * np.inf).astype(np.float32)
     assert ulps == 0 or np.all(off != expected)
-    assert np.asarray(jax.jit(nearest_quotient)(a, b, off)).tobytes() == expected.tobytes()
+    corrected = jax.jit(nearest_quotient, compiler_options=USERS_COMPILER_OPTIONS)(a, b, off)
+    assert np.asarray(corrected).tobytes() == expected.tobytes()
 
 
 @pytest.mark.parametrize("ulps", [-4, -3, -2, -1, 1, 2, 3, 4])
@@ -231,7 +249,8 @@ def test_ordered_matmul_is_numpys_sum_in_order_and_a_row_does_not_depend_on_the_
     expected = np.zeros((3000, 2), np.float32)
     for k in range(37):  # float32 products and sums, one rounding each, in the order of K
         expected = expected + x[:, k : k + 1] * w[k]
-    got = np.asarray(jax.jit(ordered_matmul)(x, w))
+    compiled = jax.jit(ordered_matmul, compiler_options=USERS_COMPILER_OPTIONS)
+    got = np.asarray(compiled(x, w))
     assert got.tobytes() == expected.tobytes()
-    fewer = np.asarray(jax.jit(ordered_matmul)(x[:1234], w))  # another (private) row count
+    fewer = np.asarray(compiled(x[:1234], w))  # another (private) row count
     assert fewer.tobytes() == got[:1234].tobytes()

@@ -74,9 +74,18 @@ def test_prefix_centers_are_weighted_means_of_the_nearest_released_centres():
         prefix_centers(centers, sizes, 0)
 
 
-def test_order_and_prefix_centres_sum_in_index_order():
+def _pairwise_sum(x: np.ndarray) -> np.ndarray:
+    """NumPy's float32 sum over axis 0 by halving (zero-padded to a power of two)."""
+    x = np.concatenate([x, np.zeros((2 ** int(np.ceil(np.log2(len(x)))) - len(x),) + x.shape[1:], x.dtype)])
+    while len(x) > 1:
+        x = x[0::2] + x[1::2]
+    return x[0]
+
+
+def test_order_and_prefix_centres_sum_in_a_fixed_order():
     # Their sums must not be a backend's (a reduction's or a scatter-add's order is its own, and a
-    # last-bit difference flips a near-tie of the order): each is NumPy's float32 sum in index order.
+    # last-bit difference flips a near-tie of the order): the prefix centres' are NumPy's float32
+    # sums in index order, the order's totals NumPy's pairwise float32 sums.
     rng = np.random.default_rng(12)
     centers = (rng.uniform(-1, 1, (40, 3)) * 10.0 ** rng.uniform(-3, 3, (40, 1))).astype(np.float32)
     weights = rng.uniform(0, 1e4, 40).astype(np.float32)
@@ -95,9 +104,7 @@ def test_order_and_prefix_centres_sum_in_index_order():
         distance = distance + difference * difference
     closest, chosen, order = np.full(40, distance.max()), np.zeros(40, bool), []
     for _ in range(40):
-        totals = np.zeros(40, np.float32)
-        for i in range(40):
-            totals = totals + weights[i] * np.minimum(closest[i], distance[i])
+        totals = _pairwise_sum(weights[:, None] * np.minimum(closest[:, None], distance))
         best = int(np.argmin(np.where(chosen, np.inf, totals)))
         closest, chosen[best] = np.minimum(closest, distance[:, best]), True
         order.append(best)

@@ -6,7 +6,6 @@ its single device.
 """
 
 import hashlib
-import os
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 import dpm_jax
 from dpm_jax.eval.datasets import synthetic_blobs
 from dpm_jax.sharding import automatic_axes
+from conftest import users_environment
 
 SCRIPT = textwrap.dedent("""
     import os
@@ -63,8 +63,8 @@ def test_sharded_rows_give_the_release_of_one_device():
 
 
 def _prints_identical(script: str) -> None:
-    """Run ``script`` in a fresh process (it adds its devices to XLA_FLAGS); it must print IDENTICAL."""
-    env = dict(os.environ)  # conftest's compiler settings; the script adds its devices
+    """Run ``script`` in a fresh process at XLA's defaults (it adds its devices); it must print IDENTICAL."""
+    env = users_environment()  # XLA's defaults: the comparison of programs users compile
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "IDENTICAL" in done.stdout
@@ -159,7 +159,7 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_two_processes_give_the_release_of_one_process_on_the_concatenated_rows():
     # Long because: two fresh processes compile the run (gloo collectives over loopback).
-    env = dict(os.environ)  # conftest's compiler settings; the script adds its devices
+    env = users_environment()  # XLA's defaults: the comparison of programs users compile
     port = str(_free_port())
     workers = [
         subprocess.Popen(

@@ -80,8 +80,12 @@ def test_depth_rule_is_the_rounded_float64_target_for_every_released_size(method
     # whose rounding is the backend's): it must be d (log2 c + log2(m) / (d + 2)) - refine_bits,
     # rounded half-way up and clipped, evaluated in float64, at every size from 1 to 10**8.
     plan = plan_synthesis(Budget(1.0, 1e-6), SynthConfig(), method, d)
-    sizes = np.unique(np.round(np.geomspace(1, 1e8, 100_000))).astype(np.float32)
     epsilon = plan.leaves.epsilon + (plan.coarse.epsilon if plan.coarse is not None else 0.0)
+    # the sizes whose m lands next to a threshold (where the rounding of the threshold decides), and a sweep
+    half_ways = plan.depths[0] + 0.5 + np.arange(len(plan.depths)) + plan.refine_bits
+    at = 2.0 ** ((d + 2) * (half_ways / d - np.log2(plan.cells_per_axis))) / np.float32(epsilon)
+    near = np.round(at[at < 1e9, None] + np.arange(-3, 4)).ravel()
+    sizes = np.unique(np.concatenate([np.round(np.geomspace(1, 1e8, 100_000)), near[near >= 1]])).astype(np.float32)
     m = np.maximum(sizes * np.float32(epsilon), 1.0).astype(np.float64)
     target = d * (np.log2(plan.cells_per_axis) + np.log2(m) / (d + 2)) - plan.refine_bits
     expected = np.clip(np.floor(target + 0.5).astype(int) - plan.depths[0], 0, len(plan.depths) - 1)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dpm_jax._arrays import divide, materialized, ordered_matmul
+from dpm_jax._arrays import divide, materialized, ordered_matmul, pairwise_sum, rounded_product
 from dpm_jax.greedy.lift import nearest, squared_distances
 
 __all__ = ["prefix_order", "prefix_centers"]
@@ -48,9 +48,9 @@ def prefix_order(centers: jax.Array, weights: jax.Array, z: int) -> jax.Array:
 
     def choose(state, _):
         closest, chosen = state
-        # the weighted cost of the chosen set plus candidate j, for every j; summed in the order of
-        # i (a backend's reduction order is its own, and a last-bit difference can flip the argmin)
-        totals = ordered_matmul(weight[None, :], jnp.minimum(closest[:, None], distance))[0]
+        # the weighted cost of the chosen set plus candidate j, for every j; summed in a fixed order
+        # (a backend's reduction order is its own, and a last-bit difference can flip the argmin)
+        totals = pairwise_sum(rounded_product(weight[:, None], jnp.minimum(closest[:, None], distance)))
         best = jnp.argmin(jnp.where(chosen, jnp.inf, totals)).astype(jnp.int32)
         return (jnp.minimum(closest, distance[:, best]), chosen.at[best].set(True)), best
 
@@ -63,7 +63,8 @@ def prefix_centers(centers: jax.Array, weights: jax.Array, count: int) -> jax.Ar
     """(count, d): the first ``count`` released centres (in prefix order), each replaced by the
     weighted mean of the released centres whose nearest among the first ``count`` it is.
 
-    Post-processing of the release (centres, noisy sizes). A group of total weight <= 0 keeps
+    Post-processing of the release (centres, noisy sizes; finite: a NaN or infinite one spreads
+    to every group through the sums' one-hot products). A group of total weight <= 0 keeps
     its centre. For z = 1 the weighted mean is a proxy for the group's median.
     """
     if not 1 <= count <= centers.shape[0]:

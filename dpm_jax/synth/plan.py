@@ -289,7 +289,8 @@ def depth_choice(plan: SynthPlan, noisy_size: jax.Array) -> jax.Array:
     rule's depth is its children's (``refine_bits`` below the coarse depth).
 
     The rule's depth is d (log2 c + log2(m) / (d + 2)) - refine_bits, m = max(n~ epsilon, 1), to
-    the nearest integer (half-way up) within the candidates. A log2 on the device rounds as the
+    the nearest integer within the candidates, half-way up (stop 36's device rule went half-way to
+    even: the two differ only where m is exactly a threshold). A log2 on the device rounds as the
     backend's own approximation does, and the depth would follow it near a half-way point; so the
     m at which each next depth starts is computed here, on the host, as a public float32
     threshold, and the device only compares: the same choice on every backend.
@@ -299,6 +300,10 @@ def depth_choice(plan: SynthPlan, noisy_size: jax.Array) -> jax.Array:
     # depth index j + 1 from target >= depths[0] + j + 1/2, i.e. log2 m >= (d + 2) (that / d - log2 c)
     steps = np.arange(len(plan.depths) - 1) + plan.depths[0] + 0.5 + plan.refine_bits
     exponents = (d + 2) * (steps / d - np.log2(plan.cells_per_axis))
-    thresholds = np.exp2(np.minimum(exponents, 128.0)).astype(np.float32)  # beyond float32: inf, never met
+    exact = np.exp2(np.minimum(exponents, 128.0))
+    with np.errstate(over="ignore"):
+        thresholds = exact.astype(np.float32)  # beyond float32: inf, never met
+    # rounded up, so that a float32 m meets the float32 threshold exactly when it meets the exact one
+    thresholds = np.where(thresholds < exact, np.nextafter(thresholds, np.float32(np.inf)), thresholds)
     m = jnp.maximum(noisy_size * np.float32(epsilon), 1.0)
     return jnp.sum(m[..., None] >= thresholds, axis=-1, dtype=jnp.int32)
