@@ -71,7 +71,8 @@ def differing_outputs() -> list[str]:
 
 def test_outputs_are_bit_identical_to_the_recorded_ones():
     # Under the suite's compiler settings (tests/conftest.py): they must not change a bit either.
-    assert not differing_outputs(), f"outputs changed: {differing_outputs()}"
+    differing = differing_outputs()
+    assert not differing, f"outputs changed: {differing}"
 
 
 def test_outputs_at_xla_defaults_are_the_recorded_ones():

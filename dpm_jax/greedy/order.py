@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dpm_jax._arrays import divide, materialized, ordered_matmul, pairwise_sum, rounded_product
+from dpm_jax._arrays import divide, ordered_matmul, pairwise_sum, rounded_product
 from dpm_jax.greedy.lift import nearest, squared_distances
 
 __all__ = ["prefix_order", "prefix_centers"]
@@ -76,5 +76,5 @@ def prefix_centers(centers: jax.Array, weights: jax.Array, count: int) -> jax.Ar
     # the one-hot matrix adds each weighted centre to its group, and exact zeros to the others.
     members = (group[None, :] == jnp.arange(count)[:, None]).astype(jnp.float32)  # (count, k)
     total = ordered_matmul(members, weight[:, None])[:, 0]
-    sums = ordered_matmul(members, materialized(weight[:, None] * centers))
+    sums = ordered_matmul(members, weight[:, None] * centers)
     return jnp.where(total[:, None] > 0, divide(sums, jnp.where(total > 0, total, 1.0)[:, None]), head)

@@ -300,10 +300,10 @@ def depth_choice(plan: SynthPlan, noisy_size: jax.Array) -> jax.Array:
     # depth index j + 1 from target >= depths[0] + j + 1/2, i.e. log2 m >= (d + 2) (that / d - log2 c)
     steps = np.arange(len(plan.depths) - 1) + plan.depths[0] + 0.5 + plan.refine_bits
     exponents = (d + 2) * (steps / d - np.log2(plan.cells_per_axis))
-    exact = np.exp2(np.minimum(exponents, 128.0))
+    wanted = np.exp2(np.minimum(exponents, 128.0))
     with np.errstate(over="ignore"):
-        thresholds = exact.astype(np.float32)  # beyond float32: inf, never met
-    # rounded up, so that a float32 m meets the float32 threshold exactly when it meets the exact one
-    thresholds = np.where(thresholds < exact, np.nextafter(thresholds, np.float32(np.inf)), thresholds)
+        thresholds = wanted.astype(np.float32)  # beyond float32: inf, never met
+    # rounded up, so that a float32 m meets the float32 threshold exactly when it meets the wanted one
+    thresholds = np.where(thresholds < wanted, np.nextafter(thresholds, np.float32(np.inf)), thresholds)
     m = jnp.maximum(noisy_size * np.float32(epsilon), 1.0)
     return jnp.sum(m[..., None] >= thresholds, axis=-1, dtype=jnp.int32)
