@@ -99,6 +99,11 @@ def test_materialized_under_vmap_is_the_values():
     np.testing.assert_array_equal(np.asarray(closed), np.asarray(x) + float(np.asarray(x).sum()))
 
 
+def on_cpu(*arrays: np.ndarray) -> list[jax.Array]:
+    """The arrays committed to the CPU, so a jitted call on them compiles for XLA's CPU backend."""
+    return [jax.device_put(array, jax.devices("cpu")[0]) for array in arrays]
+
+
 def test_unfused_multiply_add_rounds_the_product_first_as_numpy_does():
     # XLA's CPU backend contracts a plain jitted l + f * w into a fused multiply-add on most of
     # these inputs (measured: 28 % of them differ from NumPy); the helper must match NumPy's two
@@ -108,7 +113,7 @@ def test_unfused_multiply_add_rounds_the_product_first_as_numpy_does():
     b = rng.uniform(0.1, 7, 20_000).astype(np.float32)
     expected = a * b + c
     plain = jax.jit(lambda a, b, c: a * b + c, compiler_options=USERS_COMPILER_OPTIONS)  # conftest's are faster
-    fused = np.asarray(plain(a, b, c))
+    fused = np.asarray(plain(*on_cpu(a, b, c)))  # a GPU's XLA leaves this one unfused: the CPU shows the power
     assert np.any(fused != expected), "no contraction here: the test would not see a fused helper"
     jitted = jax.jit(unfused_multiply_add, compiler_options=USERS_COMPILER_OPTIONS)(a, b, c)
     batched = jax.jit(jax.vmap(unfused_multiply_add), compiler_options=USERS_COMPILER_OPTIONS)(
@@ -129,7 +134,8 @@ def test_sums_of_rounded_squares_are_numpys_under_jit_and_vmap():
         expected = expected + difference * difference  # float32: two roundings
     plain = lambda p, c: sum((p[:, j][:, None] - c[:, j][None, :]) ** 2 for j in range(6))  # noqa: E731
     rounded = lambda p, c: sum(rounded_square(p[:, j][:, None] - c[:, j][None, :]) for j in range(6))  # noqa: E731
-    assert np.any(np.asarray(jax.jit(plain, compiler_options=USERS_COMPILER_OPTIONS)(points, centers)) != expected)
+    contracted = jax.jit(plain, compiler_options=USERS_COMPILER_OPTIONS)(*on_cpu(points, centers))  # as above
+    assert np.any(np.asarray(contracted) != expected)
     got = jax.jit(rounded, compiler_options=USERS_COMPILER_OPTIONS)(points, centers)
     batched = jax.jit(jax.vmap(rounded, in_axes=(None, 0)), compiler_options=USERS_COMPILER_OPTIONS)(
         points, np.stack([centers, centers])
