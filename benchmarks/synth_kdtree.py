@@ -1,7 +1,7 @@
 """The KD-tree paper's experiments with dpm_jax.synthesize: Figure 3 (a, b), Figure 4, App. G.3, speed.
 
     nice python benchmarks/synth_kdtree.py [--keys 5]
-        [--only fig3,fig3_variants,box_config,refine_config,floor,fig4,g3,speed] [--methods grid,kdtree,...]
+        [--only fig3,fig3_variants,box_config,refine_config,floor,fig4,g3,speed,capacity] [--methods grid,kdtree,...]
 
 --methods reruns Figure 3 for those methods only and keeps the other methods' rows.
 
@@ -37,7 +37,7 @@ import numpy as np
 from dpm_jax.budget import Budget
 from dpm_jax.eval.mmd import balog_gamma, kernel_mean, rkhs_distance, rkhs_distance_boxes
 from dpm_jax.synth.api import synthesize
-from dpm_jax.synth.plan import SynthConfig
+from dpm_jax.synth.plan import SynthConfig, plan_synthesis
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "balog"
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -337,6 +337,38 @@ def speed(repeats: int = 3) -> list[dict]:
     return rows
 
 
+def capacity(repeats: int = 3) -> list[dict]:
+    """Warm wall time at small d, the default max_rows against a stated 2**17: the leaves' implicit
+    empty-cell draws are sized for the worst case of max_rows rows (capacity below), whatever X holds."""
+    rows = []
+    budget, stated = Budget(1.0, 1e-6), SynthConfig(max_rows=2**17)
+    for d in (2, 5):
+        for n in (200, 100_000):
+            X = np.random.default_rng(0).uniform(0.0, 16.0, (n, d)).astype(np.float32)
+            for method in ("grid", "kdtree", "privtree", "refine"):
+                for config in (SynthConfig(), stated):
+                    run = jax.jit(lambda k, x: synthesize(k, x, budget, (0.0, 16.0), method=method, config=config))
+                    jax.block_until_ready(run(jax.random.key(0), X))
+                    times = []
+                    for r in range(repeats):
+                        start = time.perf_counter()
+                        jax.block_until_ready(run(jax.random.key(r + 1), X))
+                        times.append(time.perf_counter() - start)
+                    leaves = plan_synthesis(budget, config, method, d).leaves
+                    rows.append(
+                        dict(
+                            n=n,
+                            d=d,
+                            method=method,
+                            max_rows=config.max_rows,
+                            leaf_capacity=leaves.capacity,
+                            warm_median=float(np.median(times)),
+                        )
+                    )
+                    print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def table(results: dict) -> str:
     """Markdown tables of the medians, Balog et al.'s numbers beside them."""
     lines = [
@@ -453,6 +485,19 @@ def table(results: dict) -> str:
         ]
         for r in results["speed"]:
             lines.append(f"| {r['n']:,} | {r['method']} | {r['first_call']} | {r['warm_median']:.3f} |")
+    if "capacity" in results:
+        lines += [
+            "",
+            "### Speed at small d: the default max_rows (2**24) against a stated 2**17 (eps = 1, uniform data)",
+            "",
+            "| d | n | method | max_rows | leaves' empty-cell capacity | warm median s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in results["capacity"]:
+            lines.append(
+                f"| {r['d']} | {r['n']:,} | {r['method']} | {r['max_rows']:,} | {r['leaf_capacity']:,} | "
+                f"{r['warm_median']:.3f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -514,7 +559,7 @@ def main(argv=None) -> int:
             fresh = figure3(args.keys, methods)
             results[name] = sorted(kept + fresh, key=lambda r: (r["d"], FIG3_METHODS.index(r["method"]), r["epsilon"]))
         else:
-            results[name] = speed() if name == "speed" else parts[name](args.keys)
+            results[name] = speed() if name == "speed" else capacity() if name == "capacity" else parts[name](args.keys)
         results["balog"] = dict(d2=balog(2), d5=balog(5))
         results["machine"] = "shared 2-core CPU (about six engineers' jobs), JAX CPU"
         out_path.write_text(json.dumps(results, indent=1))

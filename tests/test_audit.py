@@ -34,6 +34,7 @@ from dpm_jax.eval import audit as audit_lib
 from dpm_jax.testing import substituted
 from dpm_jax import averaging, exact, mechanisms
 from dpm_jax import budget as budget_lib
+from conftest import USERS_COMPILER_OPTIONS
 
 CONFIDENCE = 0.999
 CLAIMED = dpm_jax.Budget(1.0, 1e-6)
@@ -60,7 +61,15 @@ def count_audit() -> audit_lib.AuditResult:
     }
     mechanism = audit_lib.cluster_mechanism(CLAIMED, BOUNDS, COUNT_CONFIG)
     return audit_lib.audit(
-        jax.random.key(0), mechanism, a, b, events, 20_000, delta=CLAIMED.delta, confidence=CONFIDENCE
+        jax.random.key(0),
+        mechanism,
+        a,
+        b,
+        events,
+        20_000,
+        delta=CLAIMED.delta,
+        confidence=CONFIDENCE,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
 
 
@@ -113,6 +122,18 @@ def test_audit_counts_events_exactly():
     # ln(0.6/0.3) = 0.69 is the true privacy loss of this "mechanism"
     assert 0 < result.epsilon_lower_bound < math.log(0.6 / 0.3) + 0.1
     assert "epsilon lower bound" in result.table() and result.to_dict()["num_runs"] == 1001
+
+
+def test_audit_compiles_its_batch_with_the_given_compiler_options():
+    """compiler_options reach the batch's jax.jit (an unknown option is refused by XLA) and change
+    only how it is compiled: the counts are the default compilation's."""
+    mechanism = lambda key, p: jax.random.uniform(key) < p
+    events = {"one": lambda out: out}
+    arguments = (jax.random.key(5), mechanism, jnp.float32(0.3), jnp.float32(0.6), events, 500)
+    with pytest.raises(RuntimeError, match="xla_no_such_option"):
+        audit_lib.audit(*arguments, compiler_options={"xla_no_such_option": 1})
+    options = {"xla_backend_optimization_level": 1}
+    assert audit_lib.audit(*arguments, compiler_options=options).per_event == audit_lib.audit(*arguments).per_event
 
 
 def test_audit_rejects_bad_arguments():
@@ -199,6 +220,7 @@ def split_step_audit(grid: str) -> audit_lib.AuditResult:
         100_000,
         delta=mechanisms.em_sampler_tv(config.candidates_per_dim) * (1 + math.e),
         confidence=CONFIDENCE,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
 
 
@@ -247,6 +269,7 @@ def test_worst_case_scores_audit_of_the_exponential_mechanism(factor):
         {"candidate 0": lambda c: c == 0},
         100_000,
         confidence=CONFIDENCE,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
     if factor == 1.0:
         assert 0.7 < result.epsilon_lower_bound <= epsilon
@@ -274,7 +297,16 @@ def centre_audit(num_runs: int) -> audit_lib.AuditResult:
     }
     mechanism = audit_lib.cluster_mechanism(CLAIMED, (-1.0, 1.0), config)
     return audit_lib.audit(
-        jax.random.key(4), mechanism, a, b, events, num_runs, delta=CLAIMED.delta, confidence=CONFIDENCE, batch_size=256
+        jax.random.key(4),
+        mechanism,
+        a,
+        b,
+        events,
+        num_runs,
+        delta=CLAIMED.delta,
+        confidence=CONFIDENCE,
+        batch_size=256,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
 
 
@@ -318,6 +350,7 @@ def count_addition_audit() -> audit_lib.AuditResult:
         20_000,
         delta=mechanisms.count_sampler_tv(epsilon) * (1 + math.e),
         confidence=CONFIDENCE,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
 
 

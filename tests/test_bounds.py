@@ -17,6 +17,7 @@ from dpm_jax import bounds as bounds_lib
 from dpm_jax import keys
 from dpm_jax.eval import audit as audit_lib
 from dpm_jax.mechanisms import discrete_gaussian_multiplier, discrete_laplace_tail, count_sampler_tv
+from conftest import USERS_COMPILER_OPTIONS
 
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
 SMALL = dpm_jax.DPMConfig(tau_r=3, split_grid="cell")
@@ -236,7 +237,15 @@ def test_bounds_audit_stays_below_the_claim():
     mechanism = lambda key, data: bounds_lib.estimate_bounds(key, data[0], data[1], plan)
     events = {"both upper >= 2**20": lambda out: jnp.all(out[1] >= 2.0**20)}
     result = audit_lib.audit(
-        jax.random.key(11), mechanism, a, b, events, 8192, delta=plan.entry().delta, confidence=0.999
+        jax.random.key(11),
+        mechanism,
+        a,
+        b,
+        events,
+        8192,
+        delta=plan.entry().delta,
+        confidence=0.999,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
     claim = plan.entry().epsilon
     assert 0.7 * claim < result.epsilon_lower_bound <= claim, result.table()
@@ -269,7 +278,15 @@ def test_gaussian_bounds_audit_stays_below_the_claim():
     extreme = lambda out: jnp.sum(out[1] >= 2.0**20)
     events = {f">= {j} of 16 upper >= 2**20": lambda out, j=j: extreme(out) >= j for j in (10, 12, 14)}
     result = audit_lib.audit(
-        jax.random.key(12), mechanism, a, b, events, 8192, delta=plan.entry().delta, confidence=0.999
+        jax.random.key(12),
+        mechanism,
+        a,
+        b,
+        events,
+        8192,
+        delta=plan.entry().delta,
+        confidence=0.999,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
     claim = plan.entry().epsilon
     assert 0.25 * claim < result.epsilon_lower_bound <= claim, result.table()

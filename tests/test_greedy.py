@@ -17,6 +17,7 @@ from dpm_jax.eval.datasets import synthetic_blobs
 from dpm_jax.greedy import api, histogram, lift, nets, select
 from dpm_jax.mechanisms import cdp_delta, count_noise, discrete_gaussian_table
 from dpm_jax.releases import ComposedSelectionRelease, ledger_of
+from conftest import USERS_COMPILER_OPTIONS
 
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
 
@@ -445,7 +446,14 @@ def test_greedy_selection_audit_stays_below_the_claim():
     a, b = (points, np.arange(41) < 40), (points, np.ones(41, bool))
     events = {"start at the level-1 ball of 0.25": lambda out: (out[0] == 1) & (out[1] == 0)}
     result = audit_lib.audit(
-        jax.random.key(4), audit_lib.greedy_selection_mechanism(claim), a, b, events, 50_000, delta=1e-9
+        jax.random.key(4),
+        audit_lib.greedy_selection_mechanism(claim),
+        a,
+        b,
+        events,
+        50_000,
+        delta=1e-9,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
     assert 0.1 < result.epsilon_lower_bound <= claim
 
@@ -476,7 +484,9 @@ def test_histogram_audit_stays_below_the_claim():
         return lambda out: jnp.dot(out.astype(jnp.float32) - offset, scale) > t
 
     events = {f"projection > {t}": above(t) for t in (1.0, 1.5, 2.0, 2.5, 3.0)}
-    result = audit_lib.audit(jax.random.key(6), mechanism, a, b, events, 50_000, delta=claim_delta)
+    result = audit_lib.audit(
+        jax.random.key(6), mechanism, a, b, events, 50_000, delta=claim_delta, compiler_options=USERS_COMPILER_OPTIONS
+    )
     assert 0.2 < result.epsilon_lower_bound <= claim_epsilon
 
 

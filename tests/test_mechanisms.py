@@ -44,6 +44,7 @@ from dpm_jax.mechanisms import (
     discrete_laplace_count,
     select_with_bits,
 )
+from conftest import USERS_COMPILER_OPTIONS
 
 P_FAIL = 1e-3  # per-test false-failure probability of every statistical test below
 
@@ -551,7 +552,7 @@ def test_exponential_mechanism_frequencies_match_the_integer_weights():
     batch = np.repeat(np.arange(3), draws)
     key = jax.random.key(31)
     chosen = np.asarray(
-        jax.jit(exponential_mechanism, static_argnums=(4, 5))(
+        jax.jit(exponential_mechanism, static_argnums=(4, 5), compiler_options=USERS_COMPILER_OPTIONS)(
             key, TABLE, make_int(scores[batch]), jnp.asarray(valid[batch]), epsilon, sensitivity
         )
     )

@@ -16,6 +16,7 @@ from dpm_jax.synth.cells import cell_boxes, cell_codes
 from dpm_jax.synth.kdtree import decision_capacities
 from dpm_jax.synth.plan import SynthConfig, plan_synthesis
 from dpm_jax.synth.privtree import calibrate, clamp_gap, privacy_loss, split_probability
+from conftest import USERS_COMPILER_OPTIONS
 
 BOUNDS = (0.0, 16.0)
 
@@ -280,6 +281,7 @@ def test_auditor_on_the_privtree_decision_stays_at_or_below_the_claim():
         {"split": split_first},
         20000,
         delta=claim.total_delta,
+        compiler_options=USERS_COMPILER_OPTIONS,
     )
     assert found.epsilon_lower_bound <= claim.total_epsilon
     assert found.epsilon_lower_bound >= 0.5 * plan.decisions.alpha

@@ -21,6 +21,7 @@ from dpm_jax import exact, mechanisms, structure, tree
 from dpm_jax.eval import audit as audit_lib
 from dpm_jax.scoring import boundary_statistics
 from dpm_jax.testing import substituted
+from conftest import USERS_COMPILER_OPTIONS
 
 WINDOW = 6
 
@@ -180,7 +181,15 @@ def structure_audit() -> tuple[audit_lib.AuditResult, float]:
     (line,) = [line for line in releases.ledger() if line.name == "structure/level0"]
     assert line.epsilon == pytest.approx(1.0)
     return audit_lib.audit(
-        jax.random.key(5), mechanism, a, b, {"halted": lambda out: out}, 100_000, delta=line.delta, confidence=0.999
+        jax.random.key(5),
+        mechanism,
+        a,
+        b,
+        {"halted": lambda out: out},
+        100_000,
+        delta=line.delta,
+        confidence=0.999,
+        compiler_options=USERS_COMPILER_OPTIONS,
     ), line.epsilon
 
 

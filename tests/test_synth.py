@@ -22,6 +22,7 @@ from dpm_jax.synth.api import synthesize
 from dpm_jax.synth.cells import cell_boxes, cell_codes
 from dpm_jax.synth.implicit import pass_probability
 from dpm_jax.synth.plan import SynthConfig, depth_choice, plan_synthesis
+from conftest import USERS_COMPILER_OPTIONS
 
 BOUNDS = (0.0, 16.0)
 
@@ -208,11 +209,14 @@ def test_jit_and_vmap_over_keys_match_single_runs(method):
     budget = Budget(1.0, 1e-6)
     # X is an argument, not a closed-over constant: XLA would constant-fold the sort of the data
     # (slow to compile; a full-suite run once crashed in that compilation).
-    run = jax.jit(lambda k, points: synthesize(k, points, budget, bounds=BOUNDS, method=method))
+    # A stated capacity: at d = 2 the default max_rows gives the KD-tree's leaves about 560,000
+    # implicit empty-cell draws per run (the worst case of 2**24 rows), 10x this test's time.
+    config = SynthConfig(max_rows=4096)
+    run = jax.jit(lambda k, points: synthesize(k, points, budget, bounds=BOUNDS, method=method, config=config))
     keys_ = jax.random.split(jax.random.key(5), 3)
     batched = jax.vmap(run, in_axes=(0, None))(keys_, X)
     for i in range(3):
-        single = synthesize(keys_[i], X, budget, bounds=BOUNDS, method=method)
+        single = synthesize(keys_[i], X, budget, bounds=BOUNDS, method=method, config=config)
         np.testing.assert_array_equal(np.asarray(batched.weights[i]), np.asarray(single.weights))
         np.testing.assert_array_equal(np.asarray(batched.lower[i]), np.asarray(single.lower))
 
@@ -325,7 +329,16 @@ def test_auditor_on_the_grid_synthesis_stays_at_or_below_the_claim():
         return jnp.any(result.valid & (result.lower[:, 0] >= 8.0) & (result.lower[:, 1] >= 8.0))
 
     claim = synthesize(jax.random.key(0), *a[:1], budget, bounds=BOUNDS, method="grid", config=config).ledger
-    found = audit(jax.random.key(1), mechanism, a, b, {"corner": corner_released}, 20000, delta=claim.total_delta)
+    found = audit(
+        jax.random.key(1),
+        mechanism,
+        a,
+        b,
+        {"corner": corner_released},
+        20000,
+        delta=claim.total_delta,
+        compiler_options=USERS_COMPILER_OPTIONS,
+    )
     assert found.epsilon_lower_bound <= claim.total_epsilon
     assert found.epsilon_lower_bound >= 0.6
 
@@ -433,12 +446,12 @@ def test_an_accountant_is_charged_once_for_the_whole_call(method, bounds):
 
 def test_private_bounds_under_jit_and_vmap_over_keys_match_single_runs():
     X = _blobs(1500)
-    budget = Budget(1.0, 1e-6)
-    run = jax.jit(lambda k, points: synthesize(k, points, budget, bounds="private", method="kdtree"))
+    budget, config = Budget(1.0, 1e-6), SynthConfig(max_rows=8192)  # a stated capacity, as above
+    run = jax.jit(lambda k, points: synthesize(k, points, budget, bounds="private", method="kdtree", config=config))
     keys_ = jax.random.split(jax.random.key(5), 2)
     batched = jax.vmap(run, in_axes=(0, None))(keys_, X)
     for i in range(2):
-        single = synthesize(keys_[i], X, budget, bounds="private", method="kdtree")
+        single = synthesize(keys_[i], X, budget, bounds="private", method="kdtree", config=config)
         np.testing.assert_array_equal(np.asarray(batched.weights[i]), np.asarray(single.weights))
         np.testing.assert_array_equal(np.asarray(batched.bounds[1][i]), np.asarray(single.bounds[1]))
     assert batched.ledger == single.ledger and batched.ledger[0].name == "bounds"
@@ -584,7 +597,16 @@ def test_auditor_on_the_refined_children_stays_at_or_below_the_claim():
         )
 
     claim = synthesize(jax.random.key(0), points[:200], budget, bounds=BOUNDS, method="refine", config=config).ledger
-    found = audit(jax.random.key(2), mechanism, a, b, {"child": child_released}, 20000, delta=claim.total_delta)
+    found = audit(
+        jax.random.key(2),
+        mechanism,
+        a,
+        b,
+        {"child": child_released},
+        20000,
+        delta=claim.total_delta,
+        compiler_options=USERS_COMPILER_OPTIONS,
+    )
     assert found.epsilon_lower_bound <= claim.total_epsilon
     assert found.epsilon_lower_bound >= 0.5
 

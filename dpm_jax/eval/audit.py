@@ -35,6 +35,7 @@ with a refusal (an exception, an exit status) as one of the outcomes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -205,7 +206,11 @@ def epsilon_lower_bound(
 
 # ------------------------------------------------------------------------ sampling
 def _event_counter(
-    mechanism: Mechanism, events: tuple[Event, ...], num_runs: int, batch_size: int
+    mechanism: Mechanism,
+    events: tuple[Event, ...],
+    num_runs: int,
+    batch_size: int,
+    compiler_options: Mapping[str, Any] | None = None,
 ) -> Callable[[jax.Array, Any], np.ndarray]:
     """``count(key, dataset)``: how often each event occurs in ``num_runs`` runs.
 
@@ -218,7 +223,7 @@ def _event_counter(
         output = mechanism(run_key, data)
         return jnp.stack([jnp.reshape(jnp.asarray(event(output), bool), ()) for event in events])
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=compiler_options)
     def batch_counts(batch_keys, start, data):
         occurred = jax.vmap(one_run, in_axes=(0, None))(batch_keys, data)
         counted = (start + jnp.arange(batch_size)) < num_runs  # drop the runs past num_runs
@@ -245,6 +250,7 @@ def audit(
     delta: float = 0.0,
     confidence: float = 0.95,
     batch_size: int = 8192,
+    compiler_options: Mapping[str, Any] | None = None,
 ) -> AuditResult:
     """Audit ``mechanism`` on the neighbouring data sets A and B (module docstring).
 
@@ -261,6 +267,8 @@ def audit(
       confidence: simultaneous confidence of all bounds (Bonferroni over 4 one-sided
         bounds per event).
       batch_size: runs per compiled batch (memory).
+      compiler_options: XLA options of the compiled batch (``jax.jit``'s), e.g. to audit at XLA's
+        defaults in a process whose ``XLA_FLAGS`` trade run time for compile time.
 
     Returns:
       :class:`AuditResult`.
@@ -269,7 +277,7 @@ def audit(
     names = tuple(events)
     functions = tuple(events[name] for name in names)
     key_a, key_b = jax.random.split(key)
-    count = _event_counter(mechanism, functions, int(num_runs), batch_size)
+    count = _event_counter(mechanism, functions, int(num_runs), batch_size, compiler_options)
     return _audit_result(names, count(key_a, dataset_a), count(key_b, dataset_b), num_runs, delta, confidence)
 
 
