@@ -307,6 +307,13 @@ def test_released_cells_are_in_code_order():
     assert np.all(np.diff(codes.astype(np.int64)) > 0)
 
 
+def _audit(key, mechanism, a, b, events, claim):
+    """The auditor's 20,000 runs on each side, against the claim's delta."""
+    from dpm_jax.eval.audit import audit
+
+    return audit(key, mechanism, a, b, events, 20000, delta=claim.total_delta, compiler_options=USERS_COMPILER_OPTIONS)
+
+
 @pytest.mark.slow
 def test_auditor_on_the_grid_synthesis_stays_at_or_below_the_claim():
     # Long because: the empirical auditor's many runs (12 s, 2 cores at load 6).
@@ -315,7 +322,7 @@ def test_auditor_on_the_grid_synthesis_stays_at_or_below_the_claim():
     cell. Event: that cell is released (A: an implicit empty cell passing, p; B: its noisy
     count 1 + Z passing, p e^epsilon). The bound (95% simultaneous confidence) must not exceed
     the claim, and it must come close to it (the audit can see a mechanism spending more)."""
-    from dpm_jax.eval.audit import audit, far_point_neighbours
+    from dpm_jax.eval.audit import far_point_neighbours
 
     rng = np.random.default_rng(0)
     points = rng.uniform(1.0, 5.0, (200, 2)).astype(np.float32)
@@ -329,16 +336,7 @@ def test_auditor_on_the_grid_synthesis_stays_at_or_below_the_claim():
         return jnp.any(result.valid & (result.lower[:, 0] >= 8.0) & (result.lower[:, 1] >= 8.0))
 
     claim = synthesize(jax.random.key(0), *a[:1], budget, bounds=BOUNDS, method="grid", config=config).ledger
-    found = audit(
-        jax.random.key(1),
-        mechanism,
-        a,
-        b,
-        {"corner": corner_released},
-        20000,
-        delta=claim.total_delta,
-        compiler_options=USERS_COMPILER_OPTIONS,
-    )
+    found = _audit(jax.random.key(1), mechanism, a, b, {"corner": corner_released}, claim)
     assert found.epsilon_lower_bound <= claim.total_epsilon
     assert found.epsilon_lower_bound >= 0.6
 
@@ -580,7 +578,6 @@ def test_auditor_on_the_refined_children_stays_at_or_below_the_claim():
     child is released (A: an empty child passing, drawn by Algorithm 5; B: 1 + Z passing).
     The bound (95 %) must stay at or below the claim and near epsilon_leaves (0.8): the
     children's counts are the only release that sees the difference."""
-    from dpm_jax.eval.audit import audit
 
     rng = np.random.default_rng(1)
     points = np.concatenate([rng.uniform(1.0, 3.0, (200, 2)), [[6.0, 12.0]]]).astype(np.float32)
@@ -597,16 +594,7 @@ def test_auditor_on_the_refined_children_stays_at_or_below_the_claim():
         )
 
     claim = synthesize(jax.random.key(0), points[:200], budget, bounds=BOUNDS, method="refine", config=config).ledger
-    found = audit(
-        jax.random.key(2),
-        mechanism,
-        a,
-        b,
-        {"child": child_released},
-        20000,
-        delta=claim.total_delta,
-        compiler_options=USERS_COMPILER_OPTIONS,
-    )
+    found = _audit(jax.random.key(2), mechanism, a, b, {"child": child_released}, claim)
     assert found.epsilon_lower_bound <= claim.total_epsilon
     assert found.epsilon_lower_bound >= 0.5
 
