@@ -582,6 +582,17 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "synth: the empty cells' capacity tier chosen from their private number instead of the released bound",
+        "dpm_jax/synth/threshold.py",
+        (
+            (
+                "tier = jax.numpy.sum(table[:, choice] < empty_bound, dtype=jax.numpy.int32)",
+                "tier = jax.numpy.sum(table[:, choice] < num_empty, dtype=jax.numpy.int32)",
+            ),
+        ),
+        ("tests/test_synth.py::test_the_empty_cells_are_drawn_into_the_tier_of_the_released_bound",),
+    ),
+    Mutation(
         "synth: the released arrays as long as the candidates (n + a constant) instead of max_cells",
         "dpm_jax/synth/api.py",
         (("    padding = rows - start.shape[0]\n", "    padding, rows = 0, start.shape[0]\n"),),

@@ -712,3 +712,80 @@ def test_cell_boxes_of_deep_cells_are_exact_powers_of_two_of_the_range():
     widths = np.float32(3.0) * np.ldexp(np.float32(1), -np.arange(1, total + 1)).astype(np.float32)
     expected_lo = np.float32(3.0) - widths  # exact: 3 (1 - 2**-k) has 2 + k significant bits < 24 up to k = 21
     np.testing.assert_array_equal(np.asarray(lo)[:21, 0], expected_lo[:21])
+
+
+@pytest.mark.parametrize("d", [2, 5])
+def test_capacity_tiers_truncate_no_more_often_than_the_full_capacity(d):
+    """Each smaller capacity serves at most the empty cells whose truncation bound is within the
+    full capacity's at max_empty, the probability the ledger charges, and no more (tight); the
+    last tier is the full capacity and serves max_empty."""
+    from dpm_jax.synth.implicit import truncation_bound
+
+    leaves = plan_synthesis(Budget(1.0, 1e-6), SynthConfig(), "kdtree", d).leaves
+    capacities, limits = leaves.tiers
+    assert len(capacities) >= 2 and capacities[-1] == leaves.capacity and list(capacities) == sorted(capacities)
+    assert limits[-1].tolist() == list(leaves.max_empty)
+    for c, (t, k) in enumerate(zip(leaves.thresholds, leaves.max_empty)):
+        p, allowed = (
+            pass_probability(leaves.epsilon, t),
+            truncation_bound(k, pass_probability(leaves.epsilon, t), leaves.capacity),
+        )
+        assert list(limits[:, c]) == sorted(limits[:, c])
+        for size, limit in zip(capacities[:-1], limits[:-1, c]):
+            assert truncation_bound(int(limit), p, size) <= allowed
+            assert limit == k or truncation_bound(int(limit) + 1, p, size) > allowed
+
+
+@pytest.mark.parametrize("method", ["kdtree", "privtree"])
+def test_every_cell_split_adds_one_leaf_so_the_empty_bound_holds(method):
+    """The grown tree's leaves (non-empty and empty) are the 2**h cells of level h plus one per split:
+    num_leaves + num_empty == 2**h + num_splits, so 2**h + num_splits (released through the decisions)
+    bounds the empty leaves the ghost draw must serve."""
+    from dpm_jax.synth.kdtree import empty_bound, grow
+
+    budget, config = Budget(4.0, 1e-6), SynthConfig(levels=3, decisions=6, max_rows=2**15)
+    plan = plan_synthesis(budget, config, method, 2)
+    grown = jax.jit(grow, static_argnums=(2, 3, 4, 6, 7, 8, 9))
+    for X in (_blobs(5000), np.random.default_rng(0).uniform(0.0, 16.0, (20_000, 2)).astype(np.float32)):
+        codes = jnp.sort(cell_codes(jnp.asarray(X), jnp.zeros(2), jnp.full(2, 16.0), plan.total_depth))
+        for seed in range(3):
+            partition = grown(
+                codes,
+                jnp.ones(len(X), bool),
+                3,
+                plan.num_decisions,
+                plan.total_depth,
+                jax.random.key(seed),
+                plan.decisions,
+                plan.tau,
+                plan.bias,
+                plan.floor,
+            )
+            splits = int(partition.num_splits)
+            assert int(partition.num_leaves) + int(partition.num_empty) == 2**3 + splits
+            assert int(empty_bound(3, partition.num_splits)) == 2**3 + splits >= int(partition.num_empty)
+            assert splits >= 8  # the tree was grown past level h
+
+
+def test_the_empty_cells_are_drawn_into_the_tier_of_the_released_bound():
+    """With a bound past the first tiers' limits, the draw is the skip sampler's at that tier's
+    capacity (the key's bits), padded with positions that never pass, whatever the actual number of
+    empty cells (private: a tier chosen from it would draw other bits); with no bound, the full capacity."""
+    from dpm_jax.synth.implicit import SATURATED, skip_positions
+
+    leaves = plan_synthesis(Budget(1.0, 1e-6), SynthConfig(), "kdtree", 5).leaves  # tiers 1,843 and 14,747
+    capacities, limits = leaves.tiers
+    key, counts, choice = jax.random.key(4), jnp.array([5, 0, 900], jnp.int32), jnp.int32(0)
+    skip_high, skip_low, _, _ = leaves.tables()
+    draw = jax.jit(leaves.draw)  # one program: the tier is chosen on the device from the bound
+    skips = jax.jit(skip_positions, static_argnums=3)
+    for tier in range(len(capacities)):
+        bound = jnp.int32(limits[tier - 1, 0] + 1 if tier else 1)
+        _, _, positions, passed, _ = draw(key, counts, jnp.int32(7), choice, bound)
+        size = capacities[tier]
+        expected = skips(jax.random.fold_in(key, 1), skip_high[0], skip_low[0], size)
+        np.testing.assert_array_equal(np.asarray(positions[:size]), np.asarray(expected))
+        assert np.all(np.asarray(positions[size:]) == SATURATED) and not np.any(np.asarray(passed[size:]))
+    unbounded = jax.jit(leaves.draw)(key, counts, jnp.int32(7), choice)[2]
+    full = skips(jax.random.fold_in(key, 1), skip_high[0], skip_low[0], leaves.capacity)
+    np.testing.assert_array_equal(np.asarray(unbounded), np.asarray(full))

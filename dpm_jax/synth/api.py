@@ -41,7 +41,7 @@ from dpm_jax.entry import entry_point
 from dpm_jax.synth.from_dpm import synthesize_from_cluster
 from dpm_jax.synth.result import SynthResult, sample_boxes
 from dpm_jax.synth.cells import cell_boxes, cell_codes
-from dpm_jax.synth.kdtree import empty_cell_at, grow
+from dpm_jax.synth.kdtree import empty_bound, empty_cell_at, grow
 from dpm_jax.synth.refine import refine
 from dpm_jax.synth.plan import METHODS, SynthConfig, SynthPlan, depth_choice, plan_synthesis
 
@@ -143,7 +143,7 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan, rows
     # "refine": the grid's counts are the coarse release (synth_tree, fold 1), its children's the leaves'
     first, first_key = (plan.leaves, leaf_key) if plan.coarse is None else (plan.coarse, decision_key)
     kept, weights, positions, passed, ghost_weights = first.draw(
-        first_key, partition.count, partition.num_empty, choice
+        first_key, partition.count, partition.num_empty, choice, empty_bound(h, partition.num_splits)
     )
     kept = kept & (jnp.arange(codes.shape[0]) < partition.num_leaves)
     ghost_start, ghost_depth = empty_cell_at(positions, partition, h, total)

@@ -55,7 +55,7 @@ __all__ = ["geometric_table", "pass_probability", "draw_geometric", "ghost_capac
 _PRECISION = 60
 SKIP_BITS = 31  # gaps of the skipping sampler: 31 digits, positions saturate at 2**31 - 1
 WEIGHT_BITS = 30  # conditioned counts t + G with G < 2**30: int32 for t < 2**30
-_SATURATED = np.uint32(2**31 - 1)
+SATURATED = np.uint32(2**31 - 1)  # a position no cell has: it never passes
 
 
 class GeometricTable(NamedTuple):
@@ -121,7 +121,7 @@ def draw_geometric(key: jax.Array, high: jax.Array, low: jax.Array, shape: tuple
 
 
 def _saturating_add(a: jax.Array, b: jax.Array) -> jax.Array:
-    return jnp.minimum(a + b, _SATURATED)  # a, b <= 2**31 - 1: the uint32 sum cannot wrap
+    return jnp.minimum(a + b, SATURATED)  # a, b <= 2**31 - 1: the uint32 sum cannot wrap
 
 
 def skip_positions(key: jax.Array, high: jax.Array, low: jax.Array, capacity: int) -> jax.Array:
@@ -131,9 +131,9 @@ def skip_positions(key: jax.Array, high: jax.Array, low: jax.Array, capacity: in
     the caller keeps the positions below its number of empty cells K.
     """
     gaps, overflow = draw_geometric(key, high, low, (capacity,))
-    steps = jnp.where(overflow, _SATURATED, gaps.astype(jnp.uint32) + jnp.uint32(1))
+    steps = jnp.where(overflow, SATURATED, gaps.astype(jnp.uint32) + jnp.uint32(1))
     positions = jax.lax.associative_scan(_saturating_add, steps)
-    return jnp.where(positions >= _SATURATED, _SATURATED, positions - jnp.uint32(1))
+    return jnp.where(positions >= SATURATED, SATURATED, positions - jnp.uint32(1))
 
 
 def truncation_bound(max_cells: int, p: float, capacity: int) -> float:

@@ -18,6 +18,8 @@ from dpm_jax.synth import implicit
 
 __all__ = ["ThresholdRelease"]
 
+MIN_TIER = 512  # the smallest capacity worth a branch of its own (drawing 512 gaps costs little)
+
 
 class ThresholdRelease(NamedTuple):
     """Thresholded discrete Laplace counts of all cells of a partition, empty cells implicit.
@@ -50,6 +52,19 @@ class ThresholdRelease(NamedTuple):
         """Static number of implicit draws: enough for every candidate (truncation <= 2**-64)."""
         return max(implicit.ghost_capacity(k, implicit.pass_probability(self.epsilon, t)) for t, k in self._pairs())
 
+    @property
+    def tiers(self) -> tuple[tuple[int, ...], np.ndarray]:
+        """Smaller static capacities for runs that can have fewer empty cells, and what each serves.
+
+        Returns (capacities, limits): capacities ascending, ``capacity`` last, each an eighth of
+        the next while at least :data:`MIN_TIER`; limits (tiers, candidates) int64, the largest
+        number of empty cells K <= max_empty for which tier i's truncation bound, P[Binomial(K, p)
+        > capacity_i], is at most the full capacity's at max_empty, which the ledger charges
+        (:attr:`sampler_delta`): so every tier is covered by the same line. The last tier serves
+        max_empty itself.
+        """
+        return _tiers(self.epsilon, self.thresholds, self.max_empty, self.capacity)
+
     def _pairs(self):
         return zip(self.thresholds, self.max_empty)
 
@@ -81,7 +96,7 @@ class ThresholdRelease(NamedTuple):
             weight.low,
         )
 
-    def draw(self, key: jax.Array, counts: jax.Array, num_empty: jax.Array, choice: jax.Array):
+    def draw(self, key: jax.Array, counts: jax.Array, num_empty: jax.Array, choice: jax.Array, empty_bound=None):
         """Noisy counts of the non-empty cells and the implicit empty ones.
 
         Returns (kept, weights, positions, passed, ghost_weights): ``kept`` marks the
@@ -89,6 +104,14 @@ class ThresholdRelease(NamedTuple):
         ``positions`` (capacity,) are the ranks of the passing empty cells among the
         ``num_empty`` in the caller's public order, ``passed`` marks the real ones and
         ``ghost_weights`` are their noisy counts t + G.
+
+        ``empty_bound`` (optional, int32): a bound on ``num_empty`` that is a function of
+        *released* values (the KD-tree's: 2**h plus its number of splits). The empty cells are
+        then drawn into the smallest of :attr:`tiers` that serves it (a ``lax.switch``: the run
+        time follows released values only), padded to ``capacity`` with positions that do not
+        pass. Each tier draws the same law (i.i.d. gaps and counts) and truncates no more often
+        than the full capacity, so the ledger line is unchanged; only the bits a key gives
+        differ between tiers. Under ``jax.vmap`` every tier runs.
         """
         skip_high, skip_low, weight_high, weight_low = (jax.numpy.asarray(a) for a in self.tables())
         threshold = jax.numpy.asarray(np.asarray(self.thresholds, np.int32))[choice]
@@ -96,11 +119,58 @@ class ThresholdRelease(NamedTuple):
         kept = ~exact.less(noisy, exact.from_int32(jax.numpy.full(counts.shape, threshold)))
         weights = exact.clip_to_int32(noisy, 0, 2**31 - 1)
         capacity = self.capacity
-        positions = implicit.skip_positions(jax.random.fold_in(key, 1), skip_high[choice], skip_low[choice], capacity)
-        extra, _ = implicit.draw_geometric(jax.random.fold_in(key, 2), weight_high, weight_low, (capacity,))
+        capacities, limits = self.tiers
+
+        def ghosts(size: int):
+            def run():
+                positions = implicit.skip_positions(
+                    jax.random.fold_in(key, 1), skip_high[choice], skip_low[choice], size
+                )
+                extra, _ = implicit.draw_geometric(jax.random.fold_in(key, 2), weight_high, weight_low, (size,))
+                pad = capacity - size
+                return (
+                    jax.numpy.concatenate([positions, jax.numpy.full(pad, implicit.SATURATED)]),
+                    jax.numpy.concatenate([extra, jax.numpy.zeros(pad, extra.dtype)]),
+                )
+
+            return run
+
+        if empty_bound is None or len(capacities) == 1:
+            positions, extra = ghosts(capacity)()
+        else:  # the first tier whose limit holds the (released) bound; limits grow with the tier
+            table = jax.numpy.asarray(np.minimum(limits[:-1], 2**31 - 1).astype(np.int32))
+            tier = jax.numpy.sum(table[:, choice] < empty_bound, dtype=jax.numpy.int32)
+            positions, extra = jax.lax.switch(tier, [ghosts(size) for size in capacities])
         passed = positions < num_empty.astype(jax.numpy.uint32)
         return kept, weights, positions, passed, threshold + extra
 
     def entry(self) -> LedgerEntry:
         rule = f"L1: {self.rule}; thresholds {self.thresholds}"
         return ledger_line(self, "discrete_laplace_threshold", self.sampler_delta, 1, rule, 1.0 / self.epsilon)
+
+
+def _largest_served(max_empty: int, p: float, size: int, allowed: float) -> int:
+    """The largest K <= max_empty with truncation_bound(K, p, size) <= allowed (it grows with K)."""
+    low, high = 0, max_empty
+    while low < high:
+        middle = (low + high + 1) // 2
+        if implicit.truncation_bound(middle, p, size) <= allowed:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _tiers(epsilon: float, thresholds, max_empty, capacity: int) -> tuple[tuple[int, ...], np.ndarray]:
+    """:attr:`ThresholdRelease.tiers` (public arithmetic on the plan's numbers)."""
+    sizes = [capacity]
+    while sizes[-1] // 8 >= MIN_TIER:
+        sizes.append(sizes[-1] // 8)
+    sizes.reverse()
+    pairs = [(implicit.pass_probability(epsilon, t), k) for t, k in zip(thresholds, max_empty)]
+    limits = np.array(
+        [[_largest_served(k, p, size, implicit.truncation_bound(k, p, capacity)) for p, k in pairs] for size in sizes],
+        np.int64,
+    )
+    limits[-1] = [k for _, k in pairs]
+    return tuple(sizes), limits
