@@ -715,25 +715,26 @@ def test_cell_boxes_of_deep_cells_are_exact_powers_of_two_of_the_range():
 
 
 @pytest.mark.parametrize("d", [2, 5])
-def test_capacity_tiers_truncate_no_more_often_than_the_full_capacity(d):
-    """Each smaller capacity serves at most the empty cells whose truncation bound is within the
-    full capacity's at max_empty, the probability the ledger charges, and no more (tight); the
-    last tier is the full capacity and serves max_empty."""
-    from dpm_jax.synth.implicit import truncation_bound
+def test_capacity_tiers_stay_within_the_full_capacitys_sampler_error(d):
+    """Each smaller capacity serves at most the empty cells for which its sampler error (its draws'
+    geometric error plus its truncation bound) stays within the full capacity's at max_empty, which
+    the ledger charges, and no more (tight unless a larger tier's limit caps it); limits never shrink
+    from one tier to the next, and the last tier is the full capacity serving max_empty."""
+    from dpm_jax.synth.implicit import SKIP_BITS, WEIGHT_BITS, geometric_tv, ghost_tv, truncation_bound
 
     leaves = plan_synthesis(Budget(1.0, 1e-6), SynthConfig(), "kdtree", d).leaves
     capacities, limits = leaves.tiers
     assert len(capacities) >= 2 and capacities[-1] == leaves.capacity and list(capacities) == sorted(capacities)
     assert limits[-1].tolist() == list(leaves.max_empty)
+    per_draw = geometric_tv(SKIP_BITS) + geometric_tv(WEIGHT_BITS)
     for c, (t, k) in enumerate(zip(leaves.thresholds, leaves.max_empty)):
-        p, allowed = (
-            pass_probability(leaves.epsilon, t),
-            truncation_bound(k, pass_probability(leaves.epsilon, t), leaves.capacity),
-        )
+        p = pass_probability(leaves.epsilon, t)
+        charged = ghost_tv(k, p, leaves.capacity)
         assert list(limits[:, c]) == sorted(limits[:, c])
-        for size, limit in zip(capacities[:-1], limits[:-1, c]):
-            assert truncation_bound(int(limit), p, size) <= allowed
-            assert limit == k or truncation_bound(int(limit) + 1, p, size) > allowed
+        for i, (size, limit) in enumerate(zip(capacities[:-1], limits[:-1, c])):
+            assert size * per_draw + truncation_bound(int(limit), p, size) <= charged
+            next_error = size * per_draw + truncation_bound(int(limit) + 1, p, size)
+            assert limit in (k, limits[i + 1, c]) or next_error > charged * (1 - 1e-9)
 
 
 @pytest.mark.parametrize("method", ["kdtree", "privtree"])
@@ -789,3 +790,5 @@ def test_the_empty_cells_are_drawn_into_the_tier_of_the_released_bound():
     unbounded = jax.jit(leaves.draw)(key, counts, jnp.int32(7), choice)[2]
     full = skips(jax.random.fold_in(key, 1), skip_high[0], skip_low[0], leaves.capacity)
     np.testing.assert_array_equal(np.asarray(unbounded), np.asarray(full))
+    saturated = draw(key, counts, jnp.int32(7), choice, jnp.int32(2**31 - 1))[2]  # a bound that says nothing
+    np.testing.assert_array_equal(np.asarray(saturated), np.asarray(full))

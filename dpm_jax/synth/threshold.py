@@ -58,10 +58,13 @@ class ThresholdRelease(NamedTuple):
 
         Returns (capacities, limits): capacities ascending, ``capacity`` last, each an eighth of
         the next while at least :data:`MIN_TIER`; limits (tiers, candidates) int64, the largest
-        number of empty cells K <= max_empty for which tier i's truncation bound, P[Binomial(K, p)
-        > capacity_i], is at most the full capacity's at max_empty, which the ledger charges
-        (:attr:`sampler_delta`): so every tier is covered by the same line. The last tier serves
-        max_empty itself.
+        number of empty cells K <= max_empty for which tier i's part of the sampler error,
+        capacity_i draws' :func:`~dpm_jax.synth.implicit.geometric_tv` plus its truncation bound
+        P[Binomial(K, p) > capacity_i], is at most the full capacity's at max_empty
+        (:func:`~dpm_jax.synth.implicit.ghost_tv`), which the ledger charges (:attr:`sampler_delta`):
+        so every tier is covered by the same line. (A smaller tier truncates more often than the
+        full capacity would on the same data; the draws it does not make pay for that.) Limits
+        never shrink from one tier to the next; the last tier serves max_empty itself.
         """
         return _tiers(self.epsilon, self.thresholds, self.max_empty, self.capacity)
 
@@ -109,9 +112,10 @@ class ThresholdRelease(NamedTuple):
         *released* values (the KD-tree's: 2**h plus its number of splits). The empty cells are
         then drawn into the smallest of :attr:`tiers` that serves it (a ``lax.switch``: the run
         time follows released values only), padded to ``capacity`` with positions that do not
-        pass. Each tier draws the same law (i.i.d. gaps and counts) and truncates no more often
-        than the full capacity, so the ledger line is unchanged; only the bits a key gives
-        differ between tiers. Under ``jax.vmap`` every tier runs.
+        pass. Each tier draws the same law (i.i.d. gaps and counts), and its sampler error
+        (fewer draws, more truncation) stays within the full capacity's, so the ledger line is
+        unchanged; only the bits a key gives differ between tiers. A saturated bound takes the
+        last tier. Under ``jax.vmap`` every tier runs.
         """
         skip_high, skip_low, weight_high, weight_low = (jax.numpy.asarray(a) for a in self.tables())
         threshold = jax.numpy.asarray(np.asarray(self.thresholds, np.int32))[choice]
@@ -140,8 +144,9 @@ class ThresholdRelease(NamedTuple):
         else:  # the first tier whose limit holds the (released) bound; limits grow with the tier
             table = jax.numpy.asarray(np.minimum(limits[:-1], 2**31 - 1).astype(np.int32))
             tier = jax.numpy.sum(table[:, choice] < empty_bound, dtype=jax.numpy.int32)
+            tier = jax.numpy.where(empty_bound >= 2**31 - 1, len(capacities) - 1, tier)  # saturated: unknown
             positions, extra = jax.lax.switch(tier, [ghosts(size) for size in capacities])
-        passed = positions < num_empty.astype(jax.numpy.uint32)
+        passed = (positions < num_empty.astype(jax.numpy.uint32)) & (positions < implicit.SATURATED)
         return kept, weights, positions, passed, threshold + extra
 
     def entry(self) -> LedgerEntry:
@@ -168,9 +173,15 @@ def _tiers(epsilon: float, thresholds, max_empty, capacity: int) -> tuple[tuple[
         sizes.append(sizes[-1] // 8)
     sizes.reverse()
     pairs = [(implicit.pass_probability(epsilon, t), k) for t, k in zip(thresholds, max_empty)]
+    per_draw = implicit.geometric_tv(implicit.SKIP_BITS) + implicit.geometric_tv(implicit.WEIGHT_BITS)
+
+    def allowed(k: int, p: float, size: int) -> float:
+        # ghost_tv(k, p, capacity) - size * per_draw, a hair lower so that rounding cannot exceed it
+        return (implicit.truncation_bound(k, p, capacity) + (capacity - size) * per_draw) * (1.0 - 1e-9)
+
     limits = np.array(
-        [[_largest_served(k, p, size, implicit.truncation_bound(k, p, capacity)) for p, k in pairs] for size in sizes],
-        np.int64,
+        [[_largest_served(k, p, size, allowed(k, p, size)) for p, k in pairs] for size in sizes], np.int64
     )
     limits[-1] = [k for _, k in pairs]
+    limits = np.minimum.accumulate(limits[::-1], axis=0)[::-1]  # never shrinking (it only lowers limits)
     return tuple(sizes), limits
