@@ -317,6 +317,19 @@ def g3(num_keys: int) -> list[dict]:
     return rows
 
 
+def _first_and_warm(run, X, repeats: int) -> tuple[float, float]:
+    """Wall time of ``run``'s first call (key 0, compiling) and the median of ``repeats`` warm calls."""
+    start = time.perf_counter()
+    jax.block_until_ready(run(jax.random.key(0), X))
+    first = time.perf_counter() - start
+    times = []
+    for r in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(run(jax.random.key(r + 1), X))
+        times.append(time.perf_counter() - start)
+    return first, float(np.median(times))
+
+
 def speed(repeats: int = 3) -> list[dict]:
     """Warm wall time of synthesize (median of ``repeats``), 100k x 10 and 1M x 10, eps = 1."""
     rows = []
@@ -324,15 +337,8 @@ def speed(repeats: int = 3) -> list[dict]:
         X = mixture(n, 10, 30.0, seed=1)
         for method in ("grid", "kdtree", "privtree", "refine"):
             run = jax.jit(lambda k, x: synthesize(k, x, Budget(1.0, 1e-6), BALOG_BOUNDS, method=method))
-            start = time.perf_counter()
-            jax.block_until_ready(run(jax.random.key(0), X))
-            first = time.perf_counter() - start
-            times = []
-            for r in range(repeats):
-                start = time.perf_counter()
-                jax.block_until_ready(run(jax.random.key(r + 1), X))
-                times.append(time.perf_counter() - start)
-            rows.append(dict(n=n, d=10, method=method, first_call=round(first, 2), warm_median=float(np.median(times))))
+            first, warm = _first_and_warm(run, X, repeats)
+            rows.append(dict(n=n, d=10, method=method, first_call=round(first, 2), warm_median=warm))
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -348,12 +354,7 @@ def capacity(repeats: int = 3) -> list[dict]:
             for method in ("grid", "kdtree", "privtree", "refine"):
                 for config in (SynthConfig(), stated):
                     run = jax.jit(lambda k, x: synthesize(k, x, budget, (0.0, 16.0), method=method, config=config))
-                    jax.block_until_ready(run(jax.random.key(0), X))
-                    times = []
-                    for r in range(repeats):
-                        start = time.perf_counter()
-                        jax.block_until_ready(run(jax.random.key(r + 1), X))
-                        times.append(time.perf_counter() - start)
+                    _, warm = _first_and_warm(run, X, repeats)
                     leaves = plan_synthesis(budget, config, method, d).leaves
                     rows.append(
                         dict(
@@ -362,7 +363,7 @@ def capacity(repeats: int = 3) -> list[dict]:
                             method=method,
                             max_rows=config.max_rows,
                             leaf_capacity=leaves.capacity,
-                            warm_median=float(np.median(times)),
+                            warm_median=warm,
                         )
                     )
                     print(json.dumps(rows[-1]), flush=True)

@@ -182,8 +182,7 @@ def grow(
         empty_child, child_start = jnp.zeros((1, n), bool), jnp.zeros((1, n), jnp.uint32)
     alive, leaf_depth, _, _, num_splits = carry
     leaf_depth = jnp.where(alive, h + decisions, leaf_depth)
-    partition = _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions)
-    return partition._replace(num_splits=num_splits)
+    return _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions, num_splits)
 
 
 def empty_bound(h, num_splits: jax.Array) -> jax.Array:
@@ -194,7 +193,7 @@ def empty_bound(h, num_splits: jax.Array) -> jax.Array:
     ).astype(jnp.int32)
 
 
-def _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions) -> Partition:
+def _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions, num_splits) -> Partition:
     n = codes.shape[0]
     shift = (total - leaf_depth).astype(jnp.uint32)
     start = jnp.left_shift(jnp.right_shift(codes, shift), shift)
@@ -216,7 +215,7 @@ def _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_star
         child_start,
         child_depth,
         num_empty.astype(jnp.int32),
-        jnp.int32(0),
+        num_splits,
     )
 
 

@@ -123,7 +123,7 @@ class ThresholdRelease(NamedTuple):
         kept = ~exact.less(noisy, exact.from_int32(jax.numpy.full(counts.shape, threshold)))
         weights = exact.clip_to_int32(noisy, 0, 2**31 - 1)
         capacity = self.capacity
-        capacities, limits = self.tiers
+        capacities, limits = self.tiers if empty_bound is not None else ((capacity,), None)
 
         def ghosts(size: int):
             def run():
@@ -139,7 +139,7 @@ class ThresholdRelease(NamedTuple):
 
             return run
 
-        if empty_bound is None or len(capacities) == 1:
+        if len(capacities) == 1:
             positions, extra = ghosts(capacity)()
         else:  # the first tier whose limit holds the (released) bound; limits grow with the tier
             table = jax.numpy.asarray(np.minimum(limits[:-1], 2**31 - 1).astype(np.int32))
