@@ -593,6 +593,68 @@ MUTATIONS = (
         ("tests/test_synth.py::test_the_empty_cells_are_drawn_into_the_tier_of_the_released_bound",),
     ),
     Mutation(
+        "synth depth search: no noise on the threshold (rho = 0)",
+        "dpm_jax/synth/depth_search.py",
+        (
+            (
+                "rho = count_noise(jax.random.fold_in(key, 0), np.full((), self.part_epsilon))",
+                "rho = exact.from_int32(jnp.int32(0))",
+            ),
+        ),
+        ("tests/test_depth_search.py::test_the_search_is_the_sparse_vector_technique_on_its_own_stream",),
+    ),
+    Mutation(
+        "synth depth search: the queries' noise at twice the stated epsilon",
+        "dpm_jax/synth/depth_search.py",
+        (
+            (
+                "np.full(excess.shape, self.part_epsilon))",
+                "np.full(excess.shape, 2 * self.part_epsilon))",
+            ),
+        ),
+        ("tests/test_depth_search.py::test_the_search_is_the_sparse_vector_technique_on_its_own_stream",),
+    ),
+    Mutation(
+        "synth depth search: searched downwards from the rule's depth (the first candidate that stays above)",
+        "dpm_jax/synth/depth_search.py",
+        (
+            (
+                "        stop = jnp.min(jnp.where(below & queried, index, start + 1))\n"
+                "        return jnp.maximum(stop - 1, 0)\n",
+                "        return jnp.max(jnp.where(~below & queried, index, 0))\n",
+            ),
+        ),
+        ("tests/test_depth_search.py::test_the_search_is_the_sparse_vector_technique_on_its_own_stream",),
+    ),
+    Mutation(
+        "synth depth search: the excess mass without the leaf threshold (the count itself)",
+        "dpm_jax/synth/depth_search.py",
+        (
+            (
+                "jnp.sum(valid & (index - first < threshold), dtype=jnp.int32)",
+                "jnp.sum(valid & (index - first < 0), dtype=jnp.int32)",
+            ),
+        ),
+        ("tests/test_depth_search.py::test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells",),
+    ),
+    Mutation(
+        "synth depth search: a cell of depth h starts where h leading bits are shared (off by one)",
+        "dpm_jax/synth/depth_search.py",
+        (("starts = (index == 0) | (shared < depth)", "starts = (index == 0) | (shared <= depth)"),),
+        ("tests/test_depth_search.py::test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells",),
+    ),
+    Mutation(
+        "synth depth search: its noise drawn from the decisions' key (synth_tree fold 1)",
+        "dpm_jax/synth/api.py",
+        (
+            (
+                "choice = plan.search.draw(jax.random.fold_in(tree_key, 2),",
+                "choice = plan.search.draw(jax.random.fold_in(tree_key, 1),",
+            ),
+        ),
+        ("tests/test_depth_search.py::test_synthesize_takes_the_depth_the_search_draws_from_its_stream",),
+    ),
+    Mutation(
         "synth: the released arrays as long as the candidates (n + a constant) instead of max_cells",
         "dpm_jax/synth/api.py",
         (("    padding = rows - start.shape[0]\n", "    padding, rows = 0, start.shape[0]\n"),),
@@ -688,7 +750,7 @@ MUTATIONS = (
         "dpm_jax/synth/api.py",
         (
             ("order = jnp.lexsort((depth, start, ~valid))", "order = jnp.lexsort((~valid,))"),
-            ("heaviest = jnp.lexsort((depth, start, -weight, ~valid))[:rows]", "heaviest = jnp.arange(rows)"),
+            ("order = jnp.lexsort((depth, start, -weight, ~valid))[:rows]", "order = jnp.arange(rows)"),
         ),
         ("tests/test_synth.py::test_released_cells_are_in_code_order",),
     ),

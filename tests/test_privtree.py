@@ -233,7 +233,7 @@ def test_ledger_adds_up_and_names_the_privtree_line():
     budget = Budget(0.8, 1e-6)
     result = synthesize(jax.random.key(0), _blobs(), budget, bounds=BOUNDS, method="privtree")
     ledger = result.ledger
-    assert [e.name for e in ledger] == ["synth size", "synth decisions", "synth leaves"]
+    assert [e.name for e in ledger] == ["synth size", "synth depth", "synth decisions", "synth leaves"]
     assert budget.epsilon - 4e-16 * budget.epsilon <= math.fsum(e.epsilon for e in ledger) <= budget.epsilon
     assert math.fsum(e.delta for e in ledger) <= budget.delta
     assert math.fsum(e.delta for e in ledger) == pytest.approx(budget.delta, rel=1e-12)

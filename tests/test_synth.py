@@ -262,6 +262,18 @@ def test_bad_input_is_refused_before_any_work(kwargs, error):
         synthesize(jax.random.key(0), _blobs(10), Budget(1.0, 1e-6), **args)
 
 
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(search_share=0.0), "search_share must be in"),
+        (dict(size_share=0.3, search_share=0.4, tree_share=0.3), "must be below 1"),
+    ],
+)
+def test_shares_that_leave_the_leaves_nothing_are_refused(kwargs, error):
+    with pytest.raises(ValueError, match=error):
+        SynthConfig(**kwargs)
+
+
 def test_nan_input_is_refused_and_caller_data_untouched():
     X = _blobs(10)
     X[3, 1] = np.nan
@@ -722,7 +734,7 @@ def test_capacity_tiers_stay_within_the_full_capacitys_sampler_error(d):
     from one tier to the next, and the last tier is the full capacity serving max_empty."""
     from dpm_jax.synth.implicit import SKIP_BITS, WEIGHT_BITS, geometric_tv, ghost_tv, truncation_bound
 
-    leaves = plan_synthesis(Budget(1.0, 1e-6), SynthConfig(), "kdtree", d).leaves
+    leaves = plan_synthesis(Budget(0.01, 1e-6), SynthConfig(), "kdtree", d).leaves  # epsilon 1: one tier
     capacities, limits = leaves.tiers
     assert len(capacities) >= 2 and capacities[-1] == leaves.capacity and list(capacities) == sorted(capacities)
     assert limits[-1].tolist() == list(leaves.max_empty)
@@ -774,7 +786,7 @@ def test_the_empty_cells_are_drawn_into_the_tier_of_the_released_bound():
     empty cells (private: a tier chosen from it would draw other bits); with no bound, the full capacity."""
     from dpm_jax.synth.implicit import SATURATED, skip_positions
 
-    leaves = plan_synthesis(Budget(1.0, 1e-6), SynthConfig(), "kdtree", 5).leaves  # tiers 1,843 and 14,747
+    leaves = plan_synthesis(Budget(0.01, 1e-6), SynthConfig(), "kdtree", 5).leaves  # tiers 2,261 and 18,093
     capacities, limits = leaves.tiers
     key, counts, choice = jax.random.key(4), jnp.array([5, 0, 900], jnp.int32), jnp.int32(0)
     skip_high, skip_low, _, _ = leaves.tables()
@@ -792,3 +804,29 @@ def test_the_empty_cells_are_drawn_into_the_tier_of_the_released_bound():
     np.testing.assert_array_equal(np.asarray(unbounded), np.asarray(full))
     saturated = draw(key, counts, jnp.int32(7), choice, jnp.int32(2**31 - 1))[2]  # a bound that says nothing
     np.testing.assert_array_equal(np.asarray(saturated), np.asarray(full))
+
+
+def test_the_work_after_the_draw_runs_on_the_tiers_rows_and_gives_the_padded_result():
+    """``finish`` runs inside each tier's branch on that tier's rows (so the arrays after the draw are
+    sized by the tier, not the full capacity), and its result is what the padded draw would give."""
+    from dpm_jax.synth.implicit import SATURATED
+
+    leaves = plan_synthesis(Budget(0.01, 1e-6), SynthConfig(), "kdtree", 5).leaves  # tiers 2,261 and 18,093
+    capacities, limits = leaves.tiers
+    assert len(capacities) >= 2
+    key, counts, choice = jax.random.key(5), jnp.array([5, 0, 900], jnp.int32), jnp.int32(0)
+    seen = []
+
+    def finish(draw):  # any post-processing to a static shape: the passing ranks, sorted, first 8
+        seen.append(draw.positions.shape[0])
+        ranks = jnp.sort(jnp.where(draw.passed, draw.positions, SATURATED))[:8]
+        return ranks, jnp.sum(jnp.where(draw.passed, draw.ghost_weights, 0)), draw.weights
+
+    for tier in range(len(capacities)):
+        bound = jnp.int32(limits[tier - 1, 0] + 1 if tier else 1)
+        num_empty = jnp.int32(min(int(bound), 3000))
+        got = jax.jit(leaves.draw, static_argnums=5)(key, counts, num_empty, choice, bound, finish)
+        want = finish(leaves.draw(key, counts, num_empty, choice, bound))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert set(capacities) <= set(seen)  # every tier's branch was traced at its own size

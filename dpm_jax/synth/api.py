@@ -15,9 +15,10 @@ Methods:
   "dpm"     DPM's own release (:func:`dpm_jax.cluster`): its leaf boxes and noisy counts
             already describe the data; sampling from them is post-processing.
 
-Key path: ``derive_key(key, "synth_tree")`` folded with 0 (the size n~) and 1 (the
+Key path: ``derive_key(key, "synth_tree")`` folded with 0 (the size n~), 1 (the
 decisions: then with the decision row, then 0 or 1, :func:`dpm_jax.synth.kdtree.grow`;
-"refine": the coarse counts, folds 0, 1, 2 as the leaves');
+"refine": the coarse counts, folds 0, 1, 2 as the leaves') and 2 (the depth search: then
+0 for the threshold's noise, 1 for the queries', :mod:`dpm_jax.synth.depth_search`);
 ``derive_key(key, "synth_leaf")`` for the leaf counts (folds 0, 1, 2: the
 non-empty counts, the empty cells' skips, their conditioned counts).
 Neighbours differ by adding or removing one record (replace-one costs twice: docs/synthetic.md).
@@ -41,6 +42,7 @@ from dpm_jax.entry import entry_point
 from dpm_jax.synth.from_dpm import synthesize_from_cluster
 from dpm_jax.synth.result import SynthResult, sample_boxes
 from dpm_jax.synth.cells import cell_boxes, cell_codes
+from dpm_jax.synth.depth_search import excess_mass
 from dpm_jax.synth.kdtree import empty_bound, empty_cell_at, grow
 from dpm_jax.synth.refine import refine
 from dpm_jax.synth.plan import METHODS, SynthConfig, SynthPlan, depth_choice, plan_synthesis
@@ -127,40 +129,61 @@ def _prepare(key, points, mask, budget: Budget, *, method: str, config: SynthCon
 @functools.partial(jax.jit, static_argnames=("plan", "rows"))
 def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan, rows: int) -> dict:
     tree_key, leaf_key = keys.derive_key(key, keys.SYNTH_TREE), keys.derive_key(key, keys.SYNTH_LEAF)
-    choice = jnp.int32(0)
-    if plan.size is not None:
-        noisy = plan.size.draw(jax.random.fold_in(tree_key, 0), jnp.sum(mask, dtype=jnp.int32))
-        choice = depth_choice(plan, exact.to_float32(noisy))
-    h = jnp.asarray(plan.depths, jnp.int32)[choice]
     total = plan.total_depth
     codes = cell_codes(points, lower, upper, total)
     order = jnp.lexsort((codes, ~mask))
     codes, valid = codes[order], mask[order]
     decision_key = jax.random.fold_in(tree_key, 1)
+    # "refine": the grid's counts are the coarse release (synth_tree, fold 1), its children's the leaves'
+    first, first_key = (plan.leaves, leaf_key) if plan.coarse is None else (plan.coarse, decision_key)
+    choice = jnp.int32(0)
+    if plan.size is not None:  # the rule's depth from n~, lowered by the search where its cells are too thin
+        noisy = exact.to_float32(plan.size.draw(jax.random.fold_in(tree_key, 0), jnp.sum(mask, dtype=jnp.int32)))
+        excess = excess_mass(codes, valid, total, plan.depths, first.thresholds)
+        choice = plan.search.draw(jax.random.fold_in(tree_key, 2), excess, depth_choice(plan, noisy), noisy)
+    h = jnp.asarray(plan.depths, jnp.int32)[choice]
     partition = grow(
         codes, valid, h, plan.num_decisions, total, decision_key, plan.decisions, plan.tau, plan.bias, plan.floor
     )
-    # "refine": the grid's counts are the coarse release (synth_tree, fold 1), its children's the leaves'
-    first, first_key = (plan.leaves, leaf_key) if plan.coarse is None else (plan.coarse, decision_key)
-    kept, weights, positions, passed, ghost_weights = first.draw(
-        first_key, partition.count, partition.num_empty, choice, empty_bound(h, partition.num_splits)
-    )
-    kept = kept & (jnp.arange(codes.shape[0]) < partition.num_leaves)
-    ghost_start, ghost_depth = empty_cell_at(positions, partition, h, total)
-    cells = (
-        jnp.concatenate([partition.start, ghost_start]),
-        jnp.concatenate([partition.depth, ghost_depth]),
-        jnp.concatenate([weights, ghost_weights]),
-        jnp.concatenate([kept, passed]),
-    )
-    if plan.coarse is not None:
-        cells = refine(codes, valid, *cells[:1], *cells[2:], h, plan.refine_bits, total, leaf_key, plan.leaves)
-    return released_cells(*cells, lower, upper, total, rows)
+
+    def cells_of(draw) -> tuple:
+        """(start, depth, weight, released) of the leaves then the empty cells drawn, and how many passed."""
+        kept = draw.kept & (jnp.arange(codes.shape[0]) < partition.num_leaves)
+        ghost_start, ghost_depth = empty_cell_at(draw.positions, partition, h, total)
+        ghosts = (ghost_start, ghost_depth, draw.ghost_weights, draw.passed)
+        passed = jnp.sum(kept, dtype=jnp.int32) + jnp.sum(draw.passed, dtype=jnp.int32)
+        if plan.coarse is None:  # only the heaviest rows can be kept: the tier's branch returns those (static)
+            ghosts = heaviest(*ghosts, rows)
+        leaves = (partition.start, partition.depth, draw.weights, kept)
+        return tuple(jnp.concatenate(pair) for pair in zip(leaves, ghosts)), passed
+
+    bound = empty_bound(h, partition.num_splits)
+    if plan.coarse is None:  # the work after the draw runs on the tier's rows (ThresholdRelease.draw)
+        cells, passed = first.draw(first_key, partition.count, partition.num_empty, choice, bound, cells_of)
+        return released_cells(*cells, lower, upper, total, rows, passed)
+
+    def refined(draw) -> dict:
+        (start, _, weight, released), _ = cells_of(draw)
+        cells = refine(codes, valid, start, weight, released, h, plan.refine_bits, total, leaf_key, plan.leaves)
+        return released_cells(*cells, lower, upper, total, rows, jnp.sum(cells[3], dtype=jnp.int32))
+
+    return first.draw(first_key, partition.count, partition.num_empty, choice, bound, refined)
 
 
-def released_cells(start, depth, weight, valid, lower, upper, total, rows: int) -> dict:
+def heaviest(start, depth, weight, valid, rows: int) -> tuple:
+    """The ``rows`` heaviest released cells (released first, then by weight, code and depth), padded with
+    empty rows to ``rows``: a function of the released cells alone."""
+    padding = rows - start.shape[0]
+    if padding > 0:  # fewer candidates than rows: empty rows (a static shape)
+        pad = lambda a: jnp.concatenate([a, jnp.zeros(padding, a.dtype)])  # noqa: E731
+        start, depth, weight, valid = pad(start), pad(depth), pad(weight), pad(valid)
+    order = jnp.lexsort((depth, start, -weight, ~valid))[:rows]
+    return start[order], depth[order], weight[order], valid[order]
+
+
+def released_cells(start, depth, weight, valid, lower, upper, total, rows: int, num_released) -> dict:
     """The released cells as ``rows`` rows (public), in a canonical order (by code; padding last),
-    and ``released``, how many passed (DP, before any are cut).
+    and ``released`` = ``num_released``, how many passed (DP, before any are cut).
 
     Every output is a function of the released cells alone (their codes, depths, noisy weights):
     * the candidates' order (non-empty cells first) must not show which cells held data;
@@ -169,13 +192,7 @@ def released_cells(start, depth, weight, valid, lower, upper, total, rows: int) 
     * a row that is not released holds no box (NaN, like its centre): a candidate below the
       threshold is still an occupied cell.
     """
-    num_released = jnp.sum(valid, dtype=jnp.int32)
-    padding = rows - start.shape[0]
-    if padding > 0:  # fewer candidates than rows: empty rows (a static shape)
-        pad = lambda a: jnp.concatenate([a, jnp.zeros(padding, a.dtype)])
-        start, depth, weight, valid = pad(start), pad(depth), pad(weight), pad(valid)
-    heaviest = jnp.lexsort((depth, start, -weight, ~valid))[:rows]
-    start, depth, weight, valid = start[heaviest], depth[heaviest], weight[heaviest], valid[heaviest]
+    start, depth, weight, valid = heaviest(start, depth, weight, valid, rows)
     order = jnp.lexsort((depth, start, ~valid))
     start, depth, weight, valid = start[order], depth[order], weight[order], valid[order]
     low, high = cell_boxes(start, depth, lower, upper, total)

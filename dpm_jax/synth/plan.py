@@ -8,13 +8,19 @@ between the tree and the leaf counts, nor t, tau, s1, s2 for its experiments. Ch
   follows n~ epsilon (:func:`depth_choice`): c (n~ epsilon_leaf)^(1 / (d + 2)) cells per
   axis, the rate at which a histogram's rounding error and its noise balance (a fixed
   s2 saturates as n epsilon grows). c = 7 was fitted on the mixtures of Balog et al. in
-  d = 2 and 5 (benchmarks/synth_kdtree.py, docs/synthetic.md). A fixed depth (``levels``)
-  skips that count.
+  d = 2 and 5 (benchmarks/synth_kdtree.py, docs/synthetic.md), which fill a small part of
+  their box; ``search_share`` buys the depth search (:mod:`dpm_jax.synth.depth_search`),
+  which lowers that depth where its cells would hold too little of the data (data that fill
+  their box). A fixed depth (``levels``) skips both.
 * The leaf threshold t is the smallest integer with J P[Z >= t] <= 1 for J public
   cells: about one empty cell passes on average (Theorem 5's t = 8 log(1/delta) / epsilon
   is the high-probability version and drops far more of the data).
 * KD-tree: ``tree_share`` of epsilon for the decisions, D = ``decisions`` levels, tau
   from Lemma 10 with what the samplers leave of delta (:func:`dpm_jax.synth.kdtree.decision_threshold`).
+  Its leaf threshold counts 2**h + 2 D n / tau candidate empty leaves, as PrivTree's below (with
+  tau for theta). (It counted 2**h (D + 1), which at a coarse h is far fewer than the empty
+  children D n_max can be: a low threshold there made the empty-cell capacity, which must
+  serve max_empty, 13 times as large once the depth search reached coarse depths.)
 * PrivTree: ``tree_share`` of epsilon and what the samplers leave of delta for the decisions
   (:func:`dpm_jax.synth.privtree.calibrate`), D = ``decisions`` levels at most (default 2 d,
   within the 31-bit codes), the bias crossing the clamp gap in ``gap_levels`` levels. Its leaf
@@ -42,6 +48,7 @@ from dpm_jax.exact import MAX_POINTS
 from dpm_jax.ledger import Ledger
 from dpm_jax.releases import CountRelease, at_most, ledger_of, split_budget
 from dpm_jax.synth.cells import MAX_DEPTH
+from dpm_jax.synth.depth_search import DepthSearch
 from dpm_jax.synth.implicit import pass_probability
 from dpm_jax.synth.kdtree import decision_threshold, lemma10_delta
 from dpm_jax.synth.privtree import PrivTreeRelease, calibrate
@@ -57,8 +64,10 @@ REFINE_CELLS_PER_AXIS = 10.0  # "refine": c of its children's depth, chosen on k
 DEFAULT_MAX_ROWS = 2**24
 # SynthConfig.max_cells: the length of the released arrays (a public number; the heaviest cells are kept
 # past it, with a warning). The largest release of benchmarks/synth_kdtree.py (Figures 3 and 4, App. G.3)
-# holds 2,784 cells, its 10^6 x 10 speed runs 317-518; a row costs 3 d + 2 numbers in the result.
-DEFAULT_MAX_CELLS = 2**12
+# holds 2,784 cells; data that fill their box release about 0.8 n epsilon / ln(cells) cells at the
+# depth search's depth (6,200 at n = 100,000, epsilon 1, d = 2: benchmarks/synth_fill.py); a row costs
+# 3 d + 2 numbers in the result.
+DEFAULT_MAX_CELLS = 2**14
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +77,9 @@ class SynthConfig:
     levels: data-independent depth h (grid: 2**h cells), or None for the n~ epsilon rule.
     decisions: KD-tree levels decided by noisy counts (D); None: d (one halving per axis);
       PrivTree: the public maximum of decision levels, None: 2 d (at most 31 - 2 d).
-    size_share, tree_share: parts of epsilon for n~ and for the tree's decisions.
+    size_share, search_share, tree_share: parts of epsilon for n~, for the depth search
+      (:mod:`dpm_jax.synth.depth_search`: the rule's depth lowered where its cells would hold too
+      little of the data) and for the tree's decisions.
     cells_per_axis: the rule's c: 2**(h / d) = c (n~ epsilon_leaf)^(1 / (d + 2)); None: 7, and
       10 for "refine" (whose rule depth is its children's: docs/synthetic.md measures both).
     gap_levels: PrivTree's m: the bias per level is ceil(kappa / m) (dpm_jax.synth.privtree).
@@ -85,7 +96,8 @@ class SynthConfig:
 
     levels: int | None = None
     decisions: int | None = None
-    size_share: float = 0.05
+    size_share: float = 0.04
+    search_share: float = 0.01
     tree_share: float = 0.3
     cells_per_axis: float | None = None
     gap_levels: int = 2
@@ -98,10 +110,15 @@ class SynthConfig:
             raise ValueError(f"levels must be an integer in [0, 30] or None, got {self.levels!r}")
         if self.decisions is not None and not (isinstance(self.decisions, int) and 1 <= self.decisions <= 30):
             raise ValueError(f"decisions must be an integer in [1, 30] or None, got {self.decisions!r}")
-        for name in ("size_share", "tree_share", "coarse_share"):
+        for name in ("size_share", "search_share", "tree_share", "coarse_share"):
             value = getattr(self, name)
             if not 0 < value < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+        if not self.size_share + self.search_share + self.tree_share < 1:
+            raise ValueError(
+                "size_share + search_share + tree_share must be below 1 (the rest is the leaves'), got "
+                f"{self.size_share + self.search_share + self.tree_share!r}"
+            )
         if not (isinstance(self.gap_levels, int) and 1 <= self.gap_levels <= 64):
             raise ValueError(f"gap_levels must be an integer in [1, 64], got {self.gap_levels!r}")
         if self.cells_per_axis is not None and not self.cells_per_axis > 0:
@@ -127,11 +144,13 @@ class SynthPlan(NamedTuple):
     bias: int = 0  # PrivTree: per decision level
     floor: int = 0  # PrivTree: theta - kappa
     coarse: ThresholdRelease | None = None  # refine: the coarse grid's counts (then leaves: the children's)
+    search: DepthSearch | None = None  # the depth search (None with a fixed depth)
     refine_bits: int = 0  # refine: k, the children's depth below the coarse cells
 
     @property
     def ledger(self) -> Ledger:
-        return ledger_of([r for r in (self.size, self.decisions, self.coarse, self.leaves) if r is not None])
+        releases = (self.size, self.search, self.decisions, self.coarse, self.leaves)
+        return ledger_of([r for r in releases if r is not None])
 
 
 def _depth_range(d: int, decisions: int, levels: int | None) -> tuple[int, ...]:
@@ -140,7 +159,7 @@ def _depth_range(d: int, decisions: int, levels: int | None) -> tuple[int, ...]:
         if levels > top:
             raise ValueError(f"levels {levels} + decisions {decisions} exceed the {MAX_DEPTH}-bit cell codes")
         return (levels,)
-    return tuple(range(min(2 * d, top), top + 1))
+    return tuple(range(0, top + 1))  # the depth search may go down to one cell
 
 
 def _threshold(epsilon: float, cells: int) -> int:
@@ -170,19 +189,21 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
     if method == "refine":
         return _plan_refine(budget, config, d, n_max)
     depths = _depth_range(d, decisions, config.levels)
-    size_share = 0.0 if config.levels is not None else config.size_share
+    size_share, search_share = _rule_shares(config)
     tree_share = config.tree_share if decisions else 0.0
-    shares = [s for s in (size_share, tree_share) if s] + [1.0 - size_share - tree_share]
+    shares = [s for s in (size_share, search_share, tree_share) if s] + [1.0 - size_share - search_share - tree_share]
     parts = list(split_budget(budget.epsilon, shares))
-    size = CountRelease("synth size", parts.pop(0), keys.SYNTH_TREE, rows="size") if size_share else None
+    size, search = _rule_releases(parts, size_share, len(depths))
     tree_epsilon = parts.pop(0) if decisions else 0.0
     leaf_epsilon = parts.pop(0)
-    size_delta = size.entry().delta if size else 0.0
-    if method == "privtree":  # a provisional theta for the threshold heuristic (public numbers)
-        theta = calibrate("", "", tree_epsilon, 0.5 * budget.delta, decisions, config.gap_levels).theta
-        cells = [2**h + 2 * decisions * (n_max // theta) for h in depths]
-    else:
-        cells = [2**h * (decisions + 1) for h in depths]
+    size_delta = (size.entry().delta + search.entry().delta) if size else 0.0
+    # a provisional split threshold (public numbers) for the leaf threshold's heuristic: a split needs
+    # about that many points, so a level splits at most n_max / threshold cells
+    if method == "privtree":
+        split_at = calibrate("", "", tree_epsilon, 0.5 * budget.delta, decisions, config.gap_levels).theta
+    elif decisions:
+        split_at = decision_threshold(max(depths), decisions, n_max, tree_epsilon, 0.5 * budget.delta)
+    cells = [2**h + (2 * decisions * (n_max // split_at) if decisions else 0) for h in depths]
     leaves = ThresholdRelease(
         "synth leaves",
         leaf_epsilon,
@@ -223,6 +244,7 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
         d,
         bias,
         floor,
+        search=search,
     )
 
 
@@ -235,14 +257,14 @@ def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> Syn
     """
     k = d
     depths = _depth_range(d, k, config.levels)
-    size_share = 0.0 if config.levels is not None else config.size_share
-    leaf_share = 1.0 - size_share
-    shares = [s for s in (size_share,) if s] + [
+    size_share, search_share = _rule_shares(config)
+    leaf_share = 1.0 - size_share - search_share
+    shares = [s for s in (size_share, search_share) if s] + [
         leaf_share * config.coarse_share,
         leaf_share * (1 - config.coarse_share),
     ]
     parts = list(split_budget(budget.epsilon, shares))
-    size = CountRelease("synth size", parts.pop(0), keys.SYNTH_TREE, rows="size") if size_share else None
+    size, search = _rule_releases(parts, size_share, len(depths))
     coarse_epsilon, child_epsilon = parts
     coarse = _cell_counts(
         "synth coarse", coarse_epsilon, keys.SYNTH_TREE, depths, "one count per cell of the coarse grid"
@@ -252,7 +274,7 @@ def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> Syn
     top = min(30, max(k, math.ceil(math.log2((n_max + coarse.capacity) * 2**k))))
     rule = f"one count per child (2**{k}) of a released coarse cell"
     leaves = _cell_counts("synth leaves", child_epsilon, keys.SYNTH_LEAF, range(k, top + 1), rule)
-    spent = [size.entry().delta if size else 0.0, coarse.sampler_delta, leaves.sampler_delta]
+    spent = [(size.entry().delta + search.entry().delta) if size else 0.0, coarse.sampler_delta, leaves.sampler_delta]
     if math.fsum(spent) > budget.delta:
         raise ValueError(f"delta {budget.delta:.3g} cannot pay for the samplers ({math.fsum(spent):.3g})")
     return SynthPlan(
@@ -267,7 +289,21 @@ def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> Syn
         d,
         coarse=coarse,
         refine_bits=k,
+        search=search,
     )
+
+
+def _rule_shares(config: SynthConfig) -> tuple[float, float]:
+    """The shares of n~ and of the depth search: none with a fixed depth."""
+    return (0.0, 0.0) if config.levels is not None else (config.size_share, config.search_share)
+
+
+def _rule_releases(parts: list, size_share: float, candidates: int):
+    """n~ and the depth search from the front of ``parts`` (taken off it), or (None, None)."""
+    if not size_share:
+        return None, None
+    size = CountRelease("synth size", parts.pop(0), keys.SYNTH_TREE, rows="size")
+    return size, DepthSearch("synth depth", parts.pop(0), keys.SYNTH_TREE, candidates)
 
 
 def _cell_counts(name: str, epsilon: float, stream: str, exponents, rule: str) -> ThresholdRelease:

@@ -4,8 +4,9 @@ drawn implicitly (Algorithm 5, :mod:`dpm_jax.synth.implicit`)."""
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -16,9 +17,29 @@ from dpm_jax.mechanisms import add_count_noise, count_noise, count_sampler_tv
 from dpm_jax.releases import ledger_line
 from dpm_jax.synth import implicit
 
-__all__ = ["ThresholdRelease"]
+__all__ = ["ThresholdRelease", "ThresholdDraw"]
 
 MIN_TIER = 512  # the smallest capacity worth a branch of its own (drawing 512 gaps costs little)
+
+
+class ThresholdDraw(NamedTuple):
+    """One draw of a :class:`ThresholdRelease`: the non-empty cells' rows, then the empty cells'."""
+
+    kept: jax.Array  # (cells,) bool: the non-empty cells whose noisy count reaches the threshold
+    weights: jax.Array  # (cells,) int32: their noisy counts (clipped to [0, 2**31 - 1])
+    positions: jax.Array  # (size,) uint32: ranks of passing empty cells among num_empty, public order
+    passed: jax.Array  # (size,) bool: the real ones (rank below num_empty)
+    ghost_weights: jax.Array  # (size,) int32: their noisy counts t + G
+
+
+def _padded(capacity: int, draw: ThresholdDraw) -> ThresholdDraw:
+    """The empty cells' rows padded to ``capacity`` with positions that never pass."""
+    pad = capacity - draw.positions.shape[0]
+    return draw._replace(
+        positions=jax.numpy.concatenate([draw.positions, jax.numpy.full(pad, implicit.SATURATED)]),
+        passed=jax.numpy.concatenate([draw.passed, jax.numpy.zeros(pad, bool)]),
+        ghost_weights=jax.numpy.concatenate([draw.ghost_weights, jax.numpy.zeros(pad, draw.ghost_weights.dtype)]),
+    )
 
 
 class ThresholdRelease(NamedTuple):
@@ -99,55 +120,57 @@ class ThresholdRelease(NamedTuple):
             weight.low,
         )
 
-    def draw(self, key: jax.Array, counts: jax.Array, num_empty: jax.Array, choice: jax.Array, empty_bound=None):
-        """Noisy counts of the non-empty cells and the implicit empty ones.
-
-        Returns (kept, weights, positions, passed, ghost_weights): ``kept`` marks the
-        non-empty cells whose noisy count (``weights``, int32) reaches the threshold;
-        ``positions`` (capacity,) are the ranks of the passing empty cells among the
-        ``num_empty`` in the caller's public order, ``passed`` marks the real ones and
-        ``ghost_weights`` are their noisy counts t + G.
+    def draw(
+        self,
+        key: jax.Array,
+        counts: jax.Array,
+        num_empty: jax.Array,
+        choice: jax.Array,
+        empty_bound: jax.Array | None = None,
+        finish: Callable[[ThresholdDraw], Any] | None = None,
+    ):
+        """Noisy counts of the non-empty cells and the implicit empty ones: a :class:`ThresholdDraw`
+        (``finish`` applied to it when given).
 
         ``empty_bound`` (optional, int32): a bound on ``num_empty`` that is a function of
         *released* values (the KD-tree's: 2**h plus its number of splits). The empty cells are
         then drawn into the smallest of :attr:`tiers` that serves it (a ``lax.switch``: the run
-        time follows released values only), padded to ``capacity`` with positions that do not
-        pass. Each tier draws the same law (i.i.d. gaps and counts), and its sampler error
-        (fewer draws, more truncation) stays within the full capacity's, so the ledger line is
-        unchanged; only the bits a key gives differ between tiers. A saturated bound takes the
-        last tier. Under ``jax.vmap`` every tier runs.
+        time follows released values only). Each tier draws the same law (i.i.d. gaps and
+        counts), and its sampler error (fewer draws, more truncation) stays within the full
+        capacity's, so the ledger line is unchanged; only the bits a key gives differ between
+        tiers. A saturated bound takes the last tier. Under ``jax.vmap`` every tier runs.
+
+        ``finish`` (post-processing of the draw into arrays of one static shape) runs inside the
+        tier's branch, on the tier's ``capacity_i`` empty-cell rows, so the work after the draw is
+        sized by the tier too. Without it the draw is padded to :attr:`capacity` with positions
+        that never pass.
         """
         skip_high, skip_low, weight_high, weight_low = (jax.numpy.asarray(a) for a in self.tables())
         threshold = jax.numpy.asarray(np.asarray(self.thresholds, np.int32))[choice]
         noisy = add_count_noise(counts, count_noise(jax.random.fold_in(key, 0), np.full(counts.shape, self.epsilon)))
         kept = ~exact.less(noisy, exact.from_int32(jax.numpy.full(counts.shape, threshold)))
         weights = exact.clip_to_int32(noisy, 0, 2**31 - 1)
-        capacity = self.capacity
-        capacities, limits = self.tiers if empty_bound is not None else ((capacity,), None)
+        finish = finish or functools.partial(_padded, self.capacity)
+        capacities, limits = self.tiers if empty_bound is not None else ((self.capacity,), None)
 
-        def ghosts(size: int):
+        def tier_draw(size: int):
             def run():
                 positions = implicit.skip_positions(
                     jax.random.fold_in(key, 1), skip_high[choice], skip_low[choice], size
                 )
                 extra, _ = implicit.draw_geometric(jax.random.fold_in(key, 2), weight_high, weight_low, (size,))
-                pad = capacity - size
-                return (
-                    jax.numpy.concatenate([positions, jax.numpy.full(pad, implicit.SATURATED)]),
-                    jax.numpy.concatenate([extra, jax.numpy.zeros(pad, extra.dtype)]),
-                )
+                passed = (positions < num_empty.astype(jax.numpy.uint32)) & (positions < implicit.SATURATED)
+                return finish(ThresholdDraw(kept, weights, positions, passed, threshold + extra))
 
             return run
 
         if len(capacities) == 1:
-            positions, extra = ghosts(capacity)()
-        else:  # the first tier whose limit holds the (released) bound; limits grow with the tier
-            table = jax.numpy.asarray(np.minimum(limits[:-1], 2**31 - 1).astype(np.int32))
-            tier = jax.numpy.sum(table[:, choice] < empty_bound, dtype=jax.numpy.int32)
-            tier = jax.numpy.where(empty_bound >= 2**31 - 1, len(capacities) - 1, tier)  # saturated: unknown
-            positions, extra = jax.lax.switch(tier, [ghosts(size) for size in capacities])
-        passed = (positions < num_empty.astype(jax.numpy.uint32)) & (positions < implicit.SATURATED)
-        return kept, weights, positions, passed, threshold + extra
+            return tier_draw(self.capacity)()
+        # the first tier whose limit holds the (released) bound; limits grow with the tier
+        table = jax.numpy.asarray(np.minimum(limits[:-1], 2**31 - 1).astype(np.int32))
+        tier = jax.numpy.sum(table[:, choice] < empty_bound, dtype=jax.numpy.int32)
+        tier = jax.numpy.where(empty_bound >= 2**31 - 1, len(capacities) - 1, tier)  # saturated: unknown
+        return jax.lax.switch(tier, [tier_draw(size) for size in capacities])
 
     def entry(self) -> LedgerEntry:
         rule = f"L1: {self.rule}; thresholds {self.thresholds}"

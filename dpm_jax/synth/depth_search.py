@@ -1,0 +1,132 @@
+"""The depth of a synthesis's partition, lowered privately where the rule's cells would be too thin.
+
+Not in "Differentially Private Synthetic Data Using KD-Trees": the paper's s1, s2 (and the
+n~ epsilon rule that replaces them here, :func:`dpm_jax.synth.plan.depth_choice`) fix the
+resolution from n epsilon alone. How fine the cells may be also depends on how much of the
+public box the data fill, which nothing public says: the rule's constant was fitted on Balog
+et al.'s mixtures, which fill a small part of their box, and on data that fill theirs (uniform
+or standardised columns in d = 5) it picks cells so thin that none reaches the leaf threshold
+and nothing is released (benchmarks/synth_kdtree.py, ``--only fill``).
+
+The search lowers the depth privately. For candidate depth h_i with leaf threshold t_i, the
+*excess mass* E_i = sum over the cells of depth h_i of (count - t_i)_+ says how much of the data
+sits above the threshold (about what the leaves can release); it shrinks as the cells get
+finer. From the coarsest candidate up to the rule's, the sparse vector technique stops at the
+first i whose noisy E_i falls below T = ``fraction`` n~ - ``margin`` / epsilon_1 (n~ released
+earlier) and takes the candidate before it (the coarsest if i = 0; the rule's if none falls
+below). The margin, in noise scales, keeps the noise from lowering the rule's depth on data whose
+excess is above fraction n~: each such query stops the search with probability below
+0.5 e^-6 (1 + 3) = 0.01. Where T <= 0 (n~ epsilon too small for the search to tell anything) the
+rule's depth stands. Searching upwards
+puts the queries far above T first, where the noise rarely stops the search: from the rule's
+depth downwards, every candidate with E_i near 0 (the thin cells the search exists to avoid)
+would be a chance to stop at the wrong end.
+
+Privacy (Lyu, Su and Li, "Understanding the Sparse Vector Technique for Differential Privacy",
+VLDB 2017, Algorithm 1 with c = 1 and monotonic queries): adding a record raises one cell's
+count per depth by one, so every E_i rises by 0 or 1; removing one lowers each by 0 or 1 (L-inf
+sensitivity 1, all in one direction). The queries are -E_i against -T: with rho ~ DLap(epsilon_1)
+on the threshold and nu_i ~ DLap(epsilon_2) on each query (P(Z = k) ∝ e^(-epsilon |k|)), the
+stopping index is (epsilon_1 + epsilon_2, 0)-DP: where the queries rise by up to one, shift rho
+and nu_k by +1 (every earlier query stays below, the k-th still reaches the threshold); where they
+fall, shift nu_k by +1 alone. The chosen depth is a function of the stopping index. The
+shifts are integers, so the discrete Laplace's ratio is exactly e^epsilon per unit. The
+samplers' error (1 + L draws, :func:`dpm_jax.mechanisms.count_sampler_tv` each) is charged as
+delta = tv (1 + e^epsilon). The comparison is in exact integers (:mod:`dpm_jax.exact`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpm_jax import exact
+from dpm_jax.ledger import LedgerEntry
+from dpm_jax.mechanisms import count_noise, count_sampler_tv, tv_delta
+from dpm_jax.releases import ledger_line
+
+__all__ = ["DepthSearch", "excess_mass", "SEARCH_FRACTION", "SEARCH_MARGIN"]
+
+# T = SEARCH_FRACTION n~ - SEARCH_MARGIN noise scales: the rule's depth stands where at least a fifth of
+# the data sits above the threshold. On Balog et al.'s mixtures the rule's depths hold 0.34-0.92 of n
+# (docs/synthetic.md), so the search keeps them; with the margin, also at epsilon 0.01.
+SEARCH_FRACTION = 0.2
+SEARCH_MARGIN = 6.0
+
+
+def excess_mass(codes: jax.Array, valid: jax.Array, total: int, depths, thresholds) -> jax.Array:
+    """(L,) int32 E_i = sum over the cells of depth ``depths[i]`` of (count - ``thresholds[i]``)_+,
+    thresholds >= 0 (the leaves' are >= 1).
+
+    ``codes`` (n,) sorted cell codes of ``total`` bits, valid points first. NOT differentially
+    private (exact counts): :class:`DepthSearch` releases a function of it.
+
+    Without a segment sum per depth: E = (valid points) - (valid points whose rank in their cell
+    is below t), since sum (c - t)_+ = sum c - sum min(c, t). A point starts a cell of depth h when
+    its code and the previous one share fewer than h leading bits, so one count of shared leading
+    bits serves every depth, and each depth costs one running maximum.
+    """
+    n = codes.shape[0]
+    shared = jax.lax.clz(jnp.bitwise_xor(codes, jnp.roll(codes, 1))).astype(jnp.int32) - (32 - total)
+    index = jnp.arange(n, dtype=jnp.int32)
+    points = jnp.sum(valid, dtype=jnp.int32)
+
+    def one(pair):
+        depth, threshold = pair
+        starts = (index == 0) | (shared < depth)
+        first = jax.lax.cummax(jnp.where(starts, index, 0))  # the index of the point's cell's first point
+        return points - jnp.sum(valid & (index - first < threshold), dtype=jnp.int32)
+
+    pairs = (jnp.asarray(np.asarray(depths, np.int32)), jnp.asarray(np.asarray(thresholds, np.int32)))
+    return jax.lax.map(one, pairs)
+
+
+class DepthSearch(NamedTuple):
+    """The sparse vector technique over the candidates' excess mass (module docstring).
+
+    ``epsilon`` is split equally between the threshold's noise and the queries'; ``candidates``
+    (L) is the number of depths the plan lists.
+    """
+
+    name: str
+    epsilon: float
+    stream: str
+    candidates: int
+    fraction: float = SEARCH_FRACTION
+    margin: float = SEARCH_MARGIN
+    rows: str = "depth search"
+    level: int | None = None
+    rule: str = "excess mass per candidate depth, monotone (sparse vector technique)"
+
+    @property
+    def part_epsilon(self) -> float:
+        """epsilon_1 = epsilon_2: the threshold's and each query's discrete Laplace parameter."""
+        return self.epsilon / 2.0
+
+    @property
+    def sampler_delta(self) -> float:
+        return tv_delta((1 + self.candidates) * count_sampler_tv(self.part_epsilon), self.epsilon)
+
+    def draw(self, key: jax.Array, excess: jax.Array, start: jax.Array, noisy_size: jax.Array) -> jax.Array:
+        """The chosen index: i - 1 for the first i <= ``start`` with E_i + nu_i < T + rho (0 if i = 0),
+        ``start`` if there is none or if T <= 0.
+
+        ``excess`` (L,) int32 from :func:`excess_mass`; ``start`` the rule's index and
+        ``noisy_size`` (float32) n~, both released earlier.
+        """
+        size = noisy_size * np.float32(self.fraction) - np.float32(self.margin / self.part_epsilon)
+        target = jnp.clip(jnp.floor(size), 0.0, 2.0**30).astype(jnp.int32)  # public: from n~ alone
+        rho = count_noise(jax.random.fold_in(key, 0), np.full((), self.part_epsilon))
+        nu = count_noise(jax.random.fold_in(key, 1), np.full(excess.shape, self.part_epsilon))
+        raised = exact.add(exact.from_int32(jnp.broadcast_to(target, excess.shape)), rho)
+        below = exact.less(exact.add(exact.from_int32(excess), nu), raised)
+        index = jnp.arange(excess.shape[0], dtype=jnp.int32)
+        queried = (index <= start) & (target > 0)  # T <= 0: no query, the rule's depth
+        stop = jnp.min(jnp.where(below & queried, index, start + 1))
+        return jnp.maximum(stop - 1, 0)
+
+    def entry(self) -> LedgerEntry:
+        return ledger_line(self, "sparse_vector", self.sampler_delta, 1, f"L-inf: {self.rule}", 1.0 / self.part_epsilon)
