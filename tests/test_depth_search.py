@@ -54,7 +54,7 @@ def test_the_search_is_the_sparse_vector_technique_on_its_own_stream():
         got = int(draw(key, jnp.asarray(excess), jnp.int32(start), jnp.float32(noisy_size)))
         rho = _noise(jax.random.fold_in(key, 0), (), search.part_epsilon)
         nu = _noise(jax.random.fold_in(key, 1), (12,), search.part_epsilon)
-        size = np.float32(noisy_size) * np.float32(0.2) - np.float32(6.0 / search.part_epsilon)
+        size = np.float32(noisy_size) * np.float32(0.6) - np.float32(6.0 / search.part_epsilon)
         target = int(np.clip(np.floor(size), 0, 2**30))
         want = start
         for i in range(start + 1 if target > 0 else 0):
@@ -100,13 +100,13 @@ def test_auditor_on_the_depth_search_stays_at_or_below_the_claim():
     from dpm_jax.eval.audit import audit
 
     search = DepthSearch("synth depth", 2.0, keys.SYNTH_TREE, 7, margin=0.0)  # epsilon_1 = epsilon_2 = 1
-    total, thresholds = 12, (0,) + (4,) * 6  # E_0 = 40; E_i = 40 - 4 = 36 on A; T = floor(0.2 * 165) = 33
+    total, thresholds = 12, (0,) + (4,) * 6  # E_0 = 40; E_i = 40 - 4 = 36 on A; T = floor(0.6 * 55) = 33
 
     def mechanism(key, data):
         codes = cell_codes(data[0], jnp.zeros(2), jnp.ones(2), total)
         order = jnp.lexsort((codes, ~data[1]))
         excess = excess_mass(codes[order], data[1][order], total, tuple(range(7)), thresholds)
-        return search.draw(key, excess, jnp.int32(6), jnp.float32(165.0))
+        return search.draw(key, excess, jnp.int32(6), jnp.float32(55.0))
 
     points = jnp.full((41, 2), 0.25, jnp.float32)
     a, b = (points, jnp.arange(41) < 40), (points, jnp.ones(41, bool))
