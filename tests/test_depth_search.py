@@ -16,10 +16,11 @@ from conftest import USERS_COMPILER_OPTIONS
 
 
 def _sorted_codes(rng, n, total, valid_share=0.8):
-    codes = np.sort(rng.integers(0, 2**total, n, dtype=np.int64)).astype(np.uint32)
-    valid = np.zeros(n, bool)
-    valid[: int(n * valid_share)] = True  # valid points first, as the engine sorts them
-    return codes, valid
+    """Codes as the engine sorts them: the valid points first, sorted; the masked ones after, in any order."""
+    num_valid = int(n * valid_share)
+    codes = rng.integers(0, 2**total, n, dtype=np.int64).astype(np.uint32)
+    codes[:num_valid] = np.sort(codes[:num_valid])
+    return codes, np.arange(n) < num_valid
 
 
 def test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells():
@@ -27,7 +28,6 @@ def test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells():
     total, depths, thresholds = 12, (0, 2, 5, 8, 12), (3, 1, 4, 2, 1)
     for trial in range(4):
         codes, valid = _sorted_codes(rng, 300, total)
-        codes[: int(300 * 0.8)] = np.sort(codes[: int(300 * 0.8)])  # the valid ones sorted among themselves
         got = np.asarray(excess_mass(jnp.asarray(codes), jnp.asarray(valid), total, depths, thresholds))
         for depth, threshold, value in zip(depths, thresholds, got):
             _, counts = np.unique(codes[valid] >> (total - depth), return_counts=True)
@@ -118,13 +118,15 @@ def test_auditor_on_the_depth_search_stays_at_or_below_the_claim():
 
 def test_synthesize_takes_the_depth_the_search_draws_from_its_stream():
     """End to end: the grid's released cells have the depth that n~ (synth_tree fold 0), the rule
-    and the search (synth_tree fold 2) give on the data's excess with the leaves' thresholds. The
-    rule's cells are too thin for these data, so a search that did nothing would be seen."""
+    and the search (synth_tree fold 2) give on the valid rows' excess with the leaves' thresholds.
+    The rule's cells are too thin for these data, so a search that did nothing would be seen."""
     budget, n = Budget(8.0, 1e-6), 3000
-    config = SynthConfig(max_rows=n, max_cells=2**12)
+    config = SynthConfig(max_rows=2 * n, max_cells=2**12)
     plan = plan_synthesis(budget, config, "grid", 2)
     X = np.random.default_rng(5).uniform(size=(n, 2)).astype(np.float32)
     codes = jnp.sort(cell_codes(jnp.asarray(X), jnp.zeros(2), jnp.ones(2), plan.total_depth))
+    # masked rows (removed records) in one spot: counted, they would hold the rule's depth
+    padded, mask = np.concatenate([X, np.full((n, 2), 0.3, np.float32)]), np.arange(2 * n) < n
     excess = excess_mass(codes, jnp.ones(n, bool), plan.total_depth, plan.depths, plan.leaves.thresholds)
     moved = set()  # whether the search moved the rule's depth, per key
     for seed in range(6):
@@ -134,7 +136,7 @@ def test_synthesize_takes_the_depth_the_search_draws_from_its_stream():
         rule = depth_choice(plan, noisy)
         want = plan.depths[int(plan.search.draw(jax.random.fold_in(tree_key, 2), excess, rule, noisy))]
         moved.add(want != plan.depths[int(rule)])
-        result = synthesize(key, X, budget, (0.0, 1.0), method="grid", config=config)
+        result = synthesize(key, padded, budget, (0.0, 1.0), method="grid", config=config, point_mask=mask)
         width = np.asarray(result.upper - result.lower)[np.asarray(result.valid)]
         assert len(width) and np.all(np.round(np.log2(1.0 / width).sum(axis=1)) == want), seed
     assert moved == {True}

@@ -6,7 +6,7 @@ resolution from n epsilon alone. How fine the cells may be also depends on how m
 public box the data fill, which nothing public says: the rule's constant was fitted on Balog
 et al.'s mixtures, which fill a small part of their box, and on data that fill theirs (uniform
 or standardised columns in d = 5) it picks cells so thin that none reaches the leaf threshold
-and nothing is released (benchmarks/synth_kdtree.py, ``--only fill``).
+and nothing is released (benchmarks/synth_fill.py).
 
 The search lowers the depth privately. For candidate depth h_i with leaf threshold t_i, the
 *excess mass* E_i = sum over the cells of depth h_i of (count - t_i)_+ says how much of the data
@@ -16,8 +16,8 @@ first i whose noisy E_i falls below T = ``fraction`` n~ - ``margin`` / epsilon_1
 earlier) and takes the candidate before it (the coarsest if i = 0; the rule's if none falls
 below). The margin, in noise scales, keeps the noise from lowering the rule's depth on data whose
 excess is above fraction n~: each such query stops the search with probability below
-0.5 e^-6 (1 + 3) = 0.01. Where T <= 0 (n~ epsilon too small for the search to tell anything) the
-rule's depth stands. Searching upwards
+0.5 e^-6 (1 + 3) = 0.01 (at most about 0.07 over 25 queries all at the edge). Where T <= 0 (n~
+epsilon too small for the search to tell anything) the rule's depth stands. Searching upwards
 puts the queries far above T first, where the noise rarely stops the search: from the rule's
 depth downwards, every candidate with E_i near 0 (the thin cells the search exists to avoid)
 would be a chance to stop at the wrong end.
@@ -25,12 +25,16 @@ would be a chance to stop at the wrong end.
 Privacy (Lyu, Su and Li, "Understanding the Sparse Vector Technique for Differential Privacy",
 VLDB 2017, Algorithm 1 with c = 1 and monotonic queries): adding a record raises one cell's
 count per depth by one, so every E_i rises by 0 or 1; removing one lowers each by 0 or 1 (L-inf
-sensitivity 1, all in one direction). The queries are -E_i against -T: with rho ~ DLap(epsilon_1)
-on the threshold and nu_i ~ DLap(epsilon_2) on each query (P(Z = k) ∝ e^(-epsilon |k|)), the
-stopping index is (epsilon_1 + epsilon_2, 0)-DP: where the queries rise by up to one, shift rho
-and nu_k by +1 (every earlier query stays below, the k-th still reaches the threshold); where they
-fall, shift nu_k by +1 alone. The chosen depth is a function of the stopping index. The
-shifts are integers, so the discrete Laplace's ratio is exactly e^epsilon per unit. The
+sensitivity 1, all in one direction). With rho ~ DLap(epsilon_1) on the threshold and nu_i ~
+DLap(epsilon_2) on each query (P(Z = k) ∝ e^(-epsilon |k|)), the stopping index k (the first
+i with E_i + nu_i < T + rho) is (epsilon_1 + epsilon_2, 0)-DP. Let E' = E + delta, delta in
+{0, 1}^L. P_E(k) <= e^epsilon_2 P_E'(k): the earlier queries continue more easily under E', and
+nu_k -> nu_k - 1 keeps the k-th below (cost e^epsilon_2). P_E'(k) <= e^(epsilon_1 + epsilon_2)
+P_E(k): rho -> rho - 1 (cost e^epsilon_1) makes every earlier query continue under E as under E'
+(delta_i <= 1), and where delta_k = 0 also nu_k -> nu_k - 1 (cost e^epsilon_2). "None stops"
+needs the rho shift alone. Removal is the same pair with the roles swapped. The chosen depth is
+a function of the stopping index (and of n~). The shifts are integers, so the discrete Laplace's
+ratio is exactly e^epsilon per unit. The
 samplers' error (1 + L draws, :func:`dpm_jax.mechanisms.count_sampler_tv` each) is charged as
 delta = tv (1 + e^epsilon). The comparison is in exact integers (:mod:`dpm_jax.exact`).
 """

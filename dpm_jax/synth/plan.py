@@ -114,10 +114,10 @@ class SynthConfig:
             value = getattr(self, name)
             if not 0 < value < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {value!r}")
-        if not self.size_share + self.search_share + self.tree_share < 1:
+        if not self.size_share + self.search_share < 1:
             raise ValueError(
-                "size_share + search_share + tree_share must be below 1 (the rest is the leaves'), got "
-                f"{self.size_share + self.search_share + self.tree_share!r}"
+                "size_share + search_share must be below 1 (the rest is the tree's and the leaves'), got "
+                f"{self.size_share + self.search_share!r}"
             )
         if not (isinstance(self.gap_levels, int) and 1 <= self.gap_levels <= 64):
             raise ValueError(f"gap_levels must be an integer in [1, 64], got {self.gap_levels!r}")
@@ -191,6 +191,10 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
     depths = _depth_range(d, decisions, config.levels)
     size_share, search_share = _rule_shares(config)
     tree_share = config.tree_share if decisions else 0.0
+    if not size_share + search_share + tree_share < 1:
+        raise ValueError(
+            f"size_share + search_share + tree_share must be below 1 (the rest is the leaves'), got {config}"
+        )
     shares = [s for s in (size_share, search_share, tree_share) if s] + [1.0 - size_share - search_share - tree_share]
     parts = list(split_budget(budget.epsilon, shares))
     size, search = _rule_releases(parts, size_share, len(depths))
@@ -202,14 +206,21 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
     if method == "privtree":
         split_at = calibrate("", "", tree_epsilon, 0.5 * budget.delta, decisions, config.gap_levels).theta
     elif decisions:
-        split_at = decision_threshold(max(depths), decisions, n_max, tree_epsilon, 0.5 * budget.delta)
-    cells = [2**h + (2 * decisions * (n_max // split_at) if decisions else 0) for h in depths]
+        # (a floor on delta: a delta too small for the samplers is refused below, with its own message)
+        split_at = decision_threshold(max(depths), decisions, n_max, tree_epsilon, max(0.5 * budget.delta, 1e-30))
+    # at least 1/1024 of the worst case's empty leaves (2**h + n_max D), so that about 1024 of them pass
+    # at most: the empty-cell capacity, drawn every call, stays small where the heuristic's count is small
+    worst = [2**h + n_max * decisions for h in depths]
+    cells = [
+        max(2**h + (2 * decisions * (n_max // split_at) if decisions else 0), -(-w // 1024))
+        for h, w in zip(depths, worst)
+    ]
     leaves = ThresholdRelease(
         "synth leaves",
         leaf_epsilon,
         keys.SYNTH_LEAF,
         tuple(_threshold(leaf_epsilon, c) for c in cells),
-        tuple(2**h + n_max * decisions for h in depths),
+        tuple(worst),
     )
     leaves.check()
     spent = [size_delta, leaves.sampler_delta]
