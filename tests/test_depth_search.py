@@ -48,8 +48,12 @@ def test_the_search_is_the_sparse_vector_technique_on_its_own_stream():
     draw = jax.jit(search.draw)
     rng = np.random.default_rng(1)
     for trial in range(40):
-        excess = np.sort(rng.integers(0, 2000, 12))[::-1].astype(np.int32)  # shrinks with the depth
         start, noisy_size = int(rng.integers(0, 12)), float(rng.integers(0, 9000))
+        # shrinking with the depth, through T near a random candidate: the noise (scale 5) decides
+        near = np.float32(noisy_size) * np.float32(0.6) - np.float32(30.0)
+        steps = np.sort(rng.integers(0, 6, 12))[::-1].cumsum() - rng.integers(0, 40)
+        excess = np.maximum(near - steps, 0).astype(np.int32) if trial % 4 else np.sort(rng.integers(0, 2000, 12))[::-1]
+        excess = np.asarray(excess, np.int32)
         key = jax.random.key(trial)
         got = int(draw(key, jnp.asarray(excess), jnp.int32(start), jnp.float32(noisy_size)))
         rho = _noise(jax.random.fold_in(key, 0), (), search.part_epsilon)
@@ -120,7 +124,7 @@ def test_synthesize_takes_the_depth_the_search_draws_from_its_stream():
     """End to end: the grid's released cells have the depth that n~ (synth_tree fold 0), the rule
     and the search (synth_tree fold 2) give on the valid rows' excess with the leaves' thresholds.
     The rule's cells are too thin for these data, so a search that did nothing would be seen."""
-    budget, n = Budget(8.0, 1e-6), 3000
+    budget, n = Budget(1.0, 1e-6), 3000  # the search's noise (scale 200) decides near T = 600
     config = SynthConfig(max_rows=2 * n, max_cells=2**12)
     plan = plan_synthesis(budget, config, "grid", 2)
     X = np.random.default_rng(5).uniform(size=(n, 2)).astype(np.float32)
