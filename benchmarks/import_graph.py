@@ -108,7 +108,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("engine", frozenset({
         "histogram", "scoring", "structure", "interval", "tree", "tree_passes", "averaging", "depth", "dpm_releases",
         "bounds",
-        "synth.cells", "synth.implicit", "synth.kdtree", "synth.plan", "synth.privtree", "synth.result",
+        "synth.cells", "synth.depth_search", "synth.implicit", "synth.kdtree", "synth.plan", "synth.privtree",
+        "synth.result",
         "synth.refine", "synth.threshold",
         "greedy.nets", "greedy.select", "greedy.histogram", "greedy.lift", "greedy.order",
     })),
