@@ -52,7 +52,7 @@ from dpm_jax.ledger import LedgerEntry
 from dpm_jax.mechanisms import count_noise, count_sampler_tv, tv_delta
 from dpm_jax.releases import ledger_line
 
-__all__ = ["DepthSearch", "excess_mass", "SEARCH_FRACTION", "SEARCH_MARGIN"]
+__all__ = ["DepthSearch", "excess_mass"]
 
 # T = SEARCH_FRACTION n~ - SEARCH_MARGIN noise scales. The RKHS distance of a grid release is least where
 # about 0.9 of the data sits above the threshold on Balog et al.'s d = 2 mixture, whatever the box

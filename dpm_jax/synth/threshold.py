@@ -17,7 +17,7 @@ from dpm_jax.mechanisms import add_count_noise, count_noise, count_sampler_tv
 from dpm_jax.releases import ledger_line
 from dpm_jax.synth import implicit
 
-__all__ = ["ThresholdRelease", "ThresholdDraw"]
+__all__ = ["ThresholdRelease"]
 
 MIN_TIER = 512  # the smallest capacity worth a branch of its own (drawing 512 gaps costs little)
 
