@@ -151,16 +151,16 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan, rows
         kept = draw.kept & (jnp.arange(codes.shape[0]) < partition.num_leaves)
         ghost_start, ghost_depth = empty_cell_at(draw.positions, partition, h, total)
         ghosts = (ghost_start, ghost_depth, draw.ghost_weights, draw.passed)
-        passed = jnp.sum(kept, dtype=jnp.int32) + jnp.sum(draw.passed, dtype=jnp.int32)
+        num_released = jnp.sum(kept, dtype=jnp.int32) + jnp.sum(draw.passed, dtype=jnp.int32)
         if plan.coarse is None:  # only the heaviest rows can be kept: the tier's branch returns those (static)
             ghosts = heaviest(*ghosts, rows)
         leaves = (partition.start, partition.depth, draw.weights, kept)
-        return tuple(jnp.concatenate(pair) for pair in zip(leaves, ghosts)), passed
+        return tuple(jnp.concatenate(pair) for pair in zip(leaves, ghosts)), num_released
 
     bound = empty_bound(h, partition.num_splits)
     if plan.coarse is None:  # the work after the draw runs on the tier's rows (ThresholdRelease.draw)
-        cells, passed = first.draw(first_key, partition.count, partition.num_empty, choice, bound, cells_of)
-        return released_cells(*cells, lower, upper, total, rows, passed)
+        cells, num_released = first.draw(first_key, partition.count, partition.num_empty, choice, bound, cells_of)
+        return released_cells(*cells, lower, upper, total, rows, num_released)
 
     def refined(draw) -> dict:
         (start, _, weight, released), _ = cells_of(draw)
