@@ -582,17 +582,6 @@ MUTATIONS = (
         ),
     ),
     Mutation(
-        "synth: the empty cells' capacity tier chosen from their private number instead of the released bound",
-        "dpm_jax/synth/threshold.py",
-        (
-            (
-                "tier = jax.numpy.sum(table[:, choice] < empty_bound, dtype=jax.numpy.int32)",
-                "tier = jax.numpy.sum(table[:, choice] < num_empty, dtype=jax.numpy.int32)",
-            ),
-        ),
-        ("tests/test_synth.py::test_the_empty_cells_are_drawn_into_the_tier_of_the_released_bound",),
-    ),
-    Mutation(
         "synth depth search: no noise on the threshold (rho = 0)",
         "dpm_jax/synth/depth_search.py",
         (
@@ -631,7 +620,7 @@ MUTATIONS = (
         "dpm_jax/synth/depth_search.py",
         (
             (
-                "jnp.sum(valid & (index - first < threshold), dtype=jnp.int32)",
+                "jnp.sum(valid & (index - first < thresholds[i]), dtype=jnp.int32)",
                 "jnp.sum(valid & (index - first < 0), dtype=jnp.int32)",
             ),
         ),
@@ -640,7 +629,13 @@ MUTATIONS = (
     Mutation(
         "synth depth search: a cell of depth h starts where h leading bits are shared (off by one)",
         "dpm_jax/synth/depth_search.py",
-        (("starts = (index == 0) | (shared < depth)", "starts = (index == 0) | (shared <= depth)"),),
+        (("starts = (index == 0) | (shared < depths[i])", "starts = (index == 0) | (shared <= depths[i])"),),
+        ("tests/test_depth_search.py::test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells",),
+    ),
+    Mutation(
+        "synth depth search: the excess mass computed below the rule's index only (off by one)",
+        "dpm_jax/synth/depth_search.py",
+        (("jnp.minimum(last + 1, depths.shape[0])", "jnp.minimum(last, depths.shape[0])"),),
         ("tests/test_depth_search.py::test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells",),
     ),
     Mutation(

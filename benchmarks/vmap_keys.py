@@ -1,10 +1,12 @@
 """Batches of keys: ``jax.vmap`` of ``cluster`` over 16 keys against one call, two checkouts in one run.
 
     nice python benchmarks/vmap_keys.py --reference /path/to/before --out benchmarks/results/vmap_keys.json \\
-        [--sizes 20000,100000] [--calls 15] [--keys 16]
+        [--sizes 20000,100000] [--calls 15] [--keys 16] [--d 10] [--synthesize METHOD]
+
+``--synthesize METHOD`` batches ``dpm_jax.synthesize(..., method=METHOD)`` instead of ``cluster``.
 
 One long-lived worker process per checkout (PYTHONPATH) and size compiles the one-key program
-and the vmapped one (Synth data, n x 10, default config, jit around both), then the workers
+and the vmapped one (Synth data, n x d, default config, jit around both), then the workers
 take turns call by call (one key, then the batch, order alternating), so that every ratio
 compares calls a second apart on this shared machine. Reported per checkout and size: the
 median wall time of one call and of the batch, their ratio (the target is at most 8x for 16
@@ -31,14 +33,18 @@ _WORKER = textwrap.dedent("""
     import jax, numpy as np, dpm_jax
     from dpm_jax.eval.datasets import synthetic_blobs
     warnings.simplefilter("ignore")
-    n, batch = int(sys.argv[1]), int(sys.argv[2])
-    data = synthetic_blobs(n=n, d=10, seed=42)
+    n, batch, d, method = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    data = synthetic_blobs(n=n, d=d, seed=42)
     X = jax.device_put(data.points)
     budget = dpm_jax.Budget(1.0, 1e-6)
-    fields = lambda r: (r.centers, r.counts, r.valid, r.k, *r.tree)
-    one = jax.jit(lambda key, X: fields(dpm_jax.cluster(key, X, budget, bounds=data.bounds)))
-    many = jax.jit(jax.vmap(lambda key, X: fields(dpm_jax.cluster(key, X, budget, bounds=data.bounds)),
-                            in_axes=(0, None)))
+    if method == "cluster":
+        release = lambda key, X: dpm_jax.cluster(key, X, budget, bounds=data.bounds)
+        fields = lambda r: (r.centers, r.counts, r.valid, r.k, *r.tree)
+    else:
+        release = lambda key, X: dpm_jax.synthesize(key, X, budget, bounds=data.bounds, method=method)
+        fields = lambda r: (r.centers, r.weights, r.valid)
+    one = jax.jit(lambda key, X: fields(release(key, X)))
+    many = jax.jit(jax.vmap(lambda key, X: fields(release(key, X)), in_axes=(0, None)))
     keys = lambda seed: jax.random.split(jax.random.key(seed), batch)
     batched = jax.block_until_ready(many(keys(0), X))
     singles = [jax.block_until_ready(one(key, X)) for key in keys(0)]
@@ -56,10 +62,10 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def measure(checkouts: dict, n: int, batch: int, calls: int) -> dict:
+def measure(checkouts: dict, n: int, batch: int, calls: int, d: int = 10, entry: str = "cluster") -> dict:
     workers, result = {}, {}
     for name, path in checkouts.items():
-        workers[name], ready = start_worker(_WORKER, [n, batch], path)
+        workers[name], ready = start_worker(_WORKER, [n, batch, d, entry], path)
         result[name] = dict(batch_equals_single_calls=ready[0] == "True", digest=ready[1], module=ready[2])
     times = {(name, which): [] for name in checkouts for which in ("one", "batch")}
     for i in range(calls):
@@ -100,11 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=16)
     parser.add_argument("--calls", type=int, default=15, help="interleaved warm calls of each kind")
     parser.add_argument("--out", default="benchmarks/results/vmap_keys.json")
+    parser.add_argument("--d", type=int, default=10)
+    parser.add_argument("--synthesize", default=None, metavar="METHOD", help="batch synthesize, not cluster")
     args = parser.parse_args(argv)
+    entry = args.synthesize or "cluster"
     checkouts = {"this": None} if args.reference is None else {"reference": args.reference, "this": None}
-    report = dict(machine=machine_description(), load_average_start=os.getloadavg(), keys=args.keys, d=10)
+    report = dict(
+        machine=machine_description(), load_average_start=os.getloadavg(), keys=args.keys, d=args.d, entry=entry
+    )
     report["sizes"] = {
-        n: measure(checkouts, n, args.keys, args.calls) for n in (int(float(v)) for v in args.sizes.split(","))
+        n: measure(checkouts, n, args.keys, args.calls, args.d, entry)
+        for n in (int(float(v)) for v in args.sizes.split(","))
     }
     report["load_average_end"] = os.getloadavg()
     write_json(args.out, report)

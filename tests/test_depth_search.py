@@ -32,6 +32,12 @@ def test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells():
         for depth, threshold, value in zip(depths, thresholds, got):
             _, counts = np.unique(codes[valid] >> (total - depth), return_counts=True)
             assert value == np.maximum(counts - threshold, 0).sum(), (trial, depth)
+        # the search reads the candidates up to the rule's index only: the loop stops there (traced)
+        upto = jax.jit(excess_mass, static_argnums=(2, 3, 4))
+        for last in range(len(depths)):
+            part = np.asarray(upto(jnp.asarray(codes), jnp.asarray(valid), total, depths, thresholds, last))
+            np.testing.assert_array_equal(part[: last + 1], got[: last + 1])
+            assert not part[last + 1 :].any(), last
 
 
 def _noise(key, shape, epsilon):

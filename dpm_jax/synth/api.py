@@ -43,7 +43,7 @@ from dpm_jax.synth.from_dpm import synthesize_from_cluster
 from dpm_jax.synth.result import SynthResult, sample_boxes
 from dpm_jax.synth.cells import cell_boxes, cell_codes
 from dpm_jax.synth.depth_search import excess_mass
-from dpm_jax.synth.kdtree import empty_bound, empty_cell_at, grow
+from dpm_jax.synth.kdtree import empty_cell_at, grow
 from dpm_jax.synth.refine import refine
 from dpm_jax.synth.plan import METHODS, SynthConfig, SynthPlan, depth_choice, plan_synthesis
 
@@ -139,35 +139,29 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan, rows
     choice = jnp.int32(0)
     if plan.size is not None:  # the rule's depth from n~, lowered by the search where its cells are too thin
         noisy = exact.to_float32(plan.size.draw(jax.random.fold_in(tree_key, 0), jnp.sum(mask, dtype=jnp.int32)))
-        excess = excess_mass(codes, valid, total, plan.depths, first.thresholds)
-        choice = plan.search.draw(jax.random.fold_in(tree_key, 2), excess, depth_choice(plan, noisy), noisy)
+        rule = depth_choice(plan, noisy)
+        excess = excess_mass(codes, valid, total, plan.depths, first.thresholds, rule)
+        choice = plan.search.draw(jax.random.fold_in(tree_key, 2), excess, rule, noisy)
     h = jnp.asarray(plan.depths, jnp.int32)[choice]
     partition = grow(
         codes, valid, h, plan.num_decisions, total, decision_key, plan.decisions, plan.tau, plan.bias, plan.floor
     )
 
-    def cells_of(draw) -> tuple:
-        """(start, depth, weight, released) of the leaves then the empty cells drawn, and how many passed."""
-        kept = draw.kept & (jnp.arange(codes.shape[0]) < partition.num_leaves)
-        ghost_start, ghost_depth = empty_cell_at(draw.positions, partition, h, total)
-        ghosts = (ghost_start, ghost_depth, draw.ghost_weights, draw.passed)
-        num_released = jnp.sum(kept, dtype=jnp.int32) + jnp.sum(draw.passed, dtype=jnp.int32)
-        if plan.coarse is None:  # only the heaviest rows can be kept: the tier's branch returns those (static)
-            ghosts = heaviest(*ghosts, rows)
-        leaves = (partition.start, partition.depth, draw.weights, kept)
-        return tuple(jnp.concatenate(pair) for pair in zip(leaves, ghosts)), num_released
-
-    bound = empty_bound(h, partition.num_splits)
-    if plan.coarse is None:  # the work after the draw runs on the tier's rows (ThresholdRelease.draw)
-        cells, num_released = first.draw(first_key, partition.count, partition.num_empty, choice, bound, cells_of)
-        return released_cells(*cells, lower, upper, total, rows, num_released)
-
-    def refined(draw) -> dict:
-        (start, _, weight, released), _ = cells_of(draw)
-        cells = refine(codes, valid, start, weight, released, h, plan.refine_bits, total, leaf_key, plan.leaves)
-        return released_cells(*cells, lower, upper, total, rows, jnp.sum(cells[3], dtype=jnp.int32))
-
-    return first.draw(first_key, partition.count, partition.num_empty, choice, bound, refined)
+    draw = first.draw(first_key, partition.count, partition.num_empty, choice)
+    kept = draw.kept & (jnp.arange(codes.shape[0]) < partition.num_leaves)
+    ghost_start, ghost_depth = empty_cell_at(draw.positions, partition, h, total)
+    start, depth, weight, released = (
+        jnp.concatenate(pair)
+        for pair in zip(
+            (partition.start, partition.depth, draw.weights, kept),
+            (ghost_start, ghost_depth, draw.ghost_weights, draw.passed),
+        )
+    )
+    if plan.coarse is not None:  # "refine": the released cells' children
+        start, depth, weight, released = refine(
+            codes, valid, start, weight, released, h, plan.refine_bits, total, leaf_key, plan.leaves
+        )
+    return released_cells(start, depth, weight, released, lower, upper, total, rows)
 
 
 def heaviest(start, depth, weight, valid, rows: int) -> tuple:
@@ -181,9 +175,9 @@ def heaviest(start, depth, weight, valid, rows: int) -> tuple:
     return start[order], depth[order], weight[order], valid[order]
 
 
-def released_cells(start, depth, weight, valid, lower, upper, total, rows: int, num_released) -> dict:
+def released_cells(start, depth, weight, valid, lower, upper, total, rows: int) -> dict:
     """The released cells as ``rows`` rows (public), in a canonical order (by code; padding last),
-    and ``released`` = ``num_released``, how many passed (DP, before any are cut).
+    and ``released``, how many passed (DP, before any are cut).
 
     Every output is a function of the released cells alone (their codes, depths, noisy weights):
     * the candidates' order (non-empty cells first) must not show which cells held data;
@@ -192,6 +186,7 @@ def released_cells(start, depth, weight, valid, lower, upper, total, rows: int, 
     * a row that is not released holds no box (NaN, like its centre): a candidate below the
       threshold is still an occupied cell.
     """
+    num_released = jnp.sum(valid, dtype=jnp.int32)
     start, depth, weight, valid = heaviest(start, depth, weight, valid, rows)
     order = jnp.lexsort((depth, start, ~valid))
     start, depth, weight, valid = start[order], depth[order], weight[order], valid[order]

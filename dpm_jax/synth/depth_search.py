@@ -62,9 +62,9 @@ SEARCH_FRACTION = 0.6
 SEARCH_MARGIN = 6.0
 
 
-def excess_mass(codes: jax.Array, valid: jax.Array, total: int, depths, thresholds) -> jax.Array:
+def excess_mass(codes: jax.Array, valid: jax.Array, total: int, depths, thresholds, last=None) -> jax.Array:
     """(L,) int32 E_i = sum over the cells of depth ``depths[i]`` of (count - ``thresholds[i]``)_+,
-    thresholds >= 0 (the leaves' are >= 1).
+    thresholds >= 0 (the leaves' are >= 1), for i <= ``last`` (may be traced; None: every i); 0 past it.
 
     ``codes`` (n,) sorted cell codes of ``total`` bits, valid points first. NOT differentially
     private (exact counts): :class:`DepthSearch` releases a function of it.
@@ -72,21 +72,24 @@ def excess_mass(codes: jax.Array, valid: jax.Array, total: int, depths, threshol
     Without a segment sum per depth: E = (valid points) - (valid points whose rank in their cell
     is below t), since sum (c - t)_+ = sum c - sum min(c, t). A point starts a cell of depth h when
     its code and the previous one share fewer than h leading bits, so one count of shared leading
-    bits serves every depth, and each depth costs one running maximum.
+    bits serves every depth, and each depth costs one running maximum. The search queries the
+    candidates up to the rule's (released) index only, so the loop stops there: its trip count, and
+    so its run time, follows released values.
     """
     n = codes.shape[0]
     shared = jax.lax.clz(jnp.bitwise_xor(codes, jnp.roll(codes, 1))).astype(jnp.int32) - (32 - total)
     index = jnp.arange(n, dtype=jnp.int32)
     points = jnp.sum(valid, dtype=jnp.int32)
 
-    def one(pair):
-        depth, threshold = pair
-        starts = (index == 0) | (shared < depth)
-        first = jax.lax.cummax(jnp.where(starts, index, 0))  # the index of the point's cell's first point
-        return points - jnp.sum(valid & (index - first < threshold), dtype=jnp.int32)
+    depths, thresholds = (jnp.asarray(np.asarray(a, np.int32)) for a in (depths, thresholds))
 
-    pairs = (jnp.asarray(np.asarray(depths, np.int32)), jnp.asarray(np.asarray(thresholds, np.int32)))
-    return jax.lax.map(one, pairs)
+    def one(i, excess):
+        starts = (index == 0) | (shared < depths[i])
+        first = jax.lax.cummax(jnp.where(starts, index, 0))  # the index of the point's cell's first point
+        return excess.at[i].set(points - jnp.sum(valid & (index - first < thresholds[i]), dtype=jnp.int32))
+
+    stop = depths.shape[0] if last is None else jnp.minimum(last + 1, depths.shape[0])
+    return jax.lax.fori_loop(0, stop, one, jnp.zeros(depths.shape, jnp.int32))
 
 
 class DepthSearch(NamedTuple):

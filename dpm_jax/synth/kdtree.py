@@ -37,7 +37,7 @@ from dpm_jax.exact import Int
 from dpm_jax.synth.cells import Level, level_of
 from dpm_jax.synth.implicit import pass_probability
 
-__all__ = ["grow", "empty_bound", "empty_cell_at", "lemma10_delta", "decision_threshold"]
+__all__ = ["grow", "empty_cell_at", "lemma10_delta", "decision_threshold"]
 
 
 class Partition(NamedTuple):
@@ -46,8 +46,7 @@ class Partition(NamedTuple):
     Per leaf slot (n slots, the first ``num_leaves`` used): code of its first cell at full
     depth (``start``), ``depth`` and exact ``count``. The empty leaves are implicit:
     ``num_empty`` of them, ``level_h`` holds the non-empty cells of level h, and
-    ``empty_child``/``child_start``/``child_depth`` (D rows) the empty children of split cells;
-    ``num_splits`` (released through the decisions) bounds them: num_empty <= 2**h + num_splits.
+    ``empty_child``/``child_start``/``child_depth`` (D rows) the empty children of split cells.
     """
 
     start: jax.Array
@@ -59,7 +58,6 @@ class Partition(NamedTuple):
     child_start: jax.Array
     child_depth: jax.Array
     num_empty: jax.Array
-    num_splits: jax.Array  # cells split by a decision (a function of the decisions' release; saturates at 2**31 - 1)
 
 
 def lemma10_delta(h_max: int, decisions: int, n_max: int, epsilon: float, tau: int) -> float:
@@ -160,7 +158,7 @@ def grow(
     level_h = level_of(codes, valid, total, h)
 
     def step(carry, row):
-        alive, leaf_depth, level, most_reached, splits = carry
+        alive, leaf_depth, level, most_reached = carry
         at = h + row
         nxt = level_of(codes, valid, total, at + 1)
         reached = _segment_max(alive.astype(jnp.int32), level.slot, n) > 0
@@ -170,30 +168,21 @@ def grow(
         stop = alive & ~split[jnp.minimum(level.slot, n - 1)]
         # the next level reaches at most the children of this level's splits (released cells)
         children = 2 * jnp.sum(split, dtype=jnp.int32)
-        splits = jnp.minimum(splits.astype(jnp.uint32) + jnp.sum(split, dtype=jnp.uint32), 2**31 - 1).astype(jnp.int32)
-        return (alive & ~stop, jnp.where(stop, at, leaf_depth), nxt, children, splits), (empty, start)
+        return (alive & ~stop, jnp.where(stop, at, leaf_depth), nxt, children), (empty, start)
 
     # the first decision level reaches at most its 2**h cells (capped: 2**30 exceeds any capacity)
     first_cells = jnp.left_shift(jnp.int32(1), jnp.minimum(jnp.asarray(h, jnp.int32), 30))
-    carry = (valid, jnp.full(n, total, jnp.int32), level_h, first_cells, jnp.int32(0))
+    carry = (valid, jnp.full(n, total, jnp.int32), level_h, first_cells)
     if decisions:
         carry, (empty_child, child_start) = jax.lax.scan(step, carry, jnp.arange(decisions))
     else:
         empty_child, child_start = jnp.zeros((1, n), bool), jnp.zeros((1, n), jnp.uint32)
-    alive, leaf_depth, _, _, num_splits = carry
+    alive, leaf_depth, _, _ = carry
     leaf_depth = jnp.where(alive, h + decisions, leaf_depth)
-    return _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions, num_splits)
+    return _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions)
 
 
-def empty_bound(h, num_splits: jax.Array) -> jax.Array:
-    """2**h + num_splits (saturated at 2**31 - 1): at most every cell of level h is empty, and a split
-    cell holds data, so at most one of its children is. A function of released values only."""
-    return jnp.minimum(
-        jnp.left_shift(jnp.uint32(1), jnp.asarray(h, jnp.uint32)) + num_splits.astype(jnp.uint32), 2**31 - 1
-    ).astype(jnp.int32)
-
-
-def _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions, num_splits) -> Partition:
+def _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_start, decisions) -> Partition:
     n = codes.shape[0]
     shift = (total - leaf_depth).astype(jnp.uint32)
     start = jnp.left_shift(jnp.right_shift(codes, shift), shift)
@@ -215,7 +204,6 @@ def _leaves(codes, valid, leaf_depth, total, level_h, h, empty_child, child_star
         child_start,
         child_depth,
         num_empty.astype(jnp.int32),
-        num_splits,
     )
 
 
