@@ -635,7 +635,13 @@ MUTATIONS = (
     Mutation(
         "synth depth search: the excess mass computed below the rule's index only (off by one)",
         "dpm_jax/synth/depth_search.py",
-        (("jnp.minimum(last + 1, depths.shape[0])", "jnp.minimum(last, depths.shape[0])"),),
+        (("jnp.minimum(jnp.asarray(last, jnp.int32) + 1, count)", "jnp.minimum(jnp.asarray(last, jnp.int32), count)"),),
+        ("tests/test_depth_search.py::test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells",),
+    ),
+    Mutation(
+        "synth depth search: under jax.vmap the shared loop stops at the batch's smallest index",
+        "dpm_jax/synth/depth_search.py",
+        (("longest = jnp.max(stop) if stop_batched else stop", "longest = jnp.min(stop) if stop_batched else stop"),),
         ("tests/test_depth_search.py::test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells",),
     ),
     Mutation(

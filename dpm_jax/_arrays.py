@@ -12,6 +12,7 @@ __all__ = [
     "fold_row_blocks",
     "map_row_blocks",
     "looped_under_vmap",
+    "switch_taken",
     "bin_dtype",
     "materialized",
     "to_unit_range",
@@ -40,6 +41,40 @@ def looped_under_vmap(function: Callable, *static_args) -> Callable:
 def _looped(function: Callable, static_args: tuple) -> Callable:
     # Cached so that repeated calls hand jit the same function object.
     return jax.custom_batching.sequential_vmap(functools.partial(function, *static_args))
+
+
+def switch_taken(index: jax.Array, branches: tuple[Callable, ...], *operands):
+    """``jax.lax.switch(index, branches, *operands)``, which ``jax.vmap`` runs branch by branch.
+
+    Batched by jax's rule, a switch on a batched index becomes a select that runs every
+    branch for every member; where the branches differ in cost (draws sized by a released
+    bound) the batch pays for the largest each time. Here only the branches some member takes
+    run, each batched over the whole batch (one unbatched ``lax.cond`` per branch), and each
+    member keeps its own branch's result: the same values as its call alone. Which branches
+    run is a function of the members' indices only.
+    """
+    switch = jax.custom_batching.custom_vmap(lambda index, *operands: jax.lax.switch(index, branches, *operands))
+
+    @switch.def_vmap
+    def batched(axis_size, in_batched, index, *operands):
+        index_batched, *batched_operands = in_batched
+        axes = tuple(0 if b else None for b in batched_operands)
+        each = [jax.vmap(branch, in_axes=axes, axis_size=axis_size) for branch in branches]
+        if not index_batched:
+            result = jax.lax.switch(index, each, *operands)
+        else:
+            shape = jax.eval_shape(each[0], *operands)
+            result = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shape)
+            for i, branch in enumerate(each):
+                out = jax.lax.cond(jnp.any(index == i), branch, lambda *_: result, *operands)
+                result = jax.tree.map(lambda r, o: jnp.where(_along_batch(index == i, o), o, r), result, out)
+        return result, jax.tree.map(lambda _: True, result)
+
+    return switch(index, *operands)
+
+
+def _along_batch(mask: jax.Array, like: jax.Array) -> jax.Array:
+    return mask.reshape(mask.shape + (1,) * (like.ndim - 1))
 
 
 def bin_dtype(num_bins: int):

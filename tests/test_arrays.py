@@ -24,6 +24,7 @@ from dpm_jax._arrays import (
     pairwise_sum,
     rounded_square,
     row_blocks,
+    switch_taken,
     unfused_multiply_add,
 )
 
@@ -50,6 +51,41 @@ def test_looped_under_vmap_equals_the_calls_one_by_one():
     # nested vmap (e.g. over keys and over data sets) also loops
     nested = jax.vmap(jax.vmap(function, in_axes=(0, None)), in_axes=(0, None))(indices.reshape(2, 2, 30), weight)
     np.testing.assert_array_equal(nested.reshape(4, 5), batched)
+
+
+def _branches(ran: list):
+    """Four branches of different output values (a pytree), each noting when it runs."""
+
+    def branch(i):
+        def run(x, scale):
+            jax.debug.callback(lambda: ran.append(i))
+            return {"value": x * scale + i, "size": jnp.full(3, i, jnp.int32)}
+
+        return run
+
+    return tuple(branch(i) for i in range(4))
+
+
+def test_switch_taken_is_the_switch_and_runs_only_the_branches_some_member_takes():
+    ran = []
+    branches = _branches(ran)
+    index, x, scale = jnp.asarray([0, 2, 0, 2], jnp.int32), jnp.arange(4.0), jnp.float32(10.0)
+    batched = jax.jit(jax.vmap(lambda i, v: switch_taken(i, branches, v, scale)))(index, x)
+    jax.effects_barrier()
+    for member in range(4):
+        alone = jax.lax.switch(int(index[member]), branches, x[member], scale)
+        for key in ("value", "size"):
+            np.testing.assert_array_equal(np.asarray(batched[key][member]), np.asarray(alone[key]))
+    assert set(ran) <= {0, 2}, ran  # jax's own rule (a select) would run branches 1 and 3 too
+    # an index shared by the batch (only the operands batched) takes one branch
+    ran.clear()
+    shared = jax.jit(jax.vmap(lambda v: switch_taken(jnp.int32(3), branches, v, scale)))(x)
+    jax.effects_barrier()
+    np.testing.assert_array_equal(np.asarray(shared["value"]), np.asarray(x * 10.0 + 3))
+    assert set(ran) == {3}
+    # nested vmap (keys within data sets)
+    nested = jax.vmap(jax.vmap(lambda i, v: switch_taken(i, branches, v, scale)))(index.reshape(2, 2), x.reshape(2, 2))
+    np.testing.assert_array_equal(np.asarray(nested["value"]).reshape(4), np.asarray(batched["value"]))
 
 
 def test_reciprocal_of_a_python_number_is_the_float32_one():

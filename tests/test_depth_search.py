@@ -38,6 +38,17 @@ def test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells():
             part = np.asarray(upto(jnp.asarray(codes), jnp.asarray(valid), total, depths, thresholds, last))
             np.testing.assert_array_equal(part[: last + 1], got[: last + 1])
             assert not part[last + 1 :].any(), last
+        # under jax.jit(jax.vmap(...)) the passes are shared up to the batch's largest index (keys: the data shared;
+        # data sets: the data batched too): each member's rows are still its own call's, zero past its index
+        lasts = jnp.asarray([0, 3, 1, 4], jnp.int32)
+        over_keys = jax.jit(
+            jax.vmap(lambda last: excess_mass(jnp.asarray(codes), jnp.asarray(valid), total, depths, thresholds, last))
+        )
+        over_data = jax.jit(jax.vmap(lambda c, v, last: excess_mass(c, v, total, depths, thresholds, last)))
+        stacked = (jnp.asarray(np.stack([codes] * 4)), jnp.asarray(np.stack([valid] * 4)), lasts)
+        for batch in (np.asarray(over_keys(lasts)), np.asarray(over_data(*stacked))):
+            for member, last in zip(batch, np.asarray(lasts)):
+                np.testing.assert_array_equal(member, np.where(np.arange(len(depths)) <= last, got, 0))
 
 
 def _noise(key, shape, epsilon):

@@ -76,20 +76,53 @@ def excess_mass(codes: jax.Array, valid: jax.Array, total: int, depths, threshol
     candidates up to the rule's (released) index only, so the loop stops there: its trip count, and
     so its run time, follows released values.
     """
-    n = codes.shape[0]
-    shared = jax.lax.clz(jnp.bitwise_xor(codes, jnp.roll(codes, 1))).astype(jnp.int32) - (32 - total)
-    index = jnp.arange(n, dtype=jnp.int32)
-    points = jnp.sum(valid, dtype=jnp.int32)
+    depth_table, threshold_table = (np.asarray(a, np.int32) for a in (depths, thresholds))
+    count = depth_table.shape[0]
 
-    depths, thresholds = (jnp.asarray(np.asarray(a, np.int32)) for a in (depths, thresholds))
+    def upto(codes, valid, stop):  # no traced value closed over: custom_vmap traces it on its own
+        depths, thresholds = jnp.asarray(depth_table), jnp.asarray(threshold_table)
+        n = codes.shape[0]
+        shared = jax.lax.clz(jnp.bitwise_xor(codes, jnp.roll(codes, 1))).astype(jnp.int32) - (32 - total)
+        index = jnp.arange(n, dtype=jnp.int32)
+        points = jnp.sum(valid, dtype=jnp.int32)
 
-    def one(i, excess):
-        starts = (index == 0) | (shared < depths[i])
-        first = jax.lax.cummax(jnp.where(starts, index, 0))  # the index of the point's cell's first point
-        return excess.at[i].set(points - jnp.sum(valid & (index - first < thresholds[i]), dtype=jnp.int32))
+        def one(i, excess):
+            starts = (index == 0) | (shared < depths[i])
+            first = jax.lax.cummax(jnp.where(starts, index, 0))  # the index of the point's cell's first point
+            return excess.at[i].set(points - jnp.sum(valid & (index - first < thresholds[i]), dtype=jnp.int32))
 
-    stop = depths.shape[0] if last is None else jnp.minimum(last + 1, depths.shape[0])
-    return jax.lax.fori_loop(0, stop, one, jnp.zeros(depths.shape, jnp.int32))
+        return jax.lax.fori_loop(0, stop, one, jnp.zeros(count, jnp.int32))
+
+    if last is None:
+        return upto(codes, valid, count)
+    return _shared_over_the_batch(upto)(codes, valid, jnp.minimum(jnp.asarray(last, jnp.int32) + 1, count))
+
+
+def _shared_over_the_batch(upto):
+    """``upto(codes, valid, stop)`` (rows past ``stop`` zero) that ``jax.vmap`` runs to the batch's
+    largest ``stop`` and then zeroes each member's rows past its own.
+
+    Batched by jax's rule, a loop with a batched trip count batches its whole carry, so over keys
+    (the data shared, each key's stop its own) every key would repeat the passes over the data.
+    Here the passes run once for the batch (per data set where the data are batched too); the
+    trip count is still a function of released values (every member's rule index). The rows
+    each member keeps are those it would compute alone, bit for bit.
+    """
+    loop = jax.custom_batching.custom_vmap(upto)
+
+    @loop.def_vmap
+    def batched(axis_size, in_batched, codes, valid, stop):
+        codes_batched, valid_batched, stop_batched = in_batched
+        longest = jnp.max(stop) if stop_batched else stop
+        data_batched = codes_batched or valid_batched
+        axes = (0 if codes_batched else None, 0 if valid_batched else None, None)
+        excess = jax.vmap(upto, in_axes=axes)(codes, valid, longest) if data_batched else upto(codes, valid, longest)
+        if not stop_batched:
+            return excess, data_batched
+        kept = jnp.arange(excess.shape[-1]) < stop[:, None]
+        return jnp.where(kept, excess, 0), True
+
+    return loop
 
 
 class DepthSearch(NamedTuple):

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact
+from dpm_jax._arrays import switch_taken
 from dpm_jax.exact import Int
 from dpm_jax.synth.cells import Level, level_of
 from dpm_jax.synth.implicit import pass_probability
@@ -118,7 +119,8 @@ def _reached_noise(key: jax.Array, release, reached: jax.Array, most_reached: ja
     fewer than n: the level draws the smallest of :func:`decision_capacities` that is at least
     ``most_reached`` (the key folded with that size's index). Either way the reached cells get
     i.i.d. draws of the release's noise, so the tree's law is the same as with n draws per
-    level; only the work differs (under vmap every branch runs).
+    level; only the work differs (under vmap, the sizes some member of the batch draws:
+    :func:`dpm_jax._arrays.switch_taken`).
 
     ``most_reached`` must bound the reached count and be a function of the *released* tree
     (:func:`grow`: 2**h at the first decision level, twice the previous level's splits below):
@@ -130,14 +132,14 @@ def _reached_noise(key: jax.Array, release, reached: jax.Array, most_reached: ja
     rank = jnp.cumsum(reached.astype(jnp.int32)) - 1
 
     def draw(fold: int, size: int):
-        def run():
+        def run(key, rank):
             noise = release.noise(jax.random.fold_in(key, fold), (size,))
             return jax.tree.map(lambda limb: limb[jnp.clip(rank, 0, size - 1)], noise)
 
         return run
 
     tier = sum((most_reached > size).astype(jnp.int32) for size in sizes[:-1])
-    return jax.lax.switch(tier, [draw(fold, size) for fold, size in enumerate(sizes)])
+    return switch_taken(tier, tuple(draw(fold, size) for fold, size in enumerate(sizes)), key, rank)
 
 
 def grow(
