@@ -165,12 +165,13 @@ def _synthesize_arrays(key, points, mask, lower, upper, *, plan: SynthPlan, rows
 
 
 def heaviest(start, depth, weight, valid, rows: int) -> tuple:
-    """The ``rows`` heaviest released cells (released first, then by weight, code and depth), padded with
-    empty rows to ``rows``: a function of the released cells alone."""
+    """The ``rows`` heaviest released cells (released first, then by weight, code and depth), or, where
+    every candidate fits (a static condition), all of them in their order and padded with empty rows
+    to ``rows``: a function of the released cells alone."""
     padding = rows - start.shape[0]
-    if padding > 0:  # fewer candidates than rows: empty rows (a static shape)
+    if padding >= 0:  # every candidate fits: no sort (released_cells orders the rows)
         pad = lambda a: jnp.concatenate([a, jnp.zeros(padding, a.dtype)])  # noqa: E731
-        start, depth, weight, valid = pad(start), pad(depth), pad(weight), pad(valid)
+        return pad(start), pad(depth), pad(weight), pad(valid)
     order = jnp.lexsort((depth, start, -weight, ~valid))[:rows]
     return start[order], depth[order], weight[order], valid[order]
 
