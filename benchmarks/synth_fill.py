@@ -1,6 +1,6 @@
 """Synthetic data from data that fill their bounds: what the KD-tree paper's experiments never test.
 
-    nice python benchmarks/synth_fill.py --label after [--keys 3]
+    nice python benchmarks/synth_fill.py --label after [--keys 3] [--methods grid,kdtree,...]
 
 Balog et al.'s mixtures (Figure 3) fill a small part of their box, [-1000, 1200]^d. Users' data
 usually fill theirs: standardised columns in a box of a few standard deviations, or the box of
@@ -119,13 +119,14 @@ def main(argv=None) -> int:
     parser.add_argument("--label", required=True, help="the library version the rows come from")
     parser.add_argument("--keys", type=int, default=3)
     parser.add_argument("--epsilons", default="0.1,1")
+    parser.add_argument("--methods", default=",".join(METHODS))
     args = parser.parse_args(argv)
     out_path = RESULTS / "synth_fill.json"
     rows = json.loads(out_path.read_text()) if out_path.exists() else []
     rows = [r for r in rows if r["label"] != args.label]
     for name, X, bounds, s in data_sets():
         for epsilon in (float(e) for e in args.epsilons.split(",")):
-            for method in METHODS:
+            for method in args.methods.split(","):
                 row = dict(data=name, label=args.label, **evaluate(X, bounds, s, epsilon, method, args.keys))
                 print(json.dumps(row), flush=True)
                 rows.append(row)
