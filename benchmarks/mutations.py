@@ -645,6 +645,30 @@ MUTATIONS = (
         ("tests/test_depth_search.py::test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells",),
     ),
     Mutation(
+        "synth depth search: under jax.vmap over data sets every member reads the first data set's excess",
+        "dpm_jax/synth/depth_search.py",
+        (
+            (
+                "jax.vmap(upto, in_axes=axes)(codes, valid, longest) if data_batched",
+                "upto(codes[0] if codes_batched else codes, valid[0] if valid_batched else valid, longest)"
+                " if data_batched",
+            ),
+        ),
+        ("tests/test_depth_search.py::test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells",),
+    ),
+    Mutation(
+        "synth decision draws under jax.vmap: every branch runs (jax's select), not only those some member takes",
+        "dpm_jax/_arrays.py",
+        (("out = jax.lax.cond(jnp.any(index == i), branch,", "out = jax.lax.cond(True, branch,"),),
+        ("tests/test_arrays.py::test_switch_taken_is_the_switch_and_runs_only_the_branches_some_member_takes",),
+    ),
+    Mutation(
+        "synth decision draws under jax.vmap: every member keeps the first branch's draw",
+        "dpm_jax/_arrays.py",
+        (("jnp.where(_along_batch(index == i, o), o, r)", "jnp.where(_along_batch(index == 0, o), o, r)"),),
+        ("tests/test_arrays.py::test_switch_taken_is_the_switch_and_runs_only_the_branches_some_member_takes",),
+    ),
+    Mutation(
         "synth depth search: its noise drawn from the decisions' key (synth_tree fold 1)",
         "dpm_jax/synth/api.py",
         (

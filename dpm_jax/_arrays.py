@@ -51,8 +51,12 @@ def switch_taken(index: jax.Array, branches: tuple[Callable, ...], *operands):
     bound) the batch pays for the largest each time. Here only the branches some member takes
     run, each batched over the whole batch (one unbatched ``lax.cond`` per branch), and each
     member keeps its own branch's result: the same values as its call alone. Which branches
-    run is a function of the members' indices only.
+    run is a function of the members' indices only. The index is clamped as ``lax.switch``
+    clamps it. Only the innermost ``jax.vmap`` axis is served so (an outer axis batches the
+    rule with jax's own rules: every branch runs, the values stay right); branches must take
+    the batched values as ``operands``, not close over them.
     """
+    index = jnp.clip(index, 0, len(branches) - 1)
     switch = jax.custom_batching.custom_vmap(lambda index, *operands: jax.lax.switch(index, branches, *operands))
 
     @switch.def_vmap

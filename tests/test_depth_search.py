@@ -44,11 +44,15 @@ def test_excess_mass_is_the_count_above_the_threshold_summed_over_the_cells():
         over_keys = jax.jit(
             jax.vmap(lambda last: excess_mass(jnp.asarray(codes), jnp.asarray(valid), total, depths, thresholds, last))
         )
+        for member, last in zip(np.asarray(over_keys(lasts)), np.asarray(lasts)):
+            np.testing.assert_array_equal(member, np.where(np.arange(len(depths)) <= last, got, 0))
+        # data sets of their own (each member's rows from its own data, not another's)
         over_data = jax.jit(jax.vmap(lambda c, v, last: excess_mass(c, v, total, depths, thresholds, last)))
-        stacked = (jnp.asarray(np.stack([codes] * 4)), jnp.asarray(np.stack([valid] * 4)), lasts)
-        for batch in (np.asarray(over_keys(lasts)), np.asarray(over_data(*stacked))):
-            for member, last in zip(batch, np.asarray(lasts)):
-                np.testing.assert_array_equal(member, np.where(np.arange(len(depths)) <= last, got, 0))
+        sets = [_sorted_codes(rng, 300, total, share) for share in (0.8, 0.5, 1.0, 0.3)]
+        stacked = (jnp.asarray(np.stack([c for c, _ in sets])), jnp.asarray(np.stack([v for _, v in sets])))
+        for member, (c, v), last in zip(np.asarray(over_data(*stacked, lasts)), sets, np.asarray(lasts)):
+            alone = np.asarray(excess_mass(jnp.asarray(c), jnp.asarray(v), total, depths, thresholds))
+            np.testing.assert_array_equal(member, np.where(np.arange(len(depths)) <= last, alone, 0))
 
 
 def _noise(key, shape, epsilon):

@@ -300,3 +300,10 @@ def test_cli_synthesize_with_method_privtree(tmp_path):
     assert main(["synthesize", *args, "--seed", "3", "--method", "privtree", "--max-rows", "1000"]) == 0
     rows = np.loadtxt(out, delimiter=",", skiprows=1)
     assert rows.shape == (40, 2) and np.all((rows >= 0) & (rows <= 16))
+
+
+def test_a_budget_the_calibration_cannot_cover_is_refused_with_a_value_error():
+    """Its conditions are checked with a ValueError naming the one that fails (they were asserts: an
+    AssertionError, and nothing at all under python -O)."""
+    with pytest.raises(ValueError, match="PrivTree cannot be calibrated at epsilon .*the remove side's leaf"):
+        plan_synthesis(Budget(1e-4, 1e-3), SynthConfig(), "privtree", 2)

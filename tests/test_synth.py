@@ -1,6 +1,7 @@
 """dpm_jax.synthesize: the KD-tree paper's grid and KD-tree, DPM as a generator, their privacy wiring."""
 
 import dataclasses
+import itertools
 import json
 import math
 
@@ -199,6 +200,49 @@ def test_lemma10_delta_is_charged():
     event = cells * r**plan.tau / (1 + r) * (1 + math.exp(eps))
     assert entry.delta - entry.sampler_delta >= event
     assert event > 1e-3 * budget.delta  # tau is not so large that the charge would not matter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["grid", "kdtree"])
+def test_vmap_over_point_masks_matches_single_runs(method):
+    """Batched over data sets (point masks of different sizes, so the members' rule indices, depths and
+    decision draws differ): every output of every member is its own call's. The depth search's and the
+    decision draws' batching rules take the data batched here, not shared."""
+    # Long because: compiles the synthesis under jit and vmap.
+    X = _blobs(1200)
+    budget, config = Budget(2.0, 1e-6), SynthConfig(max_rows=4096)
+    masks = np.stack([np.arange(len(X)) < m for m in (150, 1200, 500)])
+    run = jax.jit(
+        lambda mask: synthesize(
+            jax.random.key(3), X, budget, bounds=BOUNDS, method=method, config=config, point_mask=mask
+        )
+    )
+    batched = jax.vmap(run)(jnp.asarray(masks))
+    for i, mask in enumerate(masks):
+        single = synthesize(jax.random.key(3), X, budget, bounds=BOUNDS, method=method, config=config, point_mask=mask)
+        for field in ("centers", "weights", "lower", "upper", "valid"):
+            np.testing.assert_array_equal(np.asarray(getattr(batched, field)[i]), np.asarray(getattr(single, field)))
+
+
+def test_the_empty_cell_capacity_stays_bounded_over_extreme_plans():
+    """The leaf threshold counts at least 1/WORST_CASE_SHARE of the worst case's empty leaves, so at most
+    about WORST_CASE_SHARE empty cells pass on average, and the implicit draw's capacity (made on every
+    call) stays below ghost_capacity of that mean, whatever max_rows, epsilon, d and decisions."""
+    from dpm_jax.synth import implicit
+    from dpm_jax.synth.plan import WORST_CASE_SHARE
+
+    bound = implicit.ghost_capacity(2**40, WORST_CASE_SHARE / 2**40)
+    largest = 0
+    for method in ("kdtree", "privtree", "grid"):
+        for epsilon in np.geomspace(1e-3, 30.0, 9):
+            for d, decisions, max_rows in itertools.product((1, 15), (None, 30), (1000, 2**31 - 1)):
+                try:
+                    config = SynthConfig(max_rows=max_rows, decisions=decisions if method != "grid" else None)
+                    plan = plan_synthesis(Budget(float(epsilon), 1e-9), config, method, d)
+                except ValueError:  # budgets the samplers or the calibration cannot serve: refused
+                    continue
+                largest = max(largest, plan.leaves.capacity)
+    assert 2000 < largest <= bound  # the floor binds somewhere in this grid, and holds there
 
 
 @pytest.mark.slow

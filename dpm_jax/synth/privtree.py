@@ -146,13 +146,19 @@ class PrivTreeRelease(NamedTuple):
         return count_noise(key, np.full(shape, self.alpha))
 
     def check(self) -> None:
-        """AssertionError unless the stated epsilon and delta cover the bound (public numbers only)."""
-        assert privacy_loss(self.alpha, self.kappa, self.bias) <= self.epsilon
-        assert _tail(self.alpha, self.kappa) <= self.offset_delta
+        """A ValueError unless the stated epsilon and delta cover the bound (public numbers only)."""
         one_point = split_probability(1, np.arange(self.levels), self.alpha, self.kappa, self.bias, self.theta)
-        assert one_point.max() <= self.offset_delta  # a record alone in a cell: the delta of the tree
-        assert -math.log1p(-_tail(self.alpha, self.kappa)) <= self.epsilon  # the remove side's leaf
-        assert (self.theta + self.levels * self.bias) < 2**30  # int32 biased counts
+        conditions = {
+            "the privacy loss bound exceeds epsilon": privacy_loss(self.alpha, self.kappa, self.bias) <= self.epsilon,
+            "the clamp's tail exceeds delta": _tail(self.alpha, self.kappa) <= self.offset_delta,
+            "a record alone in a cell splits too often": one_point.max() <= self.offset_delta,  # the tree's delta
+            "the remove side's leaf exceeds epsilon": -math.log1p(-_tail(self.alpha, self.kappa)) <= self.epsilon,
+            "the biased counts overflow int32": (self.theta + self.levels * self.bias) < 2**30,
+        }
+        failed = [name for name, holds in conditions.items() if not holds]
+        if failed:
+            prefix = f"{self.name}: " if self.name else ""
+            raise ValueError(f"{prefix}PrivTree cannot be calibrated at epsilon {self.epsilon:.3g}: {'; '.join(failed)}")
 
     def entry(self) -> LedgerEntry:
         rule = (

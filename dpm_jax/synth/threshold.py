@@ -24,9 +24,9 @@ class ThresholdDraw(NamedTuple):
 
     kept: jax.Array  # (cells,) bool: the non-empty cells whose noisy count reaches the threshold
     weights: jax.Array  # (cells,) int32: their noisy counts (clipped to [0, 2**31 - 1])
-    positions: jax.Array  # (size,) uint32: ranks of passing empty cells among num_empty, public order
-    passed: jax.Array  # (size,) bool: the real ones (rank below num_empty)
-    ghost_weights: jax.Array  # (size,) int32: their noisy counts t + G
+    positions: jax.Array  # (capacity,) uint32: ranks of passing empty cells among num_empty, public order
+    passed: jax.Array  # (capacity,) bool: the real ones (rank below num_empty)
+    ghost_weights: jax.Array  # (capacity,) int32: their noisy counts t + G
 
 
 class ThresholdRelease(NamedTuple):
