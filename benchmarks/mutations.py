@@ -582,6 +582,15 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "synth implicit empty cells: more empty cells than the draw's 31-bit positions accepted",
+        "dpm_jax/synth/threshold.py",
+        (("if max(self.max_empty) >= int(implicit.SATURATED):", "if False:"),),
+        (
+            "tests/test_synth.py::test_more_empty_cells_than_the_draws_31_bit_positions_are_refused_before_any_work"
+            "[kdtree]",
+        ),
+    ),
+    Mutation(
         "synth depth search: no noise on the threshold (rho = 0)",
         "dpm_jax/synth/depth_search.py",
         (

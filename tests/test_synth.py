@@ -224,6 +224,20 @@ def test_vmap_over_point_masks_matches_single_runs(method):
             np.testing.assert_array_equal(np.asarray(getattr(batched, field)[i]), np.asarray(getattr(single, field)))
 
 
+@pytest.mark.parametrize("method", ["kdtree", "privtree"])
+def test_more_empty_cells_than_the_draws_31_bit_positions_are_refused_before_any_work(method):
+    """2**h + max_rows x decisions empty leaves can pass 2**31 - 1, the implicit draw's last position:
+    the cells past it could never be drawn (not the explicit draw's law), so such a plan is refused."""
+    X = np.zeros((10, 2), np.float32)
+    with pytest.raises(
+        ValueError, match="implicit draw's 2\\*\\*31 - 1 positions: state a smaller SynthConfig.max_rows"
+    ):
+        synthesize(
+            jax.random.key(0), X, Budget(1.0, 1e-6), BOUNDS, method=method, config=SynthConfig(max_rows=2**31 - 1)
+        )
+    plan_synthesis(Budget(1.0, 1e-6), SynthConfig(max_rows=2**26), method, 2)  # a large but servable capacity
+
+
 def test_the_empty_cell_capacity_stays_bounded_over_extreme_plans():
     """The leaf threshold counts at least 1/WORST_CASE_SHARE of the worst case's empty leaves, so at most
     about WORST_CASE_SHARE empty cells pass on average, and the implicit draw's capacity (made on every

@@ -158,7 +158,9 @@ class PrivTreeRelease(NamedTuple):
         failed = [name for name, holds in conditions.items() if not holds]
         if failed:
             prefix = f"{self.name}: " if self.name else ""
-            raise ValueError(f"{prefix}PrivTree cannot be calibrated at epsilon {self.epsilon:.3g}: {'; '.join(failed)}")
+            raise ValueError(
+                f"{prefix}PrivTree cannot be calibrated at epsilon {self.epsilon:.3g}: {'; '.join(failed)}"
+            )
 
     def entry(self) -> LedgerEntry:
         rule = (

@@ -79,6 +79,13 @@ class ThresholdRelease(NamedTuple):
             raise ValueError(f"{self.name}: epsilon {self.epsilon:.3g} is below 1e-7, the conditioned counts' range")
         if any(not 1 <= t < 2**30 for t in self.thresholds):
             raise ValueError(f"{self.name}: thresholds must be in [1, 2**30), got {self.thresholds}")
+        # the implicit draw's positions are 31-bit (implicit.SATURATED): more empty cells than that
+        # could not all be drawn, and the draw would no longer be the explicit one's law
+        if max(self.max_empty) >= int(implicit.SATURATED):
+            raise ValueError(
+                f"{self.name}: up to {max(self.max_empty):.3g} empty cells (2**h + max_rows x decisions), more "
+                "than the implicit draw's 2**31 - 1 positions: state a smaller SynthConfig.max_rows or fewer decisions"
+            )
 
     def tables(self):
         """Device tables: skip thresholds per candidate (c, 32) and the conditioned count's (31,)."""
