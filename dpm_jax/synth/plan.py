@@ -73,8 +73,8 @@ DEFAULT_MAX_CELLS = 2**14
 # worst case (PrivTree at a small max_rows and epsilon: 52 million draws without it). A floor above
 # the heuristic raises the threshold, so it costs released cells: at 1/1024 the KD-tree on N(0, I_5)
 # in [-5, 5]^5 (epsilon 0.1, the default max_rows) scored 0.166 against 0.110 without it; at 1/4096
-# it does not bind there, and about 4,096 empty cells pass at most, so the capacity stays below
-# ghost_capacity of that mean, 5,131 draws (tests/test_synth.py checks it over extreme plans).
+# it does not bind there, and at most about 4,096 empty cells pass on average, so the capacity stays
+# below ghost_capacity of that mean, 5,131 draws (tests/test_synth.py checks it over extreme plans).
 WORST_CASE_SHARE = 4096
 
 
