@@ -668,7 +668,13 @@ MUTATIONS = (
     Mutation(
         "synth decision draws under jax.vmap: every branch runs (jax's select), not only those some member takes",
         "dpm_jax/_arrays.py",
-        (("out = jax.lax.cond(jnp.any(index == i), branch,", "out = jax.lax.cond(True, branch,"),),
+        (("out = _when_any(index == i, branch, *operands)", "out = branch(*operands)"),),
+        ("tests/test_arrays.py::test_switch_taken_is_the_switch_and_runs_only_the_branches_some_member_takes",),
+    ),
+    Mutation(
+        "synth decision draws under nested jax.vmap: the index shared by the inner axis switched by lax.switch",
+        "dpm_jax/_arrays.py",
+        (("result = switch_taken(index, tuple(each), *operands)", "result = jax.lax.switch(index, each, *operands)"),),
         ("tests/test_arrays.py::test_switch_taken_is_the_switch_and_runs_only_the_branches_some_member_takes",),
     ),
     Mutation(

@@ -52,9 +52,9 @@ def switch_taken(index: jax.Array, branches: tuple[Callable, ...], *operands):
     run, each batched over the whole batch (one unbatched ``lax.cond`` per branch), and each
     member keeps its own branch's result: the same values as its call alone. Which branches
     run is a function of the members' indices only. The index is clamped as ``lax.switch``
-    clamps it. Only the innermost ``jax.vmap`` axis is served so (an outer axis batches the
-    rule with jax's own rules: every branch runs, the values stay right); branches must take
-    the batched values as ``operands``, not close over them.
+    clamps it. Nested ``jax.vmap`` axes (keys within data sets) are served too: the rule calls
+    itself and :func:`_when_any`, so an outer axis meets a batching rule again. Branches must
+    take the batched values as ``operands``, not close over them.
     """
     index = jnp.clip(index, 0, len(branches) - 1)
     switch = jax.custom_batching.custom_vmap(lambda index, *operands: jax.lax.switch(index, branches, *operands))
@@ -64,17 +64,39 @@ def switch_taken(index: jax.Array, branches: tuple[Callable, ...], *operands):
         index_batched, *batched_operands = in_batched
         axes = tuple(0 if b else None for b in batched_operands)
         each = [jax.vmap(branch, in_axes=axes, axis_size=axis_size) for branch in branches]
-        if not index_batched:
-            result = jax.lax.switch(index, each, *operands)
+        if not index_batched:  # one branch for the whole batch (an outer axis may still batch the index)
+            result = switch_taken(index, tuple(each), *operands)
         else:
-            shape = jax.eval_shape(each[0], *operands)
-            result = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shape)
+            result = _zeros_like(jax.eval_shape(each[0], *operands))
             for i, branch in enumerate(each):
-                out = jax.lax.cond(jnp.any(index == i), branch, lambda *_: result, *operands)
+                out = _when_any(index == i, branch, *operands)
                 result = jax.tree.map(lambda r, o: jnp.where(_along_batch(index == i, o), o, r), result, out)
         return result, jax.tree.map(lambda _: True, result)
 
     return switch(index, *operands)
+
+
+def _when_any(taken: jax.Array, branch: Callable, *operands):
+    """``branch(*operands)`` if any element of ``taken`` holds, else zeros of its shape (an unbatched
+    ``lax.cond``); under ``jax.vmap`` the "any" runs over the batch as well, at every level."""
+    run = jax.custom_batching.custom_vmap(
+        lambda taken, *operands: jax.lax.cond(
+            jnp.any(taken), branch, lambda *o: _zeros_like(jax.eval_shape(branch, *o)), *operands
+        )
+    )
+
+    @run.def_vmap
+    def batched(axis_size, in_batched, taken, *operands):
+        _, *batched_operands = in_batched
+        axes = tuple(0 if b else None for b in batched_operands)
+        result = _when_any(taken, jax.vmap(branch, in_axes=axes, axis_size=axis_size), *operands)
+        return result, jax.tree.map(lambda _: True, result)
+
+    return run(taken, *operands)
+
+
+def _zeros_like(shapes):
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
 def _along_batch(mask: jax.Array, like: jax.Array) -> jax.Array:

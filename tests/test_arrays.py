@@ -86,9 +86,20 @@ def test_switch_taken_is_the_switch_and_runs_only_the_branches_some_member_takes
     # an index out of range is clamped, as lax.switch clamps it
     clamped = jax.vmap(lambda i, v: switch_taken(i, branches, v, scale))(jnp.asarray([7, -2], jnp.int32), x[:2])
     np.testing.assert_array_equal(np.asarray(clamped["value"]), np.asarray([0.0 * 10 + 3, 1.0 * 10 + 0]))
-    # nested vmap (keys within data sets): the values (only the inner axis skips branches)
-    nested = jax.vmap(jax.vmap(lambda i, v: switch_taken(i, branches, v, scale)))(index.reshape(2, 2), x.reshape(2, 2))
-    np.testing.assert_array_equal(np.asarray(nested["value"]).reshape(4), np.asarray(batched["value"]))
+    # nested vmap (keys within data sets): the values, and still only the branches some member takes,
+    # with the index batched on both axes or on the outer one only
+    ran.clear()
+    nested = jax.jit(jax.vmap(jax.vmap(lambda i, v: switch_taken(i, branches, v, scale))))
+    got = nested(index.reshape(2, 2), x.reshape(2, 2))
+    jax.effects_barrier()
+    np.testing.assert_array_equal(np.asarray(got["value"]).reshape(4), np.asarray(batched["value"]))
+    assert set(ran) == {0, 2}, ran
+    ran.clear()
+    outer_only = jax.jit(jax.vmap(lambda i, v: jax.vmap(lambda w: switch_taken(i, branches, w, scale))(v)))
+    got = outer_only(jnp.asarray([1, 1], jnp.int32), x.reshape(2, 2))
+    jax.effects_barrier()
+    np.testing.assert_array_equal(np.asarray(got["value"]), np.asarray(x.reshape(2, 2) * 10.0 + 1))
+    assert set(ran) == {1}, ran
 
 
 def test_reciprocal_of_a_python_number_is_the_float32_one():

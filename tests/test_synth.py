@@ -206,22 +206,31 @@ def test_lemma10_delta_is_charged():
 @pytest.mark.parametrize("method", ["grid", "kdtree"])
 def test_vmap_over_point_masks_matches_single_runs(method):
     """Batched over data sets (point masks of different sizes, so the members' rule indices, depths and
-    decision draws differ): every output of every member is its own call's. The depth search's and the
-    decision draws' batching rules take the data batched here, not shared."""
-    # Long because: compiles the synthesis under jit and vmap.
+    decision draws differ), and over keys within them (nested vmap): every output of every member is
+    its own call's. The depth search's and the decision draws' batching rules take the data batched
+    here, and meet an outer axis in the nested batch."""
+    # Long because: compiles the synthesis alone, under vmap and under a nested vmap.
     X = _blobs(1200)
     budget, config = Budget(2.0, 1e-6), SynthConfig(max_rows=4096)
-    masks = np.stack([np.arange(len(X)) < m for m in (150, 1200, 500)])
-    run = jax.jit(
-        lambda mask: synthesize(
-            jax.random.key(3), X, budget, bounds=BOUNDS, method=method, config=config, point_mask=mask
-        )
-    )
-    batched = jax.vmap(run)(jnp.asarray(masks))
-    for i, mask in enumerate(masks):
-        single = synthesize(jax.random.key(3), X, budget, bounds=BOUNDS, method=method, config=config, point_mask=mask)
-        for field in ("centers", "weights", "lower", "upper", "valid"):
-            np.testing.assert_array_equal(np.asarray(getattr(batched, field)[i]), np.asarray(getattr(single, field)))
+    masks = jnp.asarray(np.stack([np.arange(len(X)) < m for m in (150, 1200, 500)]))
+    keys_ = jax.random.split(jax.random.key(3), 2)
+
+    def run(key, mask):
+        return synthesize(key, X, budget, bounds=BOUNDS, method=method, config=config, point_mask=mask)
+
+    single = jax.jit(run)
+    over_masks = jax.jit(jax.vmap(run, in_axes=(None, 0)))(keys_[0], masks)
+    nested = jax.jit(jax.vmap(lambda mask: jax.vmap(lambda key: run(key, mask))(keys_)))(masks)
+    fields = ("centers", "weights", "lower", "upper", "valid")
+    for i in range(len(masks)):
+        for j in range(len(keys_)):
+            alone = single(keys_[j], masks[i])
+            batches = ((nested, (i, j)),) + (((over_masks, (i,)),) if j == 0 else ())
+            for batch, at in batches:
+                for field in fields:
+                    np.testing.assert_array_equal(
+                        np.asarray(getattr(batch, field)[at]), np.asarray(getattr(alone, field))
+                    )
 
 
 @pytest.mark.parametrize("method", ["kdtree", "privtree"])

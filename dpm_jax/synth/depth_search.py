@@ -106,8 +106,9 @@ def _shared_over_the_batch(upto):
     (the data shared, each key's stop its own) every key would repeat the passes over the data.
     Here the passes run once for the batch (per data set where the data are batched too); the
     trip count is still a function of released values (every member's rule index). The rows
-    each member keeps are those it would compute alone, bit for bit. Only the innermost
-    ``jax.vmap`` axis is served so (an outer axis batches the rule with jax's own rules).
+    each member keeps are those it would compute alone, bit for bit. Nested batches: data sets
+    outside keys share the passes per data set; keys outside data sets repeat them per key (the
+    outer axis batches this rule with jax's own rules).
     """
     loop = jax.custom_batching.custom_vmap(upto)
 
