@@ -62,12 +62,11 @@ def switch_taken(index: jax.Array, branches: tuple[Callable, ...], *operands):
     @switch.def_vmap
     def batched(axis_size, in_batched, index, *operands):
         index_batched, *batched_operands = in_batched
-        axes = tuple(0 if b else None for b in batched_operands)
-        each = [jax.vmap(branch, in_axes=axes, axis_size=axis_size) for branch in branches]
+        each = [_over_the_batch(branch, batched_operands, axis_size) for branch in branches]
         if not index_batched:  # one branch for the whole batch (an outer axis may still batch the index)
             result = switch_taken(index, tuple(each), *operands)
         else:
-            result = _zeros_like(jax.eval_shape(each[0], *operands))
+            result = _zeros_of(jax.eval_shape(each[0], *operands))
             for i, branch in enumerate(each):
                 out = _when_any(index == i, branch, *operands)
                 result = jax.tree.map(lambda r, o: jnp.where(_along_batch(index == i, o), o, r), result, out)
@@ -81,21 +80,26 @@ def _when_any(taken: jax.Array, branch: Callable, *operands):
     ``lax.cond``); under ``jax.vmap`` the "any" runs over the batch as well, at every level."""
     run = jax.custom_batching.custom_vmap(
         lambda taken, *operands: jax.lax.cond(
-            jnp.any(taken), branch, lambda *o: _zeros_like(jax.eval_shape(branch, *o)), *operands
+            jnp.any(taken), branch, lambda *o: _zeros_of(jax.eval_shape(branch, *o)), *operands
         )
     )
 
     @run.def_vmap
     def batched(axis_size, in_batched, taken, *operands):
         _, *batched_operands = in_batched
-        axes = tuple(0 if b else None for b in batched_operands)
-        result = _when_any(taken, jax.vmap(branch, in_axes=axes, axis_size=axis_size), *operands)
+        result = _when_any(taken, _over_the_batch(branch, batched_operands, axis_size), *operands)
         return result, jax.tree.map(lambda _: True, result)
 
     return run(taken, *operands)
 
 
-def _zeros_like(shapes):
+def _over_the_batch(function: Callable, batched: list, axis_size: int) -> Callable:
+    """``function`` mapped over the batch axis of the operands marked ``batched`` (inside a batching rule)."""
+    return jax.vmap(function, in_axes=tuple(0 if b else None for b in batched), axis_size=axis_size)
+
+
+def _zeros_of(shapes):
+    """Zeros of the shapes and dtypes of ``jax.eval_shape``'s result (a pytree)."""
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
