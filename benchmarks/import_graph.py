@@ -103,7 +103,7 @@ def package_graph() -> dict[str, set[str]]:
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("base", frozenset({
         "_arrays", "exact", "mechanisms", "ledger", "keys", "releases", "config", "budget",
-        "cache", "files", "tables", "sharding",
+        "cache", "files", "tables", "sharding", "rows",
     })),
     ("engine", frozenset({
         "histogram", "scoring", "structure", "interval", "tree", "tree_passes", "averaging", "depth", "dpm_releases",

@@ -794,6 +794,36 @@ MUTATIONS = (
         ),
         ("tests/test_synth.py::test_released_cells_are_in_code_order",),
     ),
+    # Issue 28, row buckets: a new n reuses a compiled program, the release unchanged.
+    Mutation(
+        "rows: the padding rows counted as points (ones, unmasked)",
+        "dpm_jax/rows.py",
+        (("host = np.zeros((size,) + x.shape[1:], dtype)", "host = np.ones((size,) + x.shape[1:], dtype)"),),
+        ("tests/test_rows.py::test_cluster_releases_what_the_unpadded_run_releases",),
+    ),
+    Mutation(
+        "rows: the labels of the padding rows returned to the caller",
+        "dpm_jax/rows.py",
+        (("        return jax.device_put(np.asarray(x)[:rows], x.sharding)\n", "        return x\n"),),
+        ("tests/test_rows.py::test_cluster_releases_what_the_unpadded_run_releases",),
+    ),
+    Mutation(
+        "rows: padded data moved to the default device, not the caller's",
+        "dpm_jax/rows.py",
+        (
+            (
+                "return jax.device_put(host, None if isinstance(x, np.ndarray) else x.sharding)",
+                "return jax.device_put(host)",
+            ),
+        ),
+        ("tests/test_rows.py::test_data_on_a_chosen_device_stay_there",),
+    ),
+    Mutation(
+        "rows: the default mask built by an XLA op (a compile per n)",
+        "dpm_jax/api.py",
+        (("        return np.ones(n, bool)\n", "        return jnp.ones(n, bool)\n"),),
+        ("tests/test_rows.py::test_a_new_row_count_in_the_bucket_compiles_nothing",),
+    ),
     # Issue 21, the guarantee's edges ("edges:" runs them alone: --only edges:).
     Mutation(
         "edges: the averaging's share fitted on the rounded sum (fsum), not the exact one",

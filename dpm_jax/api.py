@@ -34,6 +34,7 @@ from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact
 from dpm_jax.exact import MAX_POINTS
 from dpm_jax._arrays import to_unit_range
+from dpm_jax.rows import bucket_size, first_rows, on_device, paddable
 from dpm_jax.sharding import automatic_axes, rows_over_devices
 from dpm_jax.averaging import leaf_centers
 from dpm_jax.budget import Budget, validate_budget_and_config
@@ -297,7 +298,7 @@ def as_numeric_array(X, name: str = "X"):
     return array
 
 
-def _validate_points(X) -> jax.Array:
+def _validate_points(X) -> jax.Array | np.ndarray:
     X = as_numeric_array(X)
     if X.ndim != 2:
         raise ValueError(f"X must have rank 2 (n points, d dimensions), got shape {tuple(X.shape)}")
@@ -320,9 +321,7 @@ def _validate_points(X) -> jax.Array:
                 "remove or impute those values before clustering"
             )
     if not (isinstance(X, jax.Array) or _is_tracer(X)):
-        X = within_float32(np.asarray(X))
-    if not (isinstance(X, jax.Array) and X.dtype == jnp.float32):
-        X = jnp.array(X, dtype=jnp.float32)  # a copy: the caller's array is never touched
+        return within_float32(np.asarray(X))  # moved to the device by rows.on_device, as a copy
     # A JAX array is immutable; sharded rows stay on their devices (dpm_jax.sharding).
     return X if _is_tracer(X) else automatic_axes(X)
 
@@ -412,30 +411,38 @@ def _check_float32_range(lower: np.ndarray, upper: np.ndarray, given_lower, give
         )
 
 
-def _validate_mask(point_mask, n: int) -> jax.Array:
+def _validate_mask(point_mask, n: int) -> jax.Array | np.ndarray:
     if point_mask is None:
-        return jnp.ones(n, bool)
+        return np.ones(n, bool)
     if not hasattr(point_mask, "shape") or point_mask.shape != (n,):
         raise ValueError(f"point_mask must have shape ({n},), got {getattr(point_mask, 'shape', None)}")
-    return jnp.asarray(point_mask, bool)
+    return point_mask if isinstance(point_mask, jax.Array) or _is_tracer(point_mask) else np.asarray(point_mask)
 
 
 class ValidInput(NamedTuple):
     """An entry point's data after the checks every algorithm makes before any work (:func:`validated_input`)."""
 
-    points: jax.Array  # (n, d) float32 (a copy: the caller's X is never touched)
-    mask: jax.Array  # (n,) bool, False marks padding points
+    points: jax.Array  # (m, d) float32 (a copy: the caller's X is never touched)
+    mask: jax.Array  # (m,) bool, False marks padding points
+    rows: int  # n, the caller's rows: m = n, or its row bucket (dpm_jax.rows)
 
 
-def validated_input(key: jax.Array, X: Any, point_mask: Any = None) -> ValidInput:
+def validated_input(key: jax.Array, X: Any, point_mask: Any = None, *, bucket: bool = False) -> ValidInput:
     """The key and data of an entry point (:func:`cluster`, :func:`dpm_jax.synthesize`,
     :func:`dpm_jax.kmeans`, :func:`dpm_jax.private_bounds`), checked in this order before any
     statistic of ``X`` is computed: the key (:func:`validate_key`); X numeric (a DataFrame's columns
     named when not), of rank 2, not empty, at most :data:`MAX_POINTS` rows, finite where concrete;
-    ``point_mask`` of shape (n,) (None: every row)."""
+    ``point_mask`` of shape (n,) (None: every row).
+
+    ``bucket``: concrete data are padded with masked rows to their row bucket
+    (:func:`dpm_jax.rows.bucket_size`), so that a new n reuses a compiled program; only for
+    engines whose release ignores masked rows bit for bit."""
     validate_key(key)
     points = _validate_points(X)
-    return ValidInput(points, _validate_mask(point_mask, points.shape[0]))
+    n = points.shape[0]
+    mask = _validate_mask(point_mask, n)
+    size = bucket_size(n) if bucket and paddable(points) and paddable(mask) else n
+    return ValidInput(on_device(points, size, np.float32), on_device(mask, size, np.bool_), n)
 
 
 def public_bounds(bounds, d: int) -> tuple[jax.Array, jax.Array]:
@@ -474,24 +481,27 @@ def cluster(
     charges ``budget`` to the :class:`dpm_jax.Accountant` before it reads ``X``.
     """
     validate_budget_and_config(budget, config)
-    points, mask = validated_input(key, X, point_mask)
-    d = points.shape[1]
+    data = validated_input(key, X, point_mask, bucket=True)
+    d = data.points.shape[1]
     if bounds_lib.is_private(bounds):
 
         def prepare(rest: Budget):  # plans (and refuses) the run before the bounds are estimated
             run_plan = plan_run(rest, config, d)
-            return lambda released: _cluster_within(
-                key, points, mask, public_bounds(released, d), rest, run_plan, config
-            )
+            return lambda released: _cluster_within(key, data, public_bounds(released, d), rest, run_plan, config)
 
-        return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
+        return bounds_lib.run_with_private_bounds(key, data.points, data.mask, budget, bounds, prepare)
     within = public_bounds(bounds, d)
-    return _cluster_within(key, points, mask, within, budget, plan_run(budget, config, d), config)
+    return _cluster_within(key, data, within, budget, plan_run(budget, config, d), config)
 
 
-def _cluster_within(key, points, mask, within, budget: Budget, run_plan: RunPlan, config: DPMConfig) -> ClusterResult:
-    """The run on validated data within validated bounds ``within`` (public, or the released private ones)."""
+def _cluster_within(
+    key, data: ValidInput, within, budget: Budget, run_plan: RunPlan, config: DPMConfig
+) -> ClusterResult:
+    """The run on validated data within validated bounds ``within`` (public, or the released private ones).
+
+    ``data`` may be padded to their row bucket; the labels are cut back to the caller's rows."""
     lower, upper = within
+    points, mask, rows = data
     arrays = _cluster_arrays(
         key,
         points,
@@ -504,6 +514,7 @@ def _cluster_within(key, points, mask, within, budget: Budget, run_plan: RunPlan
         config=config,
         rows_sharded=rows_over_devices(points),
     )
+    arrays = dict(arrays, labels_nonprivate=first_rows(arrays["labels_nonprivate"], rows))
     return cluster_result(arrays, lower, upper, run_plan, budget, config)
 
 

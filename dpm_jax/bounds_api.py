@@ -26,7 +26,7 @@ def private_bounds(
     that ``bounds="private"`` gives a clustering. Raises a ValueError when a dimension has no
     occupied bucket (outside jit). ``X`` is never modified.
     """
-    points, mask = validated_input(key, X, point_mask)
+    points, mask, _ = validated_input(key, X, point_mask, bucket=True)
     plan = plan_bounds(budget, points.shape[1], request)
     lower, upper = estimate_bounds(key, points, mask, plan)
     check_found(lower, upper, plan)

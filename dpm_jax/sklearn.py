@@ -45,7 +45,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without scikit-learn
     raise ImportError("dpm_jax.sklearn needs scikit-learn >= 1.6: pip install scikit-learn") from error
 
-from dpm_jax.api import MAX_POINTS, cluster, within_float32
+from dpm_jax.api import cluster
 from dpm_jax.budget import Budget
 from dpm_jax.keys import key_from_seed
 from dpm_jax.config import DPMConfig
@@ -54,20 +54,6 @@ __all__ = ["DPMClustering", "PreprocessingWarning"]
 
 _DEFAULTS = DPMConfig()
 CONFIG_FIELDS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(DPMConfig))
-MIN_PADDED_ROWS = 256
-
-
-def padded_size(n: int) -> int:
-    """Rows the data is padded to: the next power of two, at least ``MIN_PADDED_ROWS``, at most
-    :data:`dpm_jax.api.MAX_POINTS` (the limit of every entry point).
-
-    Padding rows are masked out (``point_mask``), so the result is unchanged; data
-    sets of similar size (cross-validation folds, bootstrap samples) then share one
-    compiled program instead of paying a JIT compilation each.
-    """
-    if not 1 <= n <= MAX_POINTS:
-        raise ValueError(f"X has {n} points; dpm_jax supports 1 to {MAX_POINTS} (2**31 - 1: counts are exact int32)")
-    return min(MAX_POINTS, max(MIN_PADDED_ROWS, 1 << (n - 1).bit_length()))
 
 
 class PreprocessingWarning(UserWarning):
@@ -170,12 +156,9 @@ class DPMClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMi
             )
         budget = Budget(epsilon=self.epsilon, delta=self.delta)
         config = self.dpm_config()
-        n = X.shape[0]
-        padded = np.zeros((padded_size(n), X.shape[1]), dtype=np.float32)
-        padded[:n] = within_float32(X)  # every finite value is in the domain (clipped to the bounds)
-        mask = np.arange(padded.shape[0]) < n
         seed = _seed_of(self.seed, self.random_state)
-        result = cluster(key_from_seed(seed), padded, budget, self.bounds, config=config, point_mask=mask)
+        # data sets of similar size (folds, resamples) share one compiled program: dpm_jax.rows
+        result = cluster(key_from_seed(seed), X, budget, self.bounds, config=config)
 
         valid = np.asarray(result.valid)
         self.cluster_centers_ = np.asarray(result.centers)[valid]

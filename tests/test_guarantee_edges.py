@@ -24,7 +24,8 @@ from dpm_jax.api import MAX_POINTS, plan_run
 from dpm_jax.cli.main import main
 from dpm_jax.diagnostics.plan import InsufficientBudgetWarning
 from dpm_jax.eval import audit as audit_lib
-from dpm_jax.sklearn import DPMClustering, padded_size
+from dpm_jax.rows import bucket_size
+from dpm_jax.sklearn import DPMClustering
 from dpm_jax.stream import cluster_stream
 
 BUDGET = dpm_jax.Budget(1.0, 1e-6)
@@ -84,11 +85,10 @@ def test_every_finite_record_is_clipped_to_the_bounds_on_every_entry_point(value
     assert outputs[0].status == 0 and outputs[0].release == outputs[1].release
 
 
-def test_the_estimator_pads_within_the_limit_of_every_entry_point():
-    for n in (1, 256, 257, 2**30, 2**30 + 1, MAX_POINTS):
-        assert n <= padded_size(n) <= MAX_POINTS
-    with pytest.raises(ValueError, match="2\\*\\*31 - 1"):
-        padded_size(MAX_POINTS + 1)
+def test_row_buckets_stay_within_the_limit_of_every_entry_point():
+    # the estimator had padded n in (2**30, 2**31 - 1] to 2**31, which cluster refuses
+    for n in (1, 256, 257, 2**22, 2**22 + 1, 2**30, 2**30 + 1, MAX_POINTS):
+        assert n <= bucket_size(n) <= MAX_POINTS
 
 
 @pytest.mark.slow

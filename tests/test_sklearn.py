@@ -1,9 +1,9 @@
 """The scikit-learn estimator: conventions (scikit-learn's own checks), reproducibility
 against the functional API, cloning, pickling and Pipelines.
 
-Every fit here uses the same budget, tau_r and feature count, so the padded data
-(256 rows, see ``padded_size``) shares one compiled DPM program; scikit-learn's
-checks add one program per feature count they use (1, 2, 3, 4, 5, 10).
+Every fit here uses the same budget, tau_r and feature count, so the data, padded to
+their row bucket (1,024 rows, :mod:`dpm_jax.rows`), share one compiled DPM program;
+scikit-learn's checks add one program per feature count they use (1, 2, 3, 4, 5, 10).
 """
 
 import dataclasses
@@ -24,7 +24,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
 
 import dpm_jax  # noqa: E402
 from dpm_jax.eval.datasets import synthetic_blobs  # noqa: E402
-from dpm_jax.sklearn import CONFIG_FIELDS, MIN_PADDED_ROWS, DPMClustering, PreprocessingWarning, padded_size  # noqa: E402
+from dpm_jax.sklearn import CONFIG_FIELDS, DPMClustering, PreprocessingWarning  # noqa: E402
 
 # epsilon = 1000 makes the noise negligible, so that scikit-learn's check_clustering
 # (adjusted Rand index > 0.4 on 55 points) tests the clustering logic, not the noise;
@@ -135,12 +135,6 @@ def test_the_signature_lists_every_config_field_with_its_default_and_nothing_els
         DPMClustering(alpah=2.0)
     model = clone(DPMClustering(split_window=1, max_depth=5))
     assert (model.split_window, model.max_depth) == (1, 5) and model.dpm_config().split_window == 1
-
-
-def test_padded_size():
-    assert padded_size(1) == padded_size(MIN_PADDED_ROWS) == MIN_PADDED_ROWS
-    assert padded_size(MIN_PADDED_ROWS + 1) == 2 * MIN_PADDED_ROWS
-    assert all(n <= padded_size(n) < max(2 * n, MIN_PADDED_ROWS + 1) for n in range(1, 3000, 37))
 
 
 @pytest.mark.slow

@@ -286,8 +286,10 @@ def kmeans(
     Works under ``jax.jit`` (``k``, ``budget`` and the keywords static) and ``jax.vmap`` over keys.
     Inside ``with accountant:`` the call charges ``budget`` once before it reads ``X``.
     """
-    points, mask = validated_input(key, X, point_mask)
-    n, d = points.shape
+    # without a budget the cost curve sums floats over the rows, whose order follows the row
+    # count: such runs keep their shape (dpm_jax.rows)
+    points, mask, n = validated_input(key, X, point_mask, bucket=budget is not None)
+    d = points.shape[1]
     _validate_arguments(n, k, z, levels, grid_dim, budget)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -299,9 +301,9 @@ def kmeans(
         plan_greedy, k=int(k), d=d, z=int(z), levels=int(levels), grid_dim=int(grid_dim),
         projection_seed=int(projection_seed), method=method, order=order,
     )  # fmt: skip
+    if bounds_lib.is_private(bounds) and budget is None:
+        raise ValueError('bounds="private" spends a share of the budget: give a Budget, or public bounds')
     if bounds_lib.is_private(bounds):
-        if budget is None:
-            raise ValueError('bounds="private" spends a share of the budget: give a Budget, or public bounds')
         prepare = lambda rest: functools.partial(_run_within, key, points, mask, plan_of(rest))  # noqa: E731
         return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
     return _run_within(key, points, mask, plan_of(budget), bounds)

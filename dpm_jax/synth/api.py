@@ -86,7 +86,7 @@ def synthesize(
         raise TypeError(f"budget must be a dpm_jax.Budget, got {type(budget).__name__}")
     if not isinstance(config, SynthConfig):
         raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
-    points, mask = validated_input(key, X, point_mask)
+    points, mask, _ = validated_input(key, X, point_mask)  # exact shapes: the leaf slots follow the rows
     prepare = functools.partial(
         _prepare, key, points, mask, method=method, config=config, cluster_config=cluster_config
     )
