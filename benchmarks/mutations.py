@@ -804,7 +804,7 @@ MUTATIONS = (
     Mutation(
         "rows: the labels of the padding rows returned to the caller",
         "dpm_jax/rows.py",
-        (("        return jax.device_put(np.asarray(x)[:rows], x.sharding)\n", "        return x\n"),),
+        (("        return jax.device_put(np.asarray(x)[:rows], _placement(x))\n", "        return x\n"),),
         ("tests/test_rows.py::test_cluster_releases_what_the_unpadded_run_releases",),
     ),
     Mutation(
@@ -812,11 +812,33 @@ MUTATIONS = (
         "dpm_jax/rows.py",
         (
             (
-                "return jax.device_put(host, None if isinstance(x, np.ndarray) else x.sharding)",
+                "return jax.device_put(host, _placement(x))",
                 "return jax.device_put(host)",
             ),
         ),
         ("tests/test_rows.py::test_data_on_a_chosen_device_stay_there",),
+    ),
+    Mutation(
+        "rows: a padded copy of an uncommitted array committed (programs compiled apart)",
+        "dpm_jax/rows.py",
+        (
+            (
+                "return x.sharding if isinstance(x, jax.Array) and x.committed else None",
+                "return x.sharding if isinstance(x, jax.Array) else None",
+            ),
+        ),
+        ("tests/test_rows.py::test_a_new_row_count_in_the_bucket_compiles_nothing",),
+    ),
+    Mutation(
+        "rows: a JAX array's finiteness checked by a program compiled per n",
+        "dpm_jax/api.py",
+        (
+            (
+                "if not isinstance(X, jax.Array) or on_one_cpu(X):",
+                "if not isinstance(X, jax.Array):",
+            ),
+        ),
+        ("tests/test_rows.py::test_a_new_row_count_in_the_bucket_compiles_nothing",),
     ),
     Mutation(
         "rows: the default mask built by an XLA op (a compile per n)",

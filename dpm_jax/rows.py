@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["bucket_size", "paddable", "on_device", "first_rows"]
+__all__ = ["bucket_size", "paddable", "on_device", "on_one_cpu", "first_rows"]
 
 BUCKET_BITS = 5  # significant bits of a bucket: at most 1/16 more rows than the data
 MIN_BUCKET = 1024  # fewer rows than this are padded to it (the passes over them cost microseconds)
@@ -70,7 +70,7 @@ def on_device(x, size: int, dtype) -> jax.Array:
     if isinstance(x, np.ndarray) or (size > n and _on_cpu(x)):
         host = np.zeros((size,) + x.shape[1:], dtype)
         host[:n] = np.asarray(x)
-        return jax.device_put(host, None if isinstance(x, np.ndarray) else x.sharding)
+        return jax.device_put(host, _placement(x))
     if size == n:  # a JAX array the caller shaped (traced, on several devices) or already a bucket
         return x if x.dtype == dtype else jnp.asarray(x, dtype)
     return jnp.concatenate([jnp.asarray(x, dtype), jnp.zeros((size - n,) + x.shape[1:], dtype)])
@@ -81,8 +81,19 @@ def first_rows(x: jax.Array, rows: int) -> jax.Array:
     if x.shape[0] == rows:
         return x
     if _on_cpu(x):
-        return jax.device_put(np.asarray(x)[:rows], x.sharding)
+        return jax.device_put(np.asarray(x)[:rows], _placement(x))
     return x[:rows]  # traced (a caller's vmap over keys of concrete data) or on an accelerator
+
+
+def _placement(x):
+    """Where a copy of ``x`` goes: its device when the caller committed it there, else the default
+    device, uncommitted (a committed copy would compile programs apart from the uncommitted ones)."""
+    return x.sharding if isinstance(x, jax.Array) and x.committed else None
+
+
+def on_one_cpu(x) -> bool:
+    """Whether ``x`` is a concrete JAX array on one CPU device (NumPy reads it in place)."""
+    return isinstance(x, jax.Array) and paddable(x) and _on_cpu(x)
 
 
 def _on_cpu(x: jax.Array) -> bool:

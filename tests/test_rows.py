@@ -146,6 +146,8 @@ def test_a_new_row_count_in_the_bucket_compiles_nothing(data):
     dpm_jax.cluster(key, data[:5001], BUDGET, BOUNDS)
     dpm_jax.kmeans(key, data[:5001], 4, BUDGET, bounds=BOUNDS)
     dpm_jax.private_bounds(key, data[:5001], BUDGET)
+    sizes = (4900, 5050, 5120)  # the bucket of 5,001 is 4,864 < n <= 5,120
+    jax_arrays = [jnp.asarray(data[:n]) for n in sizes]  # made (an XLA op each) before listening
     compiled, listening = [], [True]  # the listener stays registered (not every jax can remove it), inert after
 
     def listener(event, seconds, **_):
@@ -154,10 +156,11 @@ def test_a_new_row_count_in_the_bucket_compiles_nothing(data):
 
     monitoring.register_event_duration_secs_listener(listener)
     try:
-        for n in (4900, 5050, 5120):  # the bucket of 5,001 is 4,864 < n <= 5,120
-            result = dpm_jax.cluster(key, data[:n], BUDGET, BOUNDS)
-            jax.block_until_ready(result.labels_nonprivate)
-            assert result.labels_nonprivate.shape == (n,)
+        for n, on_device in zip(sizes, jax_arrays):
+            for X in (data[:n], on_device):
+                result = dpm_jax.cluster(key, X, BUDGET, BOUNDS)
+                jax.block_until_ready(result.labels_nonprivate)
+                assert result.labels_nonprivate.shape == (n,)
             jax.block_until_ready(dpm_jax.kmeans(key, data[:n], 4, BUDGET, bounds=BOUNDS).centers)
             jax.block_until_ready(dpm_jax.private_bounds(key, data[:n], BUDGET))
         assert compiled == []  # no program at all: neither the engines' nor an op on the n-row data
