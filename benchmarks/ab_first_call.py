@@ -16,13 +16,10 @@ least load-sensitive on a shared machine; only ratios B / A within one run mean 
 
 from __future__ import annotations
 
-import json
-import pathlib
-import statistics
 import sys
 import textwrap
 
-from workers import ab_parser, ab_trees, start_worker, stop
+from workers import ab_parser, ab_trees, fresh_process_ab, report_ab
 
 _WORKER = textwrap.dedent("""
     import math, sys, time
@@ -58,27 +55,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     trees = ab_trees(args)
     xla_flags = {"A": args.xla_flags_a, "B": args.xla_flags_b}
-    runs = {name: [] for name in trees}
-    for repeat in range(args.repeats):
-        for name in ("A", "B") if repeat % 2 == 0 else ("B", "A"):
-            process, words = start_worker(_WORKER, [args.n, args.d], trees[name], xla_flags[name])
-            stop([process])
-            runs[name].append(dict(zip(_FIELDS, map(float, words))))
-            print(f"repeat {repeat} {name}: {runs[name][-1]}", file=sys.stderr)
-    medians = {name: {f: statistics.median(r[f] for r in rows) for f in _FIELDS} for name, rows in runs.items()}
-    result = dict(
-        n=args.n,
-        d=args.d,
-        repeats=args.repeats,
-        trees={name: str(path) for name, path in trees.items()},
-        xla_flags=xla_flags,
-        runs=runs,
-        medians=medians,
-        ratio_b_over_a={f: medians["B"][f] / medians["A"][f] for f in _FIELDS},
-    )
-    print(json.dumps(dict(medians=medians, ratio_b_over_a=result["ratio_b_over_a"]), indent=1))
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    ab = fresh_process_ab(_WORKER, [args.n, args.d], trees, args.repeats, _FIELDS, xla_flags)
+    report_ab(args, trees, ab, xla_flags=xla_flags)
     return 0
 
 

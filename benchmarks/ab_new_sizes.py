@@ -13,13 +13,10 @@ a caller who never changes n; dpm_jax.rows). Only ratios B / A within one run me
 
 from __future__ import annotations
 
-import json
-import pathlib
-import statistics
 import sys
 import textwrap
 
-from workers import ab_parser, ab_trees, start_worker, stop
+from workers import ab_parser, ab_trees, fresh_process_ab, report_ab
 
 _WORKER = textwrap.dedent("""
     import math, statistics, sys, time
@@ -51,27 +48,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fewer", default="1,7,50,300", help="comma-separated m: one call on n - m rows each")
     args = parser.parse_args(argv)
     trees = ab_trees(args)
-    runs = {name: [] for name in trees}
-    for repeat in range(args.repeats):
-        for name in ("A", "B") if repeat % 2 == 0 else ("B", "A"):
-            process, words = start_worker(_WORKER, [args.n, args.d, args.fewer], trees[name], None)
-            stop([process])
-            runs[name].append(dict(zip(_FIELDS, map(float, words))))
-            print(f"repeat {repeat} {name}: {runs[name][-1]}", file=sys.stderr)
-    medians = {name: {f: statistics.median(r[f] for r in rows) for f in _FIELDS} for name, rows in runs.items()}
-    result = dict(
-        n=args.n,
-        d=args.d,
-        fewer=args.fewer,
-        repeats=args.repeats,
-        trees={name: str(path) for name, path in trees.items()},
-        runs=runs,
-        medians=medians,
-        ratio_b_over_a={f: medians["B"][f] / medians["A"][f] for f in _FIELDS},
-    )
-    print(json.dumps(dict(medians=medians, ratio_b_over_a=result["ratio_b_over_a"]), indent=1))
-    if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    ab = fresh_process_ab(_WORKER, [args.n, args.d, args.fewer], trees, args.repeats, _FIELDS)
+    report_ab(args, trees, ab, fewer=args.fewer)
     return 0
 
 

@@ -8,6 +8,8 @@ calls a second apart on a shared machine.
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import os
 import pathlib
 import subprocess
@@ -70,3 +72,31 @@ def ab_parser(description: str) -> argparse.ArgumentParser:
 def ab_trees(args: argparse.Namespace) -> dict[str, pathlib.Path]:
     """{"A": tree, "B": tree}, resolved."""
     return {"A": pathlib.Path(args.a).resolve(), "B": pathlib.Path(args.b).resolve()}
+
+
+def fresh_process_ab(
+    worker: str, argv: list, trees: dict, repeats: int, fields: tuple[str, ...], xla_flags=None
+) -> dict:
+    """Run ``worker`` once per repeat in a fresh process per tree, A and B alternating in order;
+    its "ready" line's numbers are ``fields``. The runs, their medians and the ratios B / A."""
+    xla_flags = xla_flags or {"A": None, "B": None}
+    runs = {name: [] for name in trees}
+    for repeat in range(repeats):
+        for name in ("A", "B") if repeat % 2 == 0 else ("B", "A"):
+            process, words = start_worker(worker, argv, trees[name], xla_flags[name])
+            stop([process])
+            runs[name].append(dict(zip(fields, map(float, words))))
+            print(f"repeat {repeat} {name}: {runs[name][-1]}", file=sys.stderr)
+    medians = {name: {f: statistics.median(r[f] for r in rows) for f in fields} for name, rows in runs.items()}
+    ratio = {f: medians["B"][f] / medians["A"][f] for f in fields}
+    return dict(runs=runs, medians=medians, ratio_b_over_a=ratio)
+
+
+def report_ab(args: argparse.Namespace, trees: dict, ab: dict, **settings) -> None:
+    """Print the medians and ratios of :func:`fresh_process_ab` and write the whole run to ``--out``."""
+    result = dict(
+        n=args.n, d=args.d, repeats=args.repeats, **settings, trees={k: str(v) for k, v in trees.items()}, **ab
+    )
+    print(json.dumps(dict(medians=ab["medians"], ratio_b_over_a=ab["ratio_b_over_a"]), indent=1))
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -15,8 +15,9 @@ dimension use buckets (``cluster``, ``kmeans``, ``private_bounds``); the synthes
 its leaf slots and draws by the rows, so it keeps exact shapes.
 
 Privacy: the bucket is a function of the private n, and it is visible in the program's shape
-and run time, as n itself was before (docs/privacy.md, "Run time"); buckets reveal less.
-The release does not depend on it.
+and run time, as n itself was before (docs/privacy.md, "Run time"); a bucket tells less than
+n (the estimator's own padding, to powers of two, which the buckets replace, told less
+still). The release does not depend on it.
 
 Not padded (the caller chose the shapes): traced X or masks (inside the caller's
 ``jax.jit``/``jax.vmap``), rows on several devices, and more than :data:`MAX_BUCKETED_ROWS`

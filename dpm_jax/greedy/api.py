@@ -301,9 +301,9 @@ def kmeans(
         plan_greedy, k=int(k), d=d, z=int(z), levels=int(levels), grid_dim=int(grid_dim),
         projection_seed=int(projection_seed), method=method, order=order,
     )  # fmt: skip
-    if bounds_lib.is_private(bounds) and budget is None:
-        raise ValueError('bounds="private" spends a share of the budget: give a Budget, or public bounds')
     if bounds_lib.is_private(bounds):
+        if budget is None:
+            raise ValueError('bounds="private" spends a share of the budget: give a Budget, or public bounds')
         prepare = lambda rest: functools.partial(_run_within, key, points, mask, plan_of(rest))  # noqa: E731
         return bounds_lib.run_with_private_bounds(key, points, mask, budget, bounds, prepare)
     return _run_within(key, points, mask, plan_of(budget), bounds)
