@@ -834,11 +834,17 @@ MUTATIONS = (
         "dpm_jax/api.py",
         (
             (
-                "if not isinstance(X, jax.Array) or on_one_cpu(X):",
+                "if not isinstance(X, jax.Array) or (on_one_cpu(X) and X.shape[0] <= MAX_BUCKETED_ROWS):",
                 "if not isinstance(X, jax.Array):",
             ),
         ),
         ("tests/test_rows.py::test_a_new_row_count_in_the_bucket_compiles_nothing",),
+    ),
+    Mutation(
+        "rows: the padded cast warns on a float64 beyond float32 (a warning only such data emit)",
+        "dpm_jax/rows.py",
+        (('with np.errstate(over="ignore"):', 'with np.errstate(over="warn"):'),),
+        ("tests/test_rows.py::test_a_float64_beyond_float32_is_padded_silently_as_xla_casts_it",),
     ),
     Mutation(
         "rows: the default mask built by an XLA op (a compile per n)",

@@ -34,7 +34,7 @@ from dpm_jax import bounds as bounds_lib
 from dpm_jax import exact
 from dpm_jax.exact import MAX_POINTS
 from dpm_jax._arrays import to_unit_range
-from dpm_jax.rows import bucket_size, first_rows, on_device, on_one_cpu, paddable
+from dpm_jax.rows import MAX_BUCKETED_ROWS, bucket_size, first_rows, on_device, on_one_cpu, paddable
 from dpm_jax.sharding import automatic_axes, rows_over_devices
 from dpm_jax.averaging import leaf_centers
 from dpm_jax.budget import Budget, validate_budget_and_config
@@ -343,7 +343,8 @@ def within_float32(X: np.ndarray) -> np.ndarray:
 
 
 def _all_finite(X) -> bool:
-    if not isinstance(X, jax.Array) or on_one_cpu(X):  # a CPU array read in place: no program per n
+    # a CPU array that is padded (no program per n) is read in place; a larger one on the device
+    if not isinstance(X, jax.Array) or (on_one_cpu(X) and X.shape[0] <= MAX_BUCKETED_ROWS):
         return bool(np.isfinite(np.asarray(X)).all())
     # X may be a concrete array closed over by a caller's jit: evaluate it now anyway.
     with jax.ensure_compile_time_eval():

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["bucket_size", "paddable", "on_device", "on_one_cpu", "first_rows"]
+__all__ = ["MAX_BUCKETED_ROWS", "bucket_size", "paddable", "on_device", "on_one_cpu", "first_rows"]
 
 BUCKET_BITS = 5  # significant bits of a bucket: at most 1/16 more rows than the data
 MIN_BUCKET = 1024  # fewer rows than this are padded to it (the passes over them cost microseconds)
@@ -70,7 +70,8 @@ def on_device(x, size: int, dtype) -> jax.Array:
         return jnp.array(x, dtype)  # never padded: one copy, made by XLA (a host copy would be a second)
     if isinstance(x, np.ndarray) or (size > n and _on_cpu(x)):
         host = np.zeros((size,) + x.shape[1:], dtype)
-        host[:n] = np.asarray(x)
+        with np.errstate(over="ignore"):  # a float64 beyond float32 becomes inf, as XLA's cast makes it,
+            host[:n] = np.asarray(x)  # silently: a warning would depend on the data (then clipped to the bounds)
         return jax.device_put(host, _placement(x))
     if size == n:  # a JAX array the caller shaped (traced, on several devices) or already a bucket
         return x if x.dtype == dtype else jnp.asarray(x, dtype)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import jax
 import jax._src.monitoring as monitoring
@@ -62,6 +63,17 @@ def test_validation_pads_host_data_once_and_leaves_the_callers_arrays_alone():
     np.testing.assert_array_equal(np.asarray(data.mask)[:10], kept[1])
     unpadded = validated_input(jax.random.key(0), kept[0], kept[1])  # bucket=False: the caller's shapes
     assert unpadded.points.shape == (10, 3) and unpadded.mask.shape == (10,) and unpadded.rows == 10
+
+
+def test_a_float64_beyond_float32_is_padded_silently_as_xla_casts_it():
+    # a warning that only data holding such a record emit would tell them apart
+    with jax.enable_x64(True):
+        X = jnp.asarray(np.array([[1e39, 0.5], [-2.0, 3.0]]))  # float64 on the device
+        with warnings.catch_warnings(record=True) as emitted:
+            warnings.simplefilter("always")
+            data = validated_input(jax.random.key(0), X, None, bucket=True)
+        assert [str(w.message) for w in emitted] == []
+        np.testing.assert_array_equal(np.asarray(data.points)[:2], np.asarray(jnp.asarray(X, jnp.float32)))
 
 
 def test_concrete_jax_arrays_are_padded_on_their_device_and_traced_ones_keep_their_shapes():
