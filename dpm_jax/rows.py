@@ -68,7 +68,7 @@ def on_device(x, size: int, dtype) -> jax.Array:
     n = x.shape[0]
     if isinstance(x, np.ndarray) and n > MAX_BUCKETED_ROWS:
         return jnp.array(x, dtype)  # never padded: one copy, made by XLA (a host copy would be a second)
-    if isinstance(x, np.ndarray) or (size > n and _on_cpu(x)):
+    if isinstance(x, np.ndarray) or (size > n and on_one_cpu(x)):
         host = np.zeros((size,) + x.shape[1:], dtype)
         with np.errstate(over="ignore"):  # a float64 beyond float32 becomes inf, as XLA's cast makes it,
             host[:n] = np.asarray(x)  # silently: a warning would depend on the data (then clipped to the bounds)
@@ -82,7 +82,7 @@ def first_rows(x: jax.Array, rows: int) -> jax.Array:
     """The first ``rows`` rows of a per-point output of a padded run, on its device."""
     if x.shape[0] == rows:
         return x
-    if _on_cpu(x):
+    if on_one_cpu(x):
         return jax.device_put(np.asarray(x)[:rows], _placement(x))
     return x[:rows]  # traced (a caller's vmap over keys of concrete data) or on an accelerator
 
@@ -95,10 +95,4 @@ def _placement(x):
 
 def on_one_cpu(x) -> bool:
     """Whether ``x`` is a concrete JAX array on one CPU device (NumPy reads it in place)."""
-    return isinstance(x, jax.Array) and paddable(x) and _on_cpu(x)
-
-
-def _on_cpu(x: jax.Array) -> bool:
-    if isinstance(x, jax.core.Tracer):
-        return False
-    return all(device.platform == "cpu" for device in x.sharding.device_set)
+    return isinstance(x, jax.Array) and paddable(x) and next(iter(x.sharding.device_set)).platform == "cpu"
