@@ -104,11 +104,15 @@ def test_loss_bound_covers_every_tree_on_small_domains(gap_levels):
 
 def test_calibration_states_its_bound_and_the_one_point_delta():
     """The calibrated release's epsilon covers the bound, its delta the one-point cell's split
-    (and the sampler), and its alpha is the largest such up to the integer roundings."""
-    for epsilon, gap_levels in ((0.015, 2), (0.3, 1), (1.2, 4)):
+    (and the sampler), and its alpha is the largest such up to the integer roundings. A record alone
+    in a cell sits on the clamp at every depth (theta = kappa + 1): it splits with probability
+    P[Z >= kappa], the delta charged for it (with theta = kappa it would split more often)."""
+    for epsilon, gap_levels in ((1.2, 4), (0.3, 1), (0.015, 2)):  # 1.2 first: it calibrates even when theta = kappa
         release = calibrate("t", "s", epsilon, 1e-6, 12, gap_levels)
         assert privacy_loss(release.alpha, release.kappa, release.bias) <= epsilon
         one_point = split_probability(1, np.arange(12), release.alpha, release.kappa, release.bias, release.theta)
+        r = np.exp(-release.alpha)
+        np.testing.assert_allclose(one_point, r**release.kappa / (1 + r), rtol=1e-12)
         assert one_point.max() <= release.offset_delta
         assert release.offset_delta + release.sampler_delta <= 1e-6
         assert release.offset_delta + release.sampler_delta == pytest.approx(1e-6, rel=1e-9)

@@ -258,7 +258,7 @@ def test_the_empty_cell_capacity_stays_bounded_over_extreme_plans():
     largest = 0
     for method in ("kdtree", "privtree", "grid"):
         for epsilon in np.geomspace(1e-3, 30.0, 9):
-            for d, decisions, max_rows in itertools.product((1, 15), (None, 30), (1000, 2**31 - 1)):
+            for d, decisions, max_rows in itertools.product((1, 15), (None, 30), (1000, 2**20, 2**31 - 1)):
                 try:
                     config = SynthConfig(max_rows=max_rows, decisions=decisions if method != "grid" else None)
                     plan = plan_synthesis(Budget(float(epsilon), 1e-9), config, method, d)
@@ -266,6 +266,25 @@ def test_the_empty_cell_capacity_stays_bounded_over_extreme_plans():
                     continue
                 largest = max(largest, plan.leaves.capacity)
     assert 2000 < largest <= bound  # the floor binds somewhere in this grid, and holds there
+
+
+@pytest.mark.parametrize("method", ["grid", "refine"])
+def test_leaf_thresholds_let_about_sixteen_empty_cells_pass_and_at_most_one_in_256(method):
+    """Each candidate threshold t of a public count of J cells is the smallest integer >= 1 with
+    J P[Z >= t] <= K, K = min(16, max(1, J / 256)): on average at most K empty cells pass, and with
+    t - 1 more would. A threshold one too high or one too low fails, as does the rule of one
+    passing cell (too high where J > 256) or 16 at every J (too low where J < 4,096)."""
+    from dpm_jax.synth.plan import empty_cells_passing
+
+    assert [empty_cells_passing(j) for j in (8, 256, 1024, 4096, 2**20)] == [1.0, 1.0, 4.0, 16.0, 16.0]
+    for epsilon in (0.01, 0.3, 2.0):
+        plan = plan_synthesis(Budget(epsilon, 1e-6), SynthConfig(), method, 3)
+        releases = [plan.leaves] + ([plan.coarse] if plan.coarse is not None else [])
+        for release in releases:
+            for t, cells in zip(release.thresholds, release.max_empty):
+                passing = min(16.0, max(1.0, cells / 256))
+                assert cells * pass_probability(release.epsilon, t) <= passing
+                assert t == 1 or cells * pass_probability(release.epsilon, t - 1) > passing
 
 
 @pytest.mark.slow

@@ -12,9 +12,12 @@ between the tree and the leaf counts, nor t, tau, s1, s2 for its experiments. Ch
   their box; ``search_share`` buys the depth search (:mod:`dpm_jax.synth.depth_search`),
   which lowers that depth where its cells would hold too little of the data (data that fill
   their box). A fixed depth (``levels``) skips both.
-* The leaf threshold t is the smallest integer with J P[Z >= t] <= 1 for J public
-  cells: about one empty cell passes on average (Theorem 5's t = 8 log(1/delta) / epsilon
-  is the high-probability version and drops far more of the data).
+* The leaf threshold t is the smallest integer with J P[Z >= t] <= K for J public cells,
+  K = min(16, max(1, J / 256)) (:func:`empty_cells_passing`): about 16 empty cells pass on
+  average, at most one in 256. Theorem 5's t = 8 log(1/delta) / epsilon is the
+  high-probability version and drops far more of the data. Until stop 42 the rule let about
+  one pass, which dropped more of the data's thin cells than 16 false ones cost
+  (docs/synthetic.md, "The leaf threshold", says how K and the cap were chosen).
 * KD-tree: ``tree_share`` of epsilon for the decisions, D = ``decisions`` levels, tau
   from Lemma 10 with what the samplers leave of delta (:func:`dpm_jax.synth.kdtree.decision_threshold`).
   Its leaf threshold counts 2**h + 2 D n / tau candidate empty leaves, as PrivTree's below (with
@@ -68,7 +71,16 @@ DEFAULT_MAX_ROWS = 2**24
 # depth search's depth (6,200 at n = 100,000, epsilon 1, d = 2: benchmarks/synth_fill.py); a row costs
 # 3 d + 2 numbers in the result.
 DEFAULT_MAX_CELLS = 2**14
-# The leaf threshold counts at least 1/WORST_CASE_SHARE of the worst case's empty leaves, so that the
+# The leaf thresholds let about this many empty cells pass on average (public: a count of cells), but
+# at most one in PASSING_SHARE of them and at least one. A passing empty cell adds about
+# t + 1/epsilon false points; a cell of the data below t is lost. One passing cell (the rule until
+# stop 42) lost more of the data's thin cells than 16 false ones cost, except where the candidates
+# are few (d = 2 at epsilon 0.01: 2**10 cells), where 16 of them is too much false mass
+# (docs/synthetic.md, "The leaf threshold").
+EMPTY_CELLS_PASSING = 16
+PASSING_SHARE = 256
+# The leaf threshold counts at least EMPTY_CELLS_PASSING/WORST_CASE_SHARE of the worst case's empty
+# leaves (1/WORST_CASE_SHARE before stop 42, when one passing empty cell was the rule), so that the
 # empty-cell capacity (drawn every call) stays bounded where the heuristic's count is far below the
 # worst case (PrivTree at a small max_rows and epsilon: 52 million draws without it). A floor above
 # the heuristic raises the threshold, so it costs released cells: at 1/1024 the KD-tree on N(0, I_5)
@@ -170,10 +182,23 @@ def _depth_range(d: int, decisions: int, levels: int | None) -> tuple[int, ...]:
     return tuple(range(0, top + 1))  # the depth search may go down to one cell
 
 
+def empty_cells_passing(cells: int) -> float:
+    """How many of ``cells`` empty cells a leaf threshold lets pass on average: EMPTY_CELLS_PASSING,
+    at most cells / PASSING_SHARE, at least 1 (a function of the public count alone)."""
+    return min(float(EMPTY_CELLS_PASSING), max(1.0, cells / PASSING_SHARE))
+
+
 def _threshold(epsilon: float, cells: int) -> int:
-    """The smallest integer t >= 1 with cells P[Z >= t] <= 1."""
-    t = max(1, math.floor(math.log(cells) / epsilon) - 2)
-    while cells * pass_probability(epsilon, t) > 1.0:
+    """The smallest integer t >= 1 with cells P[Z >= t] <= K: K = :func:`empty_cells_passing` of cells."""
+    passing = empty_cells_passing(cells)
+    # p(t) = r**t / (1 + r) <= K / cells  <=>  t >= ln(cells / (K (1 + r))) / epsilon; the loops make
+    # the float estimate exact (before stop 42 the start could lie above the smallest t when epsilon < ln 2 / 2)
+    passes = lambda t: cells * pass_probability(epsilon, t) <= passing  # noqa: E731
+    ratio = cells / (passing * (1.0 + math.exp(-epsilon)))
+    t = max(1, math.floor(math.log(max(ratio, 1.0)) / epsilon))
+    while t > 1 and passes(t - 1):
+        t -= 1
+    while not passes(t):
         t += 1
     return t
 
@@ -216,12 +241,15 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
     elif decisions:
         # (a floor on delta: a delta too small for the samplers is refused below, with its own message)
         split_at = decision_threshold(max(depths), decisions, n_max, tree_epsilon, max(0.5 * budget.delta, 1e-30))
-    # at least 1/WORST_CASE_SHARE of the worst case's empty leaves (2**h + n_max D), so that about that
-    # many of them pass at most: the empty-cell capacity, drawn every call, stays bounded where the
-    # heuristic's count is small against the worst case
+    # at least EMPTY_CELLS_PASSING/WORST_CASE_SHARE of the worst case's empty leaves (2**h + n_max D), so
+    # that at most about WORST_CASE_SHARE of them pass on average: the empty-cell capacity, drawn every
+    # call, stays bounded where the heuristic's count is small against the worst case
     worst = [2**h + n_max * decisions for h in depths]
     cells = [
-        max(2**h + (2 * decisions * (n_max // split_at) if decisions else 0), -(-w // WORST_CASE_SHARE))
+        max(
+            2**h + (2 * decisions * (n_max // split_at) if decisions else 0),
+            -(-w * EMPTY_CELLS_PASSING // WORST_CASE_SHARE),
+        )
         for h, w in zip(depths, worst)
     ]
     leaves = ThresholdRelease(
@@ -271,7 +299,7 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
 def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> SynthPlan:
     """The releases of "refine": n~, the coarse grid's counts, its released cells' children's counts.
 
-    Thresholds as for the grid (about one empty cell passes): 2**h cells for the coarse grid;
+    Thresholds as for the grid (about EMPTY_CELLS_PASSING empty cells pass): 2**h cells for the coarse grid;
     for the children, one candidate per J = 2**j (j = k, k + 1, ..., enough for n_max + the
     coarse sampler's capacity released coarse cells), chosen from the released J.
     """
