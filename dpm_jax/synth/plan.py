@@ -241,17 +241,7 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
     elif decisions:
         # (a floor on delta: a delta too small for the samplers is refused below, with its own message)
         split_at = decision_threshold(max(depths), decisions, n_max, tree_epsilon, max(0.5 * budget.delta, 1e-30))
-    # at least EMPTY_CELLS_PASSING/WORST_CASE_SHARE of the worst case's empty leaves (2**h + n_max D), so
-    # that at most about WORST_CASE_SHARE of them pass on average: the empty-cell capacity, drawn every
-    # call, stays bounded where the heuristic's count is small against the worst case
-    worst = [2**h + n_max * decisions for h in depths]
-    cells = [
-        max(
-            2**h + (2 * decisions * (n_max // split_at) if decisions else 0),
-            -(-w * EMPTY_CELLS_PASSING // WORST_CASE_SHARE),
-        )
-        for h, w in zip(depths, worst)
-    ]
+    cells, worst = _leaf_candidates(depths, decisions, n_max, split_at if decisions else 0)
     leaves = ThresholdRelease(
         "synth leaves",
         leaf_epsilon,
@@ -294,6 +284,21 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
         floor,
         search=search,
     )
+
+
+def _leaf_candidates(depths, decisions: int, n_max: int, split_at: int) -> tuple[list[int], list[int]]:
+    """Per candidate depth h: the count of empty leaves the leaf threshold is computed for, and the
+    worst case's (2**h + n_max D, which bounds the implicit draw).
+
+    The count is the heuristic 2**h + 2 D n_max / split_at (a split needs about split_at points),
+    but at least EMPTY_CELLS_PASSING/WORST_CASE_SHARE of the worst case, so that at most about
+    WORST_CASE_SHARE of them pass on average: the empty-cell capacity, drawn every call, stays
+    bounded where the heuristic's count is small against the worst case.
+    """
+    worst = [2**h + n_max * decisions for h in depths]
+    heuristic = [2**h + (2 * decisions * (n_max // split_at) if decisions else 0) for h in depths]
+    floor = [-(-w * EMPTY_CELLS_PASSING // WORST_CASE_SHARE) for w in worst]
+    return [max(c, f) for c, f in zip(heuristic, floor)], worst
 
 
 def _plan_refine(budget: Budget, config: SynthConfig, d: int, n_max: int) -> SynthPlan:
