@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile

@@ -80,7 +80,7 @@ DEFAULT_MAX_CELLS = 2**14
 EMPTY_CELLS_PASSING = 16
 PASSING_SHARE = 256
 # The leaf threshold counts at least EMPTY_CELLS_PASSING/WORST_CASE_SHARE of the worst case's empty
-# leaves (1/WORST_CASE_SHARE before stop 42, when one passing empty cell was the rule), so that the
+# leaves, so that at most about WORST_CASE_SHARE of them pass on average and the
 # empty-cell capacity (drawn every call) stays bounded where the heuristic's count is far below the
 # worst case (PrivTree at a small max_rows and epsilon: 52 million draws without it). A floor above
 # the heuristic raises the threshold, so it costs released cells: at 1/1024 the KD-tree on N(0, I_5)
@@ -235,13 +235,14 @@ def plan_synthesis(budget: Budget, config: SynthConfig, method: str, d: int) -> 
     leaf_epsilon = parts.pop(0)
     size_delta = (size.entry().delta + search.entry().delta) if size else 0.0
     # a provisional split threshold (public numbers) for the leaf threshold's heuristic: a split needs
-    # about that many points, so a level splits at most n_max / threshold cells
+    # about that many points, so a level splits at most n_max / threshold cells (0: no decisions)
+    split_at = 0
     if method == "privtree":
         split_at = calibrate("", "", tree_epsilon, 0.5 * budget.delta, decisions, config.gap_levels).theta
     elif decisions:
         # (a floor on delta: a delta too small for the samplers is refused below, with its own message)
         split_at = decision_threshold(max(depths), decisions, n_max, tree_epsilon, max(0.5 * budget.delta, 1e-30))
-    cells, worst = _leaf_candidates(depths, decisions, n_max, split_at if decisions else 0)
+    cells, worst = _leaf_candidates(depths, decisions, n_max, split_at)
     leaves = ThresholdRelease(
         "synth leaves",
         leaf_epsilon,
