@@ -16,7 +16,8 @@ smaller peak beside it). A point moves W, L and R by at most one each, in one no
 sensitivity 3 per level. The probe adds *continuous* Laplace noise of scale b_l = 3 / epsilon_l
 (NumPy's, not an exact sampler) with a share of epsilon spread over levels 0..depth-1 in
 proportion to 1, 2, ..., depth, and DPM itself runs at the rest. A node v merges its subtree iff
-its noisy S >= ``--strict`` b_l, every inner node below it has noisy S >= -``--lenient`` b, and
+its noisy S >= ``--strict`` b_l, at most a share ``--block-share`` (default 0: none) of the inner
+nodes of its subtree has noisy S < -``--lenient`` b (clearly a valley), and
 (``--gate`` > 0) its size times the window's share of the cell is at least ``--gate`` b_l (a public
 gate in a mechanism would use the released n~; the probe uses the node's true size).
 
@@ -59,6 +60,7 @@ class Settings(NamedTuple):
     lenient: float  # noise scales: every inner node below it has noisy S at least minus this
     gate: float  # noise scales: a merge root's expected full window (0: no gate)
     structure_share: float | None = None  # the merged runs' DPMConfig.structure_share (None: the default)
+    block_share: float = 0.0  # a subtree merges if at most this share of its inner nodes is clearly a valley
 
 
 class Tree(NamedTuple):
@@ -131,12 +133,14 @@ def merged_groups(tree: Tree, points: np.ndarray, lower, upper, epsilon: float, 
         noisy[v] = (2 * window - peak + rng.laplace(0.0, scale)) / scale
         if settings.gate and inside.sum() * (2 * HALF_BINS / BINS) / scale < settings.gate:
             gated.add(v)
-    clear = {}  # no inner node of the subtree (v included) is clearly a valley
+    inner, valleys = {}, {}  # per subtree: its inner nodes, and those clearly a valley
     for v, _, _ in reversed(nodes):
-        clear[v] = noisy[v] >= -settings.lenient and all(clear.get(c, True) for c in (2 * v, 2 * v + 1))
+        inner[v] = 1 + sum(inner.get(c, 0) for c in (2 * v, 2 * v + 1))
+        valleys[v] = (noisy[v] < -settings.lenient) + sum(valleys.get(c, 0) for c in (2 * v, 2 * v + 1))
     group = tree.point_leaf.copy()
     for v, _, _ in nodes:  # breadth first: the highest merge root wins
-        if v not in gated and noisy[v] >= settings.strict and clear[v]:
+        clear = valleys[v] <= settings.block_share * inner[v]
+        if v not in gated and noisy[v] >= settings.strict and clear:
             inside = members(tree, v) & (group == tree.point_leaf)
             group[inside] = v
     return group
@@ -212,9 +216,10 @@ def main(argv=None) -> int:
     parser.add_argument("--lenient", type=float, default=2.0)
     parser.add_argument("--gate", type=float, default=2.5)
     parser.add_argument("--structure-share", type=float, default=None, help="the merged runs' structure_share")
+    parser.add_argument("--block-share", type=float, default=0.0, help="share of valleys a merged subtree may hold")
     parser.add_argument("--tag", default="default")
     args = parser.parse_args(argv)
-    settings = Settings(args.share, args.strict, args.lenient, args.gate, args.structure_share)
+    settings = Settings(args.share, args.strict, args.lenient, args.gate, args.structure_share, args.block_share)
     out_path = RESULTS / "merge_probe.json"
     rows = [r for r in (json.loads(out_path.read_text()) if out_path.exists() else []) if r["tag"] != args.tag]
     for name, n, epsilon, private in cells(args.cells):
