@@ -57,7 +57,7 @@ TABLE2 = ("synth-10d", "synth-100d", "letters")
 class Settings(NamedTuple):
     share: float  # of epsilon, for the statistic (DPM runs at the rest)
     strict: float  # noise scales: a merge root's noisy S at least this
-    lenient: float  # noise scales: every inner node below it has noisy S at least minus this
+    lenient: float  # noise scales: an inner node with noisy S below minus this is clearly a valley
     gate: float  # noise scales: a merge root's expected full window (0: no gate)
     structure_share: float | None = None  # the merged runs' DPMConfig.structure_share (None: the default)
     block_share: float = 0.0  # a subtree merges if at most this share of its inner nodes is clearly a valley
