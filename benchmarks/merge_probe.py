@@ -15,7 +15,8 @@ left / right of W's; S = 2 W - min(L, R) (S > 0: the split's window holds more t
 smaller peak beside it). A point moves W, L and R by at most one each, in one node per level:
 sensitivity 3 per level. The probe adds *continuous* Laplace noise of scale b_l = 3 / epsilon_l
 (NumPy's, not an exact sampler) with a share of epsilon spread over levels 0..depth-1 in
-proportion to 1, 2, ..., depth, and DPM itself runs at the rest. A node v merges its subtree iff
+proportion to (l + 1) ** ``--level-power`` (default 1: 1, 2, ..., depth), and DPM itself runs at
+the rest. A node v merges its subtree iff
 its noisy S >= ``--strict`` b_l, at most a share ``--block-share`` (default 0: none) of the inner
 nodes of its subtree has noisy S < -``--lenient`` b (clearly a valley), and
 (``--gate`` > 0) its size times the window's share of the cell is at least ``--gate`` b_l (a public
@@ -26,7 +27,8 @@ gate are exact, and every clustering is scored by the exact centroids of its gro
 released centres). The numbers say whether the mechanism is worth building, nothing more.
 Per cell the JSON row holds: DPM at epsilon ("full"), DPM at (1 - share) epsilon without the merge
 ("cut") and the same run merged ("merged"), ARI and k per key (``zoo.py``'s keys, seed 0).
-``--structure-share 0`` runs the merged runs without the "no structure" test
+``--cells`` takes zoo, table2, private (the zoo at n = 20,000 with private bounds) and focus (uniform,
+sine and unbalanced at n = 100,000). ``--structure-share 0`` runs the merged runs without the "no structure" test
 (:mod:`dpm_jax.structure`), whose 0.05 of epsilon the merge's share would replace.
 Results: benchmarks/results/merge_probe.{json,md}.
 """
@@ -52,6 +54,7 @@ HALF_BINS = 12  # the merge window's half-bins on each side of the split (twice 
 ZOO_SIZES = (5000, 100_000)
 EPSILONS = (0.5, 1.0, 2.0)
 TABLE2 = ("synth-10d", "synth-100d", "letters")
+FOCUS = tuple((name, eps) for name in ("zoo-uniform", "zoo-sine", "zoo-unbalanced") for eps in EPSILONS)
 
 
 class Settings(NamedTuple):
@@ -61,6 +64,7 @@ class Settings(NamedTuple):
     gate: float  # noise scales: a merge root's expected full window (0: no gate)
     structure_share: float | None = None  # the merged runs' DPMConfig.structure_share (None: the default)
     block_share: float = 0.0  # a subtree merges if at most this share of its inner nodes is clearly a valley
+    level_power: float = 1.0  # level l's part of the share is proportional to (l + 1) ** level_power
 
 
 class Tree(NamedTuple):
@@ -123,7 +127,7 @@ def valley_statistic(values: np.ndarray, lo: float, hi: float, split: float) -> 
 
 def merged_groups(tree: Tree, points: np.ndarray, lower, upper, epsilon: float, settings: Settings, rng) -> np.ndarray:
     """(n,) group id per point: its leaf, or the heap id of the merged subtree holding it."""
-    weights = np.arange(1, tree.depth + 1, dtype=float)
+    weights = np.arange(1, tree.depth + 1, dtype=float) ** settings.level_power
     noisy, gated, nodes = {}, set(), inner_nodes_with_cells(tree, lower, upper)
     for v, lo, hi in nodes:
         inside = members(tree, v)
@@ -188,6 +192,8 @@ def cells(names: str):
             yield from ((name, n, eps, False) for name in ZOO for n in ZOO_SIZES for eps in EPSILONS)
         elif group == "table2":
             yield from ((name, None, 1.0, False) for name in TABLE2)
+        elif group == "focus":  # the cells the level weights move (stop 43)
+            yield from ((name, 100_000, eps, False) for name, eps in FOCUS)
         elif group == "private":  # issue 24's cells: the default private bounds at n = 20,000
             yield from ((name, 20_000, 1.0, True) for name in ZOO)
 
@@ -217,9 +223,12 @@ def main(argv=None) -> int:
     parser.add_argument("--gate", type=float, default=2.5)
     parser.add_argument("--structure-share", type=float, default=None, help="the merged runs' structure_share")
     parser.add_argument("--block-share", type=float, default=0.0, help="share of valleys a merged subtree may hold")
+    parser.add_argument("--level-power", type=float, default=1.0, help="level l's share ~ (l + 1) ** this")
     parser.add_argument("--tag", default="default")
     args = parser.parse_args(argv)
-    settings = Settings(args.share, args.strict, args.lenient, args.gate, args.structure_share, args.block_share)
+    settings = Settings(
+        args.share, args.strict, args.lenient, args.gate, args.structure_share, args.block_share, args.level_power
+    )
     out_path = RESULTS / "merge_probe.json"
     rows = [r for r in (json.loads(out_path.read_text()) if out_path.exists() else []) if r["tag"] != args.tag]
     for name, n, epsilon, private in cells(args.cells):
