@@ -44,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 import dpm_jax
+from dpm_jax.diagnostics.explain import _node_box
 from dpm_jax.eval.datasets import ZOO, load_dataset
 from dpm_jax.eval.zoo import labelled_scores, paper_delta
 from zoo import cell_keys
@@ -75,42 +76,37 @@ class Tree(NamedTuple):
     position: np.ndarray
     depth: int
     point_leaf: np.ndarray
+    point_level: np.ndarray  # the level of each point's leaf
 
 
 def tree_of(result) -> Tree:
-    leaf_node = np.asarray(result.leaf_node)
+    point_leaf = np.asarray(result.leaf_node)[np.asarray(result.labels_nonprivate)]
     t = result.tree
     return Tree(
         np.asarray(t.is_split),
         np.asarray(t.split_dim),
         np.asarray(t.split_position, np.float64),
         int(result.depth),
-        leaf_node[np.asarray(result.labels_nonprivate)],
+        point_leaf,
+        np.floor(np.log2(point_leaf)).astype(int),
     )
 
 
-def inner_nodes_with_cells(
-    tree: Tree, lower: np.ndarray, upper: np.ndarray
-) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """(heap id, cell lower, cell upper) of every split node, breadth first."""
-    out, queue = [], [(1, lower, upper)]
+def split_nodes(tree: Tree) -> list[int]:
+    """The heap ids of the split nodes, breadth first (every child after its parent)."""
+    out, queue = [], [1]
     while queue:
-        v, lo, hi = queue.pop(0)
-        if v >= len(tree.is_split) or not tree.is_split[v]:
-            continue
-        out.append((v, lo, hi))
-        j, s = tree.dim[v], tree.position[v]
-        left_hi, right_lo = hi.copy(), lo.copy()
-        left_hi[j], right_lo[j] = s, s
-        queue += [(2 * v, lo, left_hi), (2 * v + 1, right_lo, hi)]
+        v = queue.pop(0)
+        if v < len(tree.is_split) and tree.is_split[v]:
+            out.append(v)
+            queue += [2 * v, 2 * v + 1]
     return out
 
 
 def members(tree: Tree, v: int) -> np.ndarray:
     """(n,) bool: the points in node v's subtree."""
     level = int(np.log2(v))
-    point_level = np.floor(np.log2(tree.point_leaf)).astype(int)
-    return (point_level >= level) & ((tree.point_leaf >> np.maximum(point_level - level, 0)) == v)
+    return (tree.point_level >= level) & ((tree.point_leaf >> np.maximum(tree.point_level - level, 0)) == v)
 
 
 def valley_statistic(values: np.ndarray, lo: float, hi: float, split: float) -> tuple[int, int]:
@@ -128,8 +124,9 @@ def valley_statistic(values: np.ndarray, lo: float, hi: float, split: float) -> 
 def merged_groups(tree: Tree, points: np.ndarray, lower, upper, epsilon: float, settings: Settings, rng) -> np.ndarray:
     """(n,) group id per point: its leaf, or the heap id of the merged subtree holding it."""
     weights = np.arange(1, tree.depth + 1, dtype=float) ** settings.level_power
-    noisy, gated, nodes = {}, set(), inner_nodes_with_cells(tree, lower, upper)
-    for v, lo, hi in nodes:
+    noisy, gated, nodes = {}, set(), split_nodes(tree)
+    for v in nodes:
+        lo, hi = _node_box(v, tree.dim, tree.position, lower, upper)
         inside = members(tree, v)
         j = tree.dim[v]
         window, peak = valley_statistic(points[inside, j], lo[j], hi[j], tree.position[v])
@@ -138,11 +135,11 @@ def merged_groups(tree: Tree, points: np.ndarray, lower, upper, epsilon: float, 
         if settings.gate and inside.sum() * (2 * HALF_BINS / BINS) / scale < settings.gate:
             gated.add(v)
     inner, valleys = {}, {}  # per subtree: its inner nodes, and those clearly a valley
-    for v, _, _ in reversed(nodes):
+    for v in reversed(nodes):
         inner[v] = 1 + sum(inner.get(c, 0) for c in (2 * v, 2 * v + 1))
         valleys[v] = (noisy[v] < -settings.lenient) + sum(valleys.get(c, 0) for c in (2 * v, 2 * v + 1))
     group = tree.point_leaf.copy()
-    for v, _, _ in nodes:  # breadth first: the highest merge root wins
+    for v in nodes:  # breadth first: the highest merge root wins
         clear = valleys[v] <= settings.block_share * inner[v]
         if v not in gated and noisy[v] >= settings.strict and clear:
             inside = members(tree, v) & (group == tree.point_leaf)

@@ -22,7 +22,7 @@ from dpm_jax.releases import split_budget
 from dpm_jax.synth.api import synthesize
 from dpm_jax.synth.cells import cell_boxes, cell_codes
 from dpm_jax.synth.implicit import pass_probability
-from dpm_jax.synth.plan import SynthConfig, depth_choice, plan_synthesis
+from dpm_jax.synth.plan import SynthConfig, depth_choice, empty_cells_passing, plan_synthesis
 from conftest import USERS_COMPILER_OPTIONS
 
 BOUNDS = (0.0, 16.0)
@@ -274,8 +274,6 @@ def test_leaf_thresholds_let_about_sixteen_empty_cells_pass_and_at_most_one_in_2
     J P[Z >= t] <= K, K = min(16, max(1, J / 256)): on average at most K empty cells pass, and with
     t - 1 more would. A threshold one too high or one too low fails, as does the rule of one
     passing cell (too high where J > 256) or 16 at every J (too low where J < 4,096)."""
-    from dpm_jax.synth.plan import empty_cells_passing
-
     assert [empty_cells_passing(j) for j in (8, 256, 1024, 4096, 2**20)] == [1.0, 1.0, 4.0, 16.0, 16.0]
     for epsilon in (0.01, 0.3, 2.0):
         plan = plan_synthesis(Budget(epsilon, 1e-6), SynthConfig(), method, 3)

@@ -191,8 +191,8 @@ def empty_cells_passing(cells: int) -> float:
 def _threshold(epsilon: float, cells: int) -> int:
     """The smallest integer t >= 1 with cells P[Z >= t] <= K: K = :func:`empty_cells_passing` of cells."""
     passing = empty_cells_passing(cells)
-    # p(t) = r**t / (1 + r) <= K / cells  <=>  t >= ln(cells / (K (1 + r))) / epsilon; the loops make
-    # the float estimate exact (before stop 42 the start could lie above the smallest t when epsilon < ln 2 / 2)
+    # p(t) = r**t / (1 + r) <= K / cells  <=>  t >= ln(cells / (K (1 + r))) / epsilon; the float estimate
+    # can fall on either side of the smallest t, so the loops step down, then up, in exact comparisons
     passes = lambda t: cells * pass_probability(epsilon, t) <= passing  # noqa: E731
     ratio = cells / (passing * (1.0 + math.exp(-epsilon)))
     t = max(1, math.floor(math.log(max(ratio, 1.0)) / epsilon))
