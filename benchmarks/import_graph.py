@@ -106,8 +106,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "cache", "files", "tables", "sharding", "rows",
     })),
     ("engine", frozenset({
-        "histogram", "scoring", "structure", "interval", "tree", "tree_passes", "averaging", "depth", "dpm_releases",
-        "bounds",
+        "histogram", "scoring", "structure", "merge", "interval", "tree", "tree_passes", "averaging", "depth",
+        "dpm_releases", "bounds",
         "synth.cells", "synth.depth_search", "synth.implicit", "synth.kdtree", "synth.plan", "synth.privtree",
         "synth.result",
         "synth.refine", "synth.threshold",

@@ -103,11 +103,20 @@ _LEAF_NOISE = "tests/test_api.py::test_leaf_noise_is_rederived_from_the_average_
 _RELEASE_SENSITIVITIES = "tests/test_sensitivity.py::test_the_runs_releases_state_the_sensitivities_their_inputs_have"
 
 _STRUCTURE_AUDIT = "tests/test_structure.py::test_structure_audit_stays_below_the_claim"
+_MERGE_AUDIT = "tests/test_merge.py::test_merge_audit_stays_below_the_claim"
+_MERGE_LEDGER = "tests/test_merge.py::test_the_ledger_states_one_merge_line_per_level_and_adds_up_to_the_budget"
+_MERGE_RULE = "tests/test_merge.py::test_the_highest_clear_node_without_a_valley_below_roots_the_merge"
+_MERGE_STATISTIC = "tests/test_merge.py::test_the_engines_valley_statistic_is_the_definition_at_its_drawn_splits"
 _STRUCTURE_LEDGER = (
     "tests/test_structure.py::test_the_ledger_states_one_structure_line_per_level_and_adds_up_to_the_budget"
 )
 
 RELEASE_MUTATIONS = (
+    ReleaseMutation(
+        "release: the merge's valley statistics with sensitivity 1 (half their noise)",
+        "lambda r: r._replace(merges=tuple(m._replace(sensitivity=1) for m in r.merges))",
+        (_MERGE_LEDGER, _MERGE_AUDIT),
+    ),
     ReleaseMutation(
         "release: structure tests with twice their epsilon",
         "lambda r: r._replace(structures=tuple(t._replace(epsilon=2 * t.epsilon) for t in r.structures))",
@@ -278,12 +287,58 @@ for _name, _loaded in list(sys.modules.items()):
 
 MUTATIONS = (
     Mutation(
+        "merge: its noise drawn with twice the epsilon its line states",
+        "dpm_jax/tree.py",
+        (
+            (
+                "(m.noise_epsilon,) * 2**m.level for m in r.merges",
+                "(2 * m.noise_epsilon,) * 2**m.level for m in r.merges",
+            ),
+        ),
+        (_MERGE_AUDIT,),
+    ),
+    Mutation(
+        "merge: the sensitivity stated as 1 (the noise and the sampler deltas of sensitivity 1)",
+        "dpm_jax/budget.py",
+        (("MERGE_SENSITIVITY = 2", "MERGE_SENSITIVITY = 1"),),
+        (_MERGE_LEDGER, _MERGE_AUDIT),
+    ),
+    Mutation(
+        "merge: the side peaks over windows that overlap the split's (S no longer sees a valley's edges)",
+        "dpm_jax/merge.py",
+        (("side_peak(boundary + MERGE_WINDOW <= split)", "side_peak(boundary <= split)"),),
+        (_MERGE_STATISTIC, "tests/test_merge.py::test_one_point_moves_the_valley_statistic_by_minus_one_to_two"),
+    ),
+    Mutation(
+        "merge: a valley below a clear node does not block its merge",
+        "dpm_jax/merge.py",
+        (("    merges = candidate & ~blocked", "    merges = candidate"),),
+        (_MERGE_RULE,),
+    ),
+    Mutation(
+        "merge: the gate dropped (small nodes merge on noise)",
+        "dpm_jax/merge.py",
+        (
+            (
+                "    candidate = is_split & (noisy >= STRICT_SCALES * scale) & gate",
+                "    candidate = is_split & (noisy >= STRICT_SCALES * scale)",
+            ),
+        ),
+        (_MERGE_RULE,),
+    ),
+    Mutation(
+        "merge: a group's centre the unweighted mean of its leaves' centres",
+        "dpm_jax/merge.py",
+        (("    weight = jnp.maximum(noisy_count, 1.0)", "    weight = jnp.ones_like(noisy_count)"),),
+        ("tests/test_merge.py::test_merged_clusters_sum_counts_and_weight_centres",),
+    ),
+    Mutation(
         "structure test: its noise drawn with twice the epsilon its line states",
         "dpm_jax/tree.py",
         (
             (
-                "    return _heap_noise(key, rows, 2**padded, depth, releases[0].depth)",
-                "    return _heap_noise(key, [[2 * e for e in r] for r in rows], 2**padded, depth, releases[0].depth)",
+                "sum(((e,) * 2**level for level, e in enumerate(r.structure_epsilons)), ())",
+                "sum(((2 * e,) * 2**level for level, e in enumerate(r.structure_epsilons)), ())",
             ),
         ),
         (_STRUCTURE_AUDIT,),

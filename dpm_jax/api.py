@@ -45,6 +45,7 @@ from dpm_jax.diagnostics.plan import warn_if_insufficient, warn_if_large_delta
 from dpm_jax.entry import entry_point
 from dpm_jax.interval import estimate_split_interval_size
 from dpm_jax.keys import derive_key
+from dpm_jax.merge import merge_roots, merged_slots
 from dpm_jax.ledger import Ledger
 from dpm_jax.mechanisms import (
     EM_DIGITS,
@@ -62,6 +63,7 @@ from dpm_jax.tree import (
     build_tree,
     level_count_noise,
     level_schedule,
+    level_merge_noise,
     level_structure_noise,
     padded_randomness,
     root_interval_size,
@@ -81,6 +83,7 @@ __all__ = [
     "plan_run",
     "start_levels",
     "structure_noise",
+    "merge_noise",
     "warn_if_starved",
     "em_table_on_device",
     "gaussian_thresholds_on_device",
@@ -587,6 +590,19 @@ def structure_noise(key: jax.Array, run_plan: RunPlan, depth, config: DPMConfig)
 _structure_noise = jax.jit(structure_noise, static_argnames=("run_plan", "config"))
 
 
+def merge_noise(key: jax.Array, run_plan: RunPlan, depth, config: DPMConfig) -> exact.Int | None:
+    """The merge's valley statistics' noise of every inner node in heap layout, (2**padded_depth,),
+    or None without the merge (:func:`dpm_jax.tree.level_merge_noise`, :mod:`dpm_jax.merge`)."""
+    by_depth = run_plan.by_depth
+    if not by_depth[0].merges:
+        return None
+    (stream,) = {merge.stream for releases in by_depth for merge in releases.merges}
+    return level_merge_noise(derive_key(key, stream), by_depth, depth, config.padded_depth)
+
+
+_merge_noise = jax.jit(merge_noise, static_argnames=("run_plan", "config"))
+
+
 # Compiled as the in-memory program compiles them (there they are traced inline): the streamed
 # path calls them on the host, and XLA's fused float32 arithmetic then rounds the same way.
 _root_count = jax.jit(root_count, static_argnames=("run_plan", "padded"))
@@ -626,6 +642,7 @@ def start_levels(
             noise,
             2 ** (padded - 1),
             _structure_noise(key, run_plan=run_plan, depth=depth, config=config),
+            _merge_noise(key, run_plan=run_plan, depth=depth, config=config),
         ),
     )
 
@@ -675,28 +692,37 @@ def _cluster_arrays(
         run_plan.leaf_sums,
         rows_sharded,
     )
-    arrays = released_arrays(tree, leaves, centers, start.public.beta, lower, upper, start.public.depth)
-    return dict(**arrays, labels_nonprivate=leaves.point_slot)
+    return released_arrays(tree, leaves, centers, start, config)
 
 
-def released_arrays(tree: SplitTree, leaves: Leaves, centers, beta, lower, upper, depth) -> dict:
-    """The DP fields of a :class:`ClusterResult` from the tree, its leaves and their centres.
+def released_arrays(tree: SplitTree, leaves: Leaves, centers, start: LevelStart, config: DPMConfig) -> dict:
+    """The fields of a :class:`ClusterResult` from the tree, its leaves and their centres: DP but
+    ``labels_nonprivate`` (the leaves' ``point_slot``, empty for streamed data).
 
     Shared by :func:`cluster` and :func:`dpm_jax.stream.cluster_stream`; all of it is
-    post-processing of released values. A leaf whose released size is below 1 (tiny budgets:
-    count noise larger than the data) is not reported as a cluster while another leaf reaches 1;
-    when none does, every leaf stays (k >= 1) with its size reported as 1. A valid cluster's
-    released size is never below 1.
+    post-processing of released values. With the merge (``DPMConfig.merge_share``) the leaves
+    become the merged groups first (:mod:`dpm_jax.merge`). A leaf whose released size is below 1
+    (tiny budgets: count noise larger than the data) is not reported as a cluster while another
+    leaf reaches 1; when none does, every leaf stays (k >= 1) with its size reported as 1. A valid
+    cluster's released size is never below 1.
     """
+    if config.merges_leaves:
+        roots = merge_roots(
+            tree.is_split, tree.valley, tree.noisy_count, start.schedule.merge_epsilons, config.max_splits_per_dim
+        )
+        merged = merged_slots(roots, *leaves, centers)
+        leaves, centers = Leaves(*merged[:-1]), merged.centers
     reaches_one = leaves.valid & (leaves.noisy_count >= 1)
     valid = jnp.where(jnp.any(reaches_one), reaches_one, leaves.valid)
+    lower, upper = start.public.lower, start.public.upper
     return dict(
         centers=jnp.where(valid[:, None], centers, jnp.nan),
         counts=jnp.where(valid, jnp.maximum(leaves.noisy_count, 1.0), 0.0),
         valid=valid,
         k=jnp.sum(valid).astype(jnp.int32),
-        depth=jnp.asarray(depth, jnp.int32),
+        depth=jnp.asarray(start.public.depth, jnp.int32),
         tree=tree,
-        split_interval_size=beta * (upper - lower),
+        split_interval_size=start.public.beta * (upper - lower),
         leaf_node=leaves.node,
+        labels_nonprivate=leaves.point_slot,
     )

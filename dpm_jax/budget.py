@@ -22,7 +22,8 @@ share of epsilon goes to the split choices (eps_exp = (share_int + share_exp) ep
 ``DPMConfig.structure_share`` of the averaging's epsilon goes to the "no structure" tests
 (:mod:`dpm_jax.structure`), one per split level with weights 2**-i (:func:`structure_weights`):
   epsilon = ... + sum_i eps_str_i (tau_r levels) + eps_avg, their sampler deltas carved out of
-  the count share like the others'.
+  the count share like the others'; likewise ``DPMConfig.merge_share`` of it goes to the merge's
+  valley statistics (:mod:`dpm_jax.merge`), level i weighted i + 1 (:func:`merge_weights`).
 Every entry of the ledger is one mechanism applied at one level to all nodes of that
 level at once (parallel composition), so the entries add up exactly to the Budget.
 """
@@ -92,6 +93,21 @@ def structure_weights(num_levels: int) -> tuple[float, ...]:
     return tuple(2.0**-i for i in range(num_levels))
 
 
+# The merge's valley statistic S = 2 W - min(L, R) moves by at most 2 per record (dpm_jax.merge):
+# defined here, where the sampler deltas are charged, and read by dpm_jax.merge.
+MERGE_SENSITIVITY = 2
+
+
+def merge_weights(num_levels: int) -> tuple[float, ...]:
+    """The merge's shares (:mod:`dpm_jax.merge`): level i gets i + 1.
+
+    A merge is blocked by a valley anywhere below its root, so the deeper levels' statistics decide
+    as much as the root's, and a deeper node holds fewer points: growing weights keep the noise
+    of a deep split's statistic from hiding its valley (chosen on ``benchmarks/merge_probe.py``).
+    """
+    return tuple(float(i + 1) for i in range(num_levels))
+
+
 class Allocation(NamedTuple):
     """The budget of every mechanism of one DPM run (Algorithm 1, lines 4-6).
 
@@ -112,6 +128,8 @@ class Allocation(NamedTuple):
     interval_sampler_delta: float
     structure_epsilons: tuple[float, ...] = ()  # levels 0..tau_r-1 (dpm_jax.structure); () without the test
     structure_sampler_deltas: tuple[float, ...] = ()
+    merge_epsilons: tuple[float, ...] = ()  # levels 0..tau_r-1 (dpm_jax.merge); () without the merge
+    merge_sampler_deltas: tuple[float, ...] = ()
 
 
 # A budget whose samplers would need more than this share of the count delta is
@@ -145,32 +163,25 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     eps_cnt = budget.epsilon * eps_cnt_share
     eps_exp = budget.epsilon * eps_exp_share
     eps_str = budget.epsilon * config.epsilon_shares[3] * config.structure_share if config.tests_structure else 0.0
-    eps_avg = budget.epsilon - math.fsum([eps_int, eps_cnt, eps_exp, eps_str])
+    eps_merge = budget.epsilon * config.epsilon_shares[3] * config.merge_share if config.merges_leaves else 0.0
+    eps_avg = budget.epsilon - math.fsum([eps_int, eps_cnt, eps_exp, eps_str, eps_merge])
     delta_cnt = budget.delta * config.delta_shares[0]
     delta_avg = budget.delta - delta_cnt
 
     count_epsilons = proportional_parts(eps_cnt, level_weights(config.tau_r + 1))
     split_epsilons = proportional_parts(eps_exp, level_weights(config.tau_r))
     structure_epsilons = proportional_parts(eps_str, structure_weights(config.tau_r)) if eps_str > 0 else ()
-    for name, epsilon in [("interval size", eps_int)] * interval + [
-        (f"split level {i}", e) for i, e in enumerate(split_epsilons)
-    ]:
-        if epsilon <= 2 * EM_EPSILON_MARGIN:
-            raise ValueError(
-                f"the {name} epsilon {epsilon:.3g} is too small for the exact "
-                f"exponential mechanism (margin {EM_EPSILON_MARGIN:.2g}); raise epsilon"
-            )
-    candidates = d * config.grid_shape.candidates_per_dim
-    if candidates > EM_MAX_CANDIDATES:
-        raise ValueError(
-            f"d * candidates per dimension = {candidates} split candidates per node exceed "
-            f"{EM_MAX_CANDIDATES}; lower max_splits_per_dim"
-        )
+    merge_epsilons = proportional_parts(eps_merge, merge_weights(config.tau_r)) if eps_merge > 0 else ()
+    candidates = _checked_selections([("interval size", eps_int)] * interval, split_epsilons, d, config)
     count_sampler = tuple(tv_delta(count_sampler_tv(e), e) for e in count_epsilons)
     split_sampler = tuple(tv_delta(em_sampler_tv(candidates), e) for e in split_epsilons)
     interval_sampler = tv_delta(em_sampler_tv(config.num_sigmas), eps_int) if interval else 0.0
     structure_sampler = tuple(tv_delta(count_sampler_tv(e), e) for e in structure_epsilons)
-    sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,) + structure_sampler)
+    # Sensitivity 2: noise of epsilon / 2, charged as CountRelease.sampler_delta charges it.
+    merge_sampler = tuple(
+        tv_delta(MERGE_SENSITIVITY * count_sampler_tv(e / MERGE_SENSITIVITY), e) for e in merge_epsilons
+    )
+    sampler_total = math.fsum(count_sampler + split_sampler + (interval_sampler,) + structure_sampler + merge_sampler)
     if not sampler_total <= _MAX_SAMPLER_SHARE * delta_cnt:
         # The samplers' share depends on the epsilons and d only, so this delta is enough (raised by
         # 0.5 % so that its 3 printed digits never round below it):
@@ -188,11 +199,13 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
     # The averaging takes what is left, rounded down until the ledger's lines (as
     # the releases of dpm_jax.dpm_releases state them) add up to no more
     # than the budget: float rounding of the parts must never spend more than the user gave.
-    eps_avg = at_most(budget.epsilon, [eps_int, *count_epsilons, *split_epsilons, *structure_epsilons], eps_avg)
+    lines = [eps_int, *count_epsilons, *split_epsilons, *structure_epsilons, *merge_epsilons]
+    eps_avg = at_most(budget.epsilon, lines, eps_avg)
     delta_lines = [c + s for c, s in zip(count_deltas, count_sampler)] + [
         *split_sampler,
         interval_sampler,
         *structure_sampler,
+        *merge_sampler,
     ]
     delta_avg = at_most(budget.delta, delta_lines, delta_avg)
     return Allocation(
@@ -208,7 +221,27 @@ def allocate(budget: Budget, config: DPMConfig, d: int) -> Allocation:
         interval_sampler,
         structure_epsilons,
         structure_sampler,
+        merge_epsilons,
+        merge_sampler,
     )
+
+
+def _checked_selections(interval: list, split_epsilons: tuple[float, ...], d: int, config: DPMConfig) -> int:
+    """The split choices' candidates per node; a ValueError where an exponential mechanism's epsilon
+    (``interval``: [("interval size", epsilon)] or []) is within its margin, or the candidates too many."""
+    for name, epsilon in interval + [(f"split level {i}", e) for i, e in enumerate(split_epsilons)]:
+        if epsilon <= 2 * EM_EPSILON_MARGIN:
+            raise ValueError(
+                f"the {name} epsilon {epsilon:.3g} is too small for the exact "
+                f"exponential mechanism (margin {EM_EPSILON_MARGIN:.2g}); raise epsilon"
+            )
+    candidates = d * config.grid_shape.candidates_per_dim
+    if candidates > EM_MAX_CANDIDATES:
+        raise ValueError(
+            f"d * candidates per dimension = {candidates} split candidates per node exceed "
+            f"{EM_MAX_CANDIDATES}; lower max_splits_per_dim"
+        )
+    return candidates
 
 
 def heap_count_epsilons(allocation) -> tuple[float, ...]:

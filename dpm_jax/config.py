@@ -30,6 +30,7 @@ _DEFAULT_MAX_DEPTH = 7  # DPMConfig.max_depth: the paper's tau_r, so "auto" keep
 _DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_grid.py and benchmarks/zoo.py
 _DEFAULT_LEAF_SLACK = 1  # DPMConfig.leaf_slack; chosen on benchmarks/zoo.py and benchmarks/split_grid.py (issue 27)
 _DEFAULT_STRUCTURE_SHARE = 1 / 12  # DPMConfig.structure_share: 0.05 of epsilon with the default shares (issue 27)
+_DEFAULT_MERGE_SHARE = 0.0  # DPMConfig.merge_share: off by default until measured on the engine (issue 27)
 
 
 def is_real_number(value) -> bool:
@@ -173,6 +174,11 @@ class DPMConfig:
         middle three quarters of the node's cell, of the window's count minus half its count under
         uniformity; a node with no window emptier than that becomes a leaf. 0 turns the test off
         (the engine before it, bit for bit).
+      merge_share: the fraction of the averaging's epsilon share spent instead on the merge
+        (only with ``split_grid="cell"``, :mod:`dpm_jax.merge`; 1/12: 0.05 of epsilon with the
+        default shares): a noisy "valley" statistic of every drawn split, and afterwards the leaves
+        under a node whose split, and every split below it, cut no valley become one cluster.
+        0 turns it off (the engine before it, bit for bit).
     """
 
     tau_r: int | str = _option(
@@ -232,6 +238,11 @@ class DPMConfig:
         float,
         "fraction of the averaging's epsilon share for the per-node 'no structure' test (cell grid; 0: off)",
     )
+    merge_share: float = _option(
+        _DEFAULT_MERGE_SHARE,
+        float,
+        "fraction of the averaging's epsilon share for merging leaves no valley separates (cell grid; 0: off)",
+    )
 
     def __post_init__(self):
         if isinstance(self.tau_r, str):
@@ -290,9 +301,14 @@ class DPMConfig:
                 )
         _check_shares("epsilon_shares", self.epsilon_shares, 4)
         _check_shares("delta_shares", self.delta_shares, 2)
-        if not is_real_number(self.structure_share) or not 0 <= self.structure_share < 1:
+        for name in ("structure_share", "merge_share"):
+            share = getattr(self, name)
+            if not is_real_number(share) or not 0 <= share < 1:
+                raise ValueError(f"{name} must be a number in [0, 1) (of the averaging's share), got {share!r}")
+        if self.structure_share + self.merge_share >= 1:
             raise ValueError(
-                f"structure_share must be a number in [0, 1) (of the averaging's share), got {self.structure_share!r}"
+                f"structure_share + merge_share must be below 1 (the averaging keeps the rest), got "
+                f"{self.structure_share!r} + {self.merge_share!r}"
             )
         if self.sigma_step <= 0:
             raise ValueError(f"sigma_step must be > 0, got {self.sigma_step}")
@@ -312,6 +328,11 @@ class DPMConfig:
     def tests_structure(self) -> bool:
         """The per-node "no structure" test runs (:mod:`dpm_jax.structure`): on the cell grid, share > 0."""
         return self.structure_share > 0 and self.split_grid == CELL_GRID
+
+    @property
+    def merges_leaves(self) -> bool:
+        """The merge of leaves no valley separates runs (:mod:`dpm_jax.merge`): on the cell grid, share > 0."""
+        return self.merge_share > 0 and self.split_grid == CELL_GRID
 
     @property
     def padded_depth(self) -> int:

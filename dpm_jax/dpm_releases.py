@@ -14,6 +14,8 @@ and stating its ledger line from them:
   :class:`dpm_jax.releases.SelectionRelease` with the integer score's sensitivity;
 * the "no structure" test of every level (not in the paper, :mod:`dpm_jax.structure`): a
   :class:`dpm_jax.releases.CountRelease` of the drawn split's window count, sensitivity 1;
+* the merge's valley statistic of every level (not in the paper, :mod:`dpm_jax.merge`): a
+  :class:`dpm_jax.releases.CountRelease` of 2 W - min(L, R) at the drawn split, sensitivity 2;
 * the leaf sums (line 11, Section 3.4): :class:`dpm_jax.averaging.LeafSumsRelease`;
 * under ``tau_r="auto"`` the depth's count (:mod:`dpm_jax.depth`).
 
@@ -30,7 +32,7 @@ from typing import NamedTuple
 
 from dpm_jax import keys
 from dpm_jax.averaging import LeafSumsRelease
-from dpm_jax.budget import Allocation
+from dpm_jax.budget import MERGE_SENSITIVITY, Allocation
 from dpm_jax.config import DPMConfig
 from dpm_jax.interval import num_interval_dimensions, utility_sensitivity
 from dpm_jax.ledger import Ledger, heap_rows
@@ -49,6 +51,7 @@ class DPMReleases(NamedTuple):
     leaf_sums: LeafSumsRelease
     depth_count: CountRelease | None = None  # tau_r="auto": the count the depth is chosen from
     structures: tuple[CountRelease, ...] = ()  # "no structure" tests of levels 0..depth-1; () when off
+    merges: tuple[CountRelease, ...] = ()  # the merge's valley statistics of levels 0..depth-1; () when off
 
     @property
     def depth(self) -> int:
@@ -74,6 +77,11 @@ class DPMReleases(NamedTuple):
         return tuple(test.epsilon for test in self.structures)
 
     @property
+    def merge_epsilons(self) -> tuple[float, ...]:
+        """The merge's valley statistics' epsilon per level (:mod:`dpm_jax.merge`); () when off."""
+        return tuple(merge.epsilon for merge in self.merges)
+
+    @property
     def split_sensitivity(self) -> int:
         """The integer score's sensitivity the split choices draw with (the same at every level)."""
         (sensitivity,) = {split.sensitivity for split in self.splits}
@@ -85,8 +93,9 @@ class DPMReleases(NamedTuple):
         order = [self.depth_count] if self.depth_count is not None else []
         order += [root] + ([self.interval] if self.interval is not None else [])
         tests = self.structures or (None,) * len(self.splits)
-        for split, test, child_counts in zip(self.splits, tests, children):
-            order += [split] + ([test] if test is not None else []) + [child_counts]
+        merges = self.merges or (None,) * len(self.splits)
+        for split, test, merge, child_counts in zip(self.splits, tests, merges, children):
+            order += [split] + [r for r in (test, merge) if r is not None] + [child_counts]
         return order + [self.leaf_sums]
 
     def ledger(self) -> Ledger:
@@ -133,7 +142,20 @@ def dpm_releases(
         )
         for level, epsilon in enumerate(allocation.structure_epsilons)
     )
-    return DPMReleases(counts, _interval(allocation, config, d), splits, leaf_sums, structures=structures)
+    merges = tuple(
+        CountRelease(
+            f"merge/level{level}",
+            epsilon,
+            keys.MERGE,
+            sensitivity=MERGE_SENSITIVITY,
+            rows=heap_rows(level) if count_row is None else (f"row {count_row}", heap_rows(level)),
+            level=level,
+            rule="2 W - min(L, R) at the drawn split (disjoint nodes); the merge is post-processing",
+        )
+        for level, epsilon in enumerate(allocation.merge_epsilons)
+    )
+    interval = _interval(allocation, config, d)
+    return DPMReleases(counts, interval, splits, leaf_sums, structures=structures, merges=merges)
 
 
 def _node_counts(allocation: Allocation, level: int, count_row: int | None) -> CountRelease:

@@ -26,6 +26,7 @@ __all__ = [
     "SYNTH_LEAF",
     "BOUNDS",
     "STRUCTURE",
+    "MERGE",
     "derive_key",
     "MAX_SEED",
     "key_from_seed",
@@ -41,6 +42,8 @@ GREEDY_SELECT, GREEDY_COUNT, GREEDY_SUM = "greedy_select", "greedy_count", "gree
 STREAMS.update({GREEDY_SELECT: 8, GREEDY_COUNT: 9, GREEDY_SUM: 10})
 STRUCTURE = "structure"  # DPM's per-node "no structure" test (dpm_jax.structure, issue 27)
 STREAMS[STRUCTURE] = 11
+MERGE = "merge"  # DPM's valley statistic of every drawn split, for the merge of leaves (dpm_jax.merge, issue 27)
+STREAMS[MERGE] = 12
 MAX_SEED = 2**32
 
 

@@ -302,7 +302,7 @@ def _run(key, source: _Chunks, rows: list[int], budget: Budget, within, run_plan
     # Line 11: exact leaf sums, accumulated over the chunks, then the same mechanism.
     centers = _centers(key, accumulate, start.public, routes, leaves, run_plan, config)
     report(None)
-    arrays = released_arrays(tree, leaves, centers, start.public.beta, lower, upper, start.public.depth)
+    arrays = released_arrays(tree, leaves, centers, start, config)
     arrays = dict(arrays, labels_nonprivate=None)
     return cluster_result(arrays, lower, upper, run_plan, budget, config)
 

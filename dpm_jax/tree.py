@@ -75,7 +75,7 @@ from dpm_jax.histogram import (
     level_histogram,
     root_cell,
 )
-from dpm_jax import structure
+from dpm_jax import merge, structure
 from dpm_jax.budget import heap_count_epsilons
 from dpm_jax.config import DPMConfig
 from dpm_jax.mechanisms import add_count_noise, count_noise, em_exponent_scale, select_with_bits
@@ -123,6 +123,7 @@ __all__ = [
     "level_schedule",
     "level_count_noise",
     "level_structure_noise",
+    "level_merge_noise",
     "structure_halts",
     "drawn_split",
     "point_inputs",
@@ -142,6 +143,8 @@ class SplitTree(NamedTuple):
       split_position: float32, position of the drawn split in data units (NaN
         where none was drawn). A split is drawn for every reached node above
         the run's depth; it is applied only where ``is_split``.
+      valley: int32, the merge's noisy valley statistic of every split node (:mod:`dpm_jax.merge`;
+        0 elsewhere and without the merge).
     """
 
     noisy_count: jax.Array
@@ -149,6 +152,7 @@ class SplitTree(NamedTuple):
     is_split: jax.Array
     split_dim: jax.Array
     split_position: jax.Array
+    valley: jax.Array | None = None
 
 
 class Leaves(NamedTuple):
@@ -240,6 +244,7 @@ class LevelRelease(NamedTuple):
     is_leaf: jax.Array  # (width,) bool: reached and not split
     child_count: jax.Array  # (2 width,) float32 noisy sizes of the children (released)
     child_active: jax.Array  # (2 width,) bool: the child is a node of the next level
+    valley: jax.Array  # (width,) int32 the merge's noisy valley statistic of split nodes (0 elsewhere, or off)
 
 
 class _TreeInputs(NamedTuple):
@@ -266,11 +271,13 @@ class _TreeInputs(NamedTuple):
 
 
 class SplitChoice(NamedTuple):
-    """A level's drawn splits (DP) and, with the "no structure" test, its nodes' window excess Q (exact)."""
+    """A level's drawn splits (DP) and, with the "no structure" test and the merge, its nodes' window
+    excess Q and valley statistic S (exact)."""
 
     split_dim: jax.Array  # (width,) int32
     split_index: jax.Array  # (width,) int32 the candidate in that dimension
     excess: jax.Array | None  # (width,) int32 Q of :func:`dpm_jax.structure.window_excess`, 2**30 past the level
+    valley: jax.Array | None  # (width,) int32 S of :func:`dpm_jax.merge.valley_statistic` at the drawn split
 
 
 def choose_splits(
@@ -284,6 +291,7 @@ def choose_splits(
     epsilon,
     offset,
     test_used: jax.Array | None = None,
+    merge_used: jax.Array | None = None,
 ) -> SplitChoice:
     """Lines 22-25 for the first 2**level of the ``width`` slots: (dim, j), (width,) int32 each.
 
@@ -297,7 +305,9 @@ def choose_splits(
     ``test_used`` (the level's ``CellGrid.used``, cell grid only): also the "no structure" test's
     Q per node (:func:`dpm_jax.structure.excess_of_windows`), from the same cumulative sum of the
     counts as the split scores; a statistic of the data, released only through
-    :func:`structure_halts`' noise.
+    :func:`structure_halts`' noise. ``merge_used`` (the same, with the merge): also the valley
+    statistic S of every drawn split (:func:`dpm_jax.merge.valley_statistic`), from that cumulative
+    sum too, released only with :func:`noisy_valleys`' noise.
     """
     width = inputs.width
     chunk, num_chunks = level_chunks(width, level)
@@ -309,7 +319,8 @@ def choose_splits(
         valid = part(candidate_valid) if candidate_valid.ndim == 3 else candidate_valid
         chunk_exact = exact.Int(tuple(part(limb) for limb in node_exact.limbs))
         used = None if test_used is None else part(test_used)
-        statistics, found = _shared_statistics(inputs, part(counts), used, chunk_exact)
+        merges = merge_used is not None
+        statistics, found, inclusive = _shared_statistics(inputs, part(counts), used, chunk_exact, merges)
         picked = select_splits(
             part(level_bits),
             inputs.em_table,
@@ -323,27 +334,39 @@ def choose_splits(
             statistics,
             inputs.split_sensitivity,
         )
+        valley = jnp.zeros(chunk, jnp.int32)
+        if merges:
+            valley = merge.valley_statistic(inclusive, part(merge_used), *picked)
         update = lambda c, p: jax.lax.dynamic_update_slice_in_dim(c, p, start, axis=0)
-        return tuple(update(c, p) for c, p in zip(chosen, (*picked, found)))
+        return tuple(update(c, p) for c, p in zip(chosen, (*picked, found, valley)))
 
     start = (jnp.zeros(width, jnp.int32), jnp.zeros(width, jnp.int32), jnp.full(width, 2**30, jnp.int32))
-    split_dim, split_index, excess = jax.lax.fori_loop(0, num_chunks, choose_chunk, start)
-    return SplitChoice(split_dim, split_index, None if test_used is None else excess)
+    start += (jnp.zeros(width, jnp.int32),)
+    split_dim, split_index, excess, valley = jax.lax.fori_loop(0, num_chunks, choose_chunk, start)
+    return SplitChoice(
+        split_dim, split_index, None if test_used is None else excess, None if merge_used is None else valley
+    )
 
 
-def _shared_statistics(inputs: _TreeInputs, counts: jax.Array, used: jax.Array | None, node_exact: exact.Int):
-    """(the split scores' statistics, the test's Q for these nodes): one cumulative sum of the counts
-    for both on the cell grid with the test (``used``: the nodes' ``CellGrid.used``); without it the
-    grid's statistics and Q = 2**30."""
+def _shared_statistics(
+    inputs: _TreeInputs, counts: jax.Array, used: jax.Array | None, node_exact: exact.Int, merges: bool
+):
+    """(the split scores' statistics, the test's Q for these nodes, the cumulative counts or None):
+    one cumulative sum of the counts for the scores, the test (``used``: the nodes'
+    ``CellGrid.used``) and the merge's valley statistic (``merges``) on the cell grid; without
+    either the grid's statistics, Q = 2**30 and None."""
     statistics = inputs.split_grid.statistics()
-    if used is None:
-        return statistics, jnp.full(counts.shape[0], 2**30, jnp.int32)
+    no_test = jnp.full(counts.shape[0], 2**30, jnp.int32)
+    if used is None and not merges:
+        return statistics, no_test, None
     intervals, inclusive = statistics(counts)
-    same = inputs.split_grid.window == structure.TEST_WINDOW
-    test_intervals = intervals if same else window_counts(inclusive, structure.TEST_WINDOW)
-    node_size = exact.to_float32(node_exact)
-    excess = structure.excess_of_windows(test_intervals, used, node_size, structure.TEST_WINDOW)
-    return (lambda _: (intervals, inclusive)), excess
+    excess = no_test
+    if used is not None:
+        same = inputs.split_grid.window == structure.TEST_WINDOW
+        test_intervals = intervals if same else window_counts(inclusive, structure.TEST_WINDOW)
+        node_size = exact.to_float32(node_exact)
+        excess = structure.excess_of_windows(test_intervals, used, node_size, structure.TEST_WINDOW)
+    return (lambda _: (intervals, inclusive)), excess, inclusive
 
 
 def level_chunks(width: int, level) -> tuple[int, jax.Array]:
@@ -391,13 +414,15 @@ def split_level(
     level_noise: exact.Int,
     level_structure: exact.Int | None = None,
     structure_epsilon=None,
+    level_merge: exact.Int | None = None,
 ) -> tuple[LevelState, LevelRelease]:
     """One level of BuildClustering (lines 15-18 and Split, 21-28) for all its nodes at once.
 
     ``level_bits`` (width, EM_TRIES, EM_DIGITS) and ``level_noise`` (2 width,) are the
     level's rows of the split bits and of the children's count noise; ``level_structure``
     (width,) its nodes' "no structure" test noise and ``structure_epsilon`` its epsilon
-    (None without the test, :func:`structure_halts`).
+    (None without the test, :func:`structure_halts`); ``level_merge`` (width,) its nodes' valley
+    statistics' noise (None without the merge, :mod:`dpm_jax.merge`).
     """
     width = inputs.width
     # 1. half-bin counts per (node, dim): carried from the previous level (and the
@@ -406,29 +431,21 @@ def split_level(
     grid, candidate_valid = level_grid(inputs, state.cell_lower, state.cell_upper)
     counts = state.counts if inputs.use_siblings else level_counts(inputs, grid, state.point_node, state.point_active)
     # 2-3. scores and the exponential mechanism (Definition 7, Lemma 5, line 23).
-    test_used = None if level_structure is None else grid.used
+    used = lambda noise: None if noise is None else grid.used  # the test's and the merge's cells
     node_exact, node_active = state.node_exact, state.node_active
-    choice = choose_splits(
-        inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset, test_used
-    )
+    level_parameters = (level_bits, epsilon, offset, used(level_structure), used(level_merge))
+    choice = choose_splits(inputs, level, counts, node_exact, node_active, candidate_valid, *level_parameters)
     split_dim, split_index = choice.split_dim, choice.split_index
     # 4. route the points (lines 26-27).
     split = drawn_split(inputs, grid, state.cell_lower, state.cell_upper, split_dim, split_index)
     go_right = route_on_split_dimensions(inputs, grid, state.point_node, split_dim, split.first_right)
-    halted = structure_halts(
-        inputs,
-        grid,
-        choice.excess,
-        node_exact,
-        node_active,
-        level,
-        level_structure,
-        structure_epsilon,
-    )
+    test = (level_structure, structure_epsilon)
+    halted = structure_halts(inputs, grid, choice.excess, node_exact, node_active, level, *test)
     # 5. noisy child counts in exact integers (lines 16-17) and the stopping rule (line 18).
     child_true = count_children(state.point_node, state.point_active, go_right, width)
+    valley = merge.noisy_valleys(choice.valley, level_merge)
     release, child_exact = release_level(
-        inputs, level, node_exact, node_active, split_dim, split.position, child_true, level_noise, halted
+        inputs, level, node_exact, node_active, split_dim, split.position, child_true, level_noise, halted, valley
     )
     applied = release.is_split
     next_node, next_active = next_point_nodes(state.point_node, state.point_active, go_right, applied)
@@ -532,13 +549,16 @@ def release_level(
     child_true: jax.Array,
     level_noise: exact.Int,
     halted: jax.Array | None = None,
+    valley: jax.Array | None = None,
 ) -> tuple[LevelRelease, exact.Int]:
     """Lines 16-18 of a level from its exact child sizes: the noisy child counts, the stopping
     rule and the level's :class:`LevelRelease`; also the children's noisy counts, exact.
 
     From the run's depth on (``level >= inputs.depth``) no node draws a split: every reached
     node is a leaf (line 14, maximal depth). ``halted`` (width,) bool: the nodes the "no
-    structure" test stops (:func:`structure_halts`; None: none), leaves whatever their children."""
+    structure" test stops (:func:`structure_halts`; None: none), leaves whatever their children;
+    ``valley`` (width,) int32 the nodes' noisy valley statistics (:func:`dpm_jax.merge.noisy_valleys`;
+    None without the merge), released where the node is split."""
     child_exact = add_count_noise(child_true, level_noise)
     drawn = node_active & (level < inputs.depth)
     applied = stopping_rule(child_exact, drawn, inputs.min_child)
@@ -553,6 +573,7 @@ def release_level(
         is_leaf=node_active & ~applied,
         child_count=exact.to_float32(child_exact),  # post-processing of released integers
         child_active=jnp.repeat(applied, 2),
+        valley=jnp.zeros(applied.shape, jnp.int32) if valley is None else jnp.where(applied, valley, 0),
     )
     return release, child_exact
 
@@ -641,6 +662,7 @@ class LevelSchedule(NamedTuple):
     count_offsets: jax.Array  # (padded_depth,) float32 lambda of every level's node counts (Equation 1)
     split_sensitivity: int  # the integer score's sensitivity the split releases state
     structure_epsilons: jax.Array  # (padded_depth,) float32 the "no structure" tests' epsilon per level (0: off)
+    merge_epsilons: jax.Array  # (padded_depth,) float32 the merge's valley statistics' epsilon per level (0: off)
 
 
 def level_schedule(releases: tuple, depth, padded: int) -> LevelSchedule:
@@ -658,6 +680,7 @@ def level_schedule(releases: tuple, depth, padded: int) -> LevelSchedule:
     splits = np.asarray([pad(r.split_epsilons, padded) for r in releases], np.float32)
     offsets = np.asarray([pad(r.count_offsets[:-1], padded) for r in releases], np.float32)
     tests = np.asarray([pad(r.structure_epsilons or (0.0,), padded) for r in releases], np.float32)
+    merges = np.asarray([pad(r.merge_epsilons or (0.0,), padded) for r in releases], np.float32)
     (sensitivity,) = {r.split_sensitivity for r in releases}
     row = jnp.asarray(depth, jnp.int32) - first
     return LevelSchedule(
@@ -666,6 +689,7 @@ def level_schedule(releases: tuple, depth, padded: int) -> LevelSchedule:
         jnp.asarray(offsets)[row],
         sensitivity,
         jnp.asarray(tests)[row],
+        jnp.asarray(merges)[row],
     )
 
 
@@ -689,6 +713,18 @@ def level_structure_noise(key: jax.Array, releases: tuple, depth, padded: int) -
     rows = [
         (r.structure_epsilons[0],) + sum(((e,) * 2**level for level, e in enumerate(r.structure_epsilons)), ())
         for r in releases
+    ]
+    return _heap_noise(key, rows, 2**padded, depth, releases[0].depth)
+
+
+def level_merge_noise(key: jax.Array, releases: tuple, depth, padded: int) -> exact.Int | None:
+    """The merge's valley statistics' noise of every inner node in heap layout (2**padded,), for the
+    run's depth (as :func:`level_structure_noise`); None when the releases hold no merge
+    (:mod:`dpm_jax.merge`). Each draw has its release's noise parameter epsilon / 2."""
+    if not releases[0].merges:
+        return None
+    rows = [
+        (r.merges[0].noise_epsilon,) + sum(((m.noise_epsilon,) * 2**m.level for m in r.merges), ()) for r in releases
     ]
     return _heap_noise(key, rows, 2**padded, depth, releases[0].depth)
 
@@ -726,9 +762,8 @@ def build_tree(
 
     def scan_step(state: LevelState, level_inputs):
         level, epsilon, offset, structure_epsilon = level_inputs
-        return split_level(
-            inputs, state, level, epsilon, offset, *level_randomness(start.randomness, level, width), structure_epsilon
-        )
+        bits, noise, tests, merges = level_randomness(start.randomness, level, width)
+        return split_level(inputs, state, level, epsilon, offset, bits, noise, tests, structure_epsilon, merges)
 
     root_histogram = (
         level_histogram(inputs.half_bins, jnp.zeros(n, jnp.int32), point_mask, width, max_splits)
@@ -986,28 +1021,32 @@ def root_node_counts(root_exact: exact.Int, width: int) -> exact.Int:
 
 
 def padded_randomness(
-    split_bits: jax.Array, count_noise: exact.Int, width: int, structure_noise: exact.Int | None = None
+    split_bits: jax.Array,
+    count_noise: exact.Int,
+    width: int,
+    structure_noise: exact.Int | None = None,
+    merge_noise: exact.Int | None = None,
 ):
-    """The heap-layout split bits, count noise and "no structure" test noise (or None), padded so
-    that every level can slice ``width`` slots."""
+    """The heap-layout split bits, count noise, "no structure" test noise and the merge's noise (each
+    None when off), padded so that every level can slice ``width`` slots."""
     bits = jnp.concatenate([split_bits, jnp.zeros((width,) + split_bits.shape[1:], split_bits.dtype)])
     noise = tuple(jnp.concatenate([limb, jnp.zeros(2 * width, limb.dtype)]) for limb in count_noise.limbs)
-    tests = None
-    if structure_noise is not None:
-        tests = tuple(jnp.concatenate([limb, jnp.zeros(width, limb.dtype)]) for limb in structure_noise.limbs)
-    return bits, noise, tests
+    pad = lambda heap: (
+        None if heap is None else tuple(jnp.concatenate([h, jnp.zeros(width, h.dtype)]) for h in heap.limbs)
+    )
+    return bits, noise, pad(structure_noise), pad(merge_noise)
 
 
-def level_randomness(randomness, level, width: int) -> tuple[jax.Array, exact.Int, exact.Int | None]:
-    """A level's rows: split bits of its nodes (width,), count noise of their children (2 width,)
-    and the test noise of its nodes (width,; None without the test)."""
-    bits, noise, tests = randomness
+def level_randomness(randomness, level, width: int) -> tuple:
+    """A level's rows: split bits of its nodes (width,), count noise of their children (2 width,),
+    the test noise and the merge's noise of its nodes (width,; None when off)."""
+    bits, noise, tests, merges = randomness
     first = jnp.left_shift(1, level)  # heap id of the level's first node
     level_noise = exact.Int(tuple(jax.lax.dynamic_slice_in_dim(limb, 2 * first, 2 * width) for limb in noise))
-    level_tests = None
-    if tests is not None:
-        level_tests = exact.Int(tuple(jax.lax.dynamic_slice_in_dim(limb, first, width) for limb in tests))
-    return jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise, level_tests
+    per_node = lambda heap: (
+        None if heap is None else exact.Int(tuple(jax.lax.dynamic_slice_in_dim(limb, first, width) for limb in heap))
+    )
+    return jax.lax.dynamic_slice_in_dim(bits, first, width), level_noise, per_node(tests), per_node(merges)
 
 
 def assemble_tree(released: LevelRelease, point_slot: jax.Array, padded: int) -> tuple[SplitTree, Leaves]:
@@ -1030,6 +1069,7 @@ def assemble_tree(released: LevelRelease, point_slot: jax.Array, padded: int) ->
         heap(released.is_split, False, no_split),
         heap(released.split_dim, -1, no_split - 1),
         heap(released.split_position, jnp.nan, no_split + jnp.nan),
+        heap(released.valley, 0, no_split),
     )
     return tree, _leaves_by_slot(tree, heap(released.is_leaf, False, deepest_active), point_slot, padded)
 

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from dpm_jax import exact
 from dpm_jax.averaging import blockwise_leaf_sums
 from dpm_jax.config import DPMConfig
+from dpm_jax.merge import noisy_valleys
 from dpm_jax.tree import (
     DrawnSplit,
     Leaves,
@@ -84,8 +85,10 @@ def levels_over_passes(
         "level 0 histogram", _root_histogram_of_chunk, public, routes, cells, width=width, config=config
     )
     for level in range(config.padded_depth):
-        level_bits, level_noise, level_tests = _level_randomness(start.randomness, jnp.int32(level), width)
-        split_dim, split, halted = _choose_splits(
+        level_bits, level_noise, level_tests, level_merges = _level_randomness(
+            start.randomness, jnp.int32(level), width
+        )
+        split_dim, split, halted, valley = _choose_splits(
             public,
             jnp.int32(level),
             counts,
@@ -97,6 +100,7 @@ def levels_over_passes(
             schedule.count_offsets[level],
             level_tests,
             schedule.structure_epsilons[level],
+            level_merges,
             config=config,
             split_sensitivity=schedule.split_sensitivity,
         )
@@ -126,6 +130,7 @@ def levels_over_passes(
             child_true,
             level_noise,
             halted,
+            valley,
             config=config,
         )
         releases.append(release)
@@ -172,31 +177,45 @@ def _choose_splits(
     offset,
     level_tests,
     structure_epsilon,
+    level_merges,
     *,
     config,
     split_sensitivity,
-) -> tuple[jax.Array, DrawnSplit, jax.Array | None]:
-    """Lines 22-25 for a level's nodes: the drawn dimensions, what the splits determine, and the
-    nodes the "no structure" test halts (:func:`dpm_jax.tree.structure_halts`; None when off)."""
+) -> tuple[jax.Array, DrawnSplit, jax.Array | None, jax.Array | None]:
+    """Lines 22-25 for a level's nodes: the drawn dimensions, what the splits determine, the
+    nodes the "no structure" test halts (:func:`dpm_jax.tree.structure_halts`; None when off) and
+    the noisy valley statistics (:func:`dpm_jax.merge.noisy_valleys`; None when off)."""
     inputs = inputs_of(public, config, split_sensitivity=split_sensitivity)
     grid, candidate_valid = level_grid(inputs, *cells)
     test_used = None if level_tests is None else grid.used
+    merge_used = None if level_merges is None else grid.used
     choice = choose_splits(
-        inputs, level, counts, node_exact, node_active, candidate_valid, level_bits, epsilon, offset, test_used
+        inputs,
+        level,
+        counts,
+        node_exact,
+        node_active,
+        candidate_valid,
+        level_bits,
+        epsilon,
+        offset,
+        test_used,
+        merge_used,
     )
     split = drawn_split(inputs, grid, *cells, choice.split_dim, choice.split_index)
     halted = structure_halts(
         inputs, grid, choice.excess, node_exact, node_active, level, level_tests, structure_epsilon
     )
-    return choice.split_dim, split, halted
+    return choice.split_dim, split, halted, noisy_valleys(choice.valley, level_merges)
 
 
 @functools.partial(jax.jit, static_argnames="config")
 def _release_level(
-    public, level, node_exact, node_active, split_dim, position, child_true, level_noise, halted, *, config
+    public, level, node_exact, node_active, split_dim, position, child_true, level_noise, halted, valley, *, config
 ):
+    inputs = inputs_of(public, config)
     return release_level(
-        inputs_of(public, config), level, node_exact, node_active, split_dim, position, child_true, level_noise, halted
+        inputs, level, node_exact, node_active, split_dim, position, child_true, level_noise, halted, valley
     )
 
 

@@ -34,7 +34,7 @@ def test_every_designed_test_exists(mutation):
 def _builder_examples():
     """Real, cheap calls of every builder a ReleaseMutation wraps (args, kwargs): enough of them
     that every transform has a release to change (the interval needs the paper grid, the
-    structure tests the cell grid, the selection's sensitivity the "exponential" method, ...)."""
+    structure tests and the merge the cell grid, the selection's sensitivity the "exponential" method, ...)."""
     from dpm_jax import Budget, DPMConfig, PrivateBounds
     from dpm_jax.averaging import leaf_sums_release
     from dpm_jax.budget import allocate
@@ -42,7 +42,7 @@ def _builder_examples():
     from dpm_jax.synth.plan import SynthConfig
 
     budget = Budget(1.0, 1e-6)
-    configs = (DPMConfig(tau_r=3), DPMConfig(split_grid="paper", tau_r=3))
+    configs = (DPMConfig(tau_r=3), DPMConfig(split_grid="paper", tau_r=3), DPMConfig(tau_r=3, merge_share=0.1))
 
     def dpm_call(config):
         allocation = allocate(budget, config, 2)

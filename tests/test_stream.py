@@ -277,3 +277,27 @@ def test_the_structure_test_streams_the_in_memory_release(seed):
         key, points, budget, bounds=bounds, config=dataclasses.replace(STRUCTURE_CONFIG, structure_share=0.0)
     )
     assert int(in_memory.k) == 1 < int(without.k)
+
+
+# The merge (dpm_jax.merge) at a budget where its gate opens on the first levels: tau_r = 4, half
+# of the averaging's share of epsilon 8 on the valley statistics, the narrowest split window (which cuts one Gaussian).
+MERGE_CONFIG = dpm_jax.DPMConfig(tau_r=4, merge_share=0.5, structure_share=0.0, split_window=1)
+
+
+@pytest.mark.slow
+def test_the_merge_streams_the_in_memory_release():
+    # Long because: compiles the passes and the in-memory run (about 30 s, 2 cores).
+    """4,000 points of one Gaussian: the tree (its narrowest split window) cuts it into leaves, the
+    merge joins them (fewer clusters than leaves), and the streamed levels release the same valley
+    statistics and clusters."""
+    points = np.random.default_rng(2).normal(0.0, 15.0, size=(4000, 2)).astype(np.float32)
+    budget, bounds, key = dpm_jax.Budget(8.0, 1e-4), (-100.0, 100.0), jax.random.key(3)
+    in_memory = dpm_jax.cluster(key, points, budget, bounds=bounds, config=MERGE_CONFIG)
+    streamed = cluster_stream(
+        key, [points[:1500], points[1500:]], budget, bounds=bounds, config=MERGE_CONFIG, chunk_rows=512
+    )
+    assert_same_release(in_memory, streamed)
+    tree = in_memory.tree
+    leaves = int(np.sum(np.asarray(tree.reached) & ~np.asarray(tree.is_split)))
+    assert any(line.name.startswith("merge/") for line in in_memory.ledger)
+    assert 1 <= int(in_memory.k) < leaves

@@ -61,6 +61,7 @@ __all__ = [
     "cluster_mechanism",
     "split_step_mechanism",
     "structure_step_mechanism",
+    "merge_step_mechanism",
     "greedy_selection_mechanism",
     "greedy_histogram_mechanism",
     "noisy_count_at_least",
@@ -440,6 +441,41 @@ def structure_step_mechanism(noisy_count: int, budget: Budget, config: DPMConfig
             releases.structure_epsilons[0],
         )
         return halted[0]
+
+    return mechanism
+
+
+def merge_step_mechanism(noisy_count: int, budget: Budget, config: DPMConfig) -> Mechanism:
+    """The root's valley statistic for the merge (:mod:`dpm_jax.merge`) on the engine's own code path.
+
+    ``mechanism(key, unit_points) -> (split index, noisy S)`` (int32 each): the run plan of
+    ``budget`` and ``config`` at tau_r = 1 (whose ``merge/level0`` release states the claim), its
+    noise as a run draws it (:func:`dpm_jax.api.merge_noise`), the root's cell grid and histogram
+    (``tree.level_grid``, ``tree.level_counts``), the split choice with its valley statistic
+    (``tree.choose_splits``) and the noise added as a level adds it (``merge.noisy_valleys``), with
+    the *public* released count ``noisy_count``. The split is drawn with all-zero random words, so it
+    is a function of the data: the claim holds for the statistic *given* the split, and an audit's
+    events should condition on it (e.g. "the split is s and S~ >= t", with A and B drawing the same s).
+    Pieces are looked up at call time (a test can substitute them).
+    """
+    from dpm_jax import api, merge
+
+    config = dataclasses.replace(config, tau_r=1)
+    table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
+
+    def mechanism(key, unit_points):
+        n, d = unit_points.shape
+        run_plan = api.plan_run(budget, config, d)
+        count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
+        inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(0.5), config, 1)
+        grid, valid = tree.level_grid(inputs, *tree.root_cells(inputs))
+        histogram = tree.level_counts(inputs, grid, jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
+        noise = api.merge_noise(key, run_plan, 1, config)
+        level_noise = exact.Int(tuple(limb[1:2] for limb in noise.limbs))  # the root's (heap index 1)
+        bits = jnp.zeros((1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
+        nodes, one = tree.root_node_counts(count, 1), jnp.ones(1, bool)
+        choice = tree.choose_splits(inputs, jnp.int32(0), histogram, nodes, one, valid, bits, 1.0, 0.0, None, grid.used)
+        return choice.split_index[0], merge.noisy_valleys(choice.valley, level_noise)[0]
 
     return mechanism
 
