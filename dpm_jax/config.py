@@ -30,7 +30,7 @@ _DEFAULT_MAX_DEPTH = 7  # DPMConfig.max_depth: the paper's tau_r, so "auto" keep
 _DEFAULT_SPLIT_WINDOW = 6  # DPMConfig.split_window; chosen on benchmarks/split_grid.py and benchmarks/zoo.py
 _DEFAULT_LEAF_SLACK = 1  # DPMConfig.leaf_slack; chosen on benchmarks/zoo.py and benchmarks/split_grid.py (issue 27)
 _DEFAULT_STRUCTURE_SHARE = 1 / 12  # DPMConfig.structure_share: 0.05 of epsilon with the default shares (issue 27)
-_DEFAULT_MERGE_SHARE = 0.0  # DPMConfig.merge_share: off by default until measured on the engine (issue 27)
+_DEFAULT_MERGE_SHARE = 1 / 12  # DPMConfig.merge_share: 0.05 of epsilon with the default shares (issue 27)
 
 
 def is_real_number(value) -> bool:

@@ -48,9 +48,9 @@ released centres (their released sums over the sum of their released counts), it
 
 Budget: ``DPMConfig.merge_share`` of the averaging's epsilon (:mod:`dpm_jax.budget`), over the
 split levels in proportion to l + 1 (:func:`dpm_jax.budget.merge_weights`): a merge is decided by
-the deeper splits as much as by its root's, and a deeper node holds fewer points. Chosen on
-``benchmarks/merge_probe.py`` (stop 43) and measured on the engine in ``benchmarks/zoo.py``
-(docs/evaluation.md).
+the deeper splits as much as by its root's, and a deeper node holds fewer points. The window, the
+bars and the gate were chosen on ``benchmarks/merge_probe.py`` (stop 43) and the mechanism measured
+in ``benchmarks/merge_engine.py`` (docs/evaluation.md).
 """
 
 from __future__ import annotations

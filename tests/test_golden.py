@@ -26,8 +26,9 @@ from dpm_jax.eval.datasets import synthetic_blobs
 GOLDEN = pathlib.Path(__file__).parent / "data" / "golden.npz"
 SMALL_CONFIG = dpm_jax.DPMConfig(tau_r=4, sigma_step=0.02, num_sigmas=10, split_grid="paper")  # as conftest.py
 # Recorded before the "no structure" test (issue 27): structure_share=0 is that engine, bit for bit.
-CELL_CONFIG = dpm_jax.DPMConfig(tau_r=4, split_grid="cell", split_window=1, structure_share=0.0)  # before split_window
-WINDOW_CONFIG = dpm_jax.DPMConfig(tau_r=4, structure_share=0.0)  # the default cell grid, its split_window included
+CELL_CONFIG = dpm_jax.DPMConfig(tau_r=4, split_grid="cell", split_window=1, structure_share=0.0, merge_share=0.0)
+# The default cell grid, its split_window included; recorded before the merge (merge_share=0: that engine).
+WINDOW_CONFIG = dpm_jax.DPMConfig(tau_r=4, structure_share=0.0, merge_share=0.0)
 CASES = {  # name: (n, d, num_blobs, seed, config, keys)
     "small_3d": (600, 3, 6, 3, SMALL_CONFIG, (0, 1, 2)),  # the paper's grid, recorded before the cell grid
     "cell_3d": (600, 3, 6, 3, CELL_CONFIG, (0, 1)),  # the cell grid (issue 14)
