@@ -1,14 +1,15 @@
 """Issue 27: the merge (dpm_jax.merge) as the engine runs it, against the same runs without it.
 
-    nice python benchmarks/zoo.py --algorithms dpm-merge --keys 8 --out benchmarks/results/zoo_merge.json
-    nice python benchmarks/merge_engine.py --zoo benchmarks/results/zoo_merge.json [--keys 8]
+    nice python benchmarks/zoo.py --algorithms dpm,dpm-no-merge --keys 8
+    cd benchmarks && nice python merge_engine.py [--keys 8]
 
 Two parts, both paired (the same keys, ``zoo.py``'s ``cell_keys``, seed 0):
-  * the zoo: ``zoo.py``'s ``dpm-merge`` rows (``DPMConfig(merge_share=1/12)``, the default since
-    stop 44) against the ``dpm`` rows of ``benchmarks/results/zoo.json``, recorded before the merge
-    existed (``merge_share=0`` gives those releases bit for bit: checked on 6 cells, every key);
-  * Synth Table 2 and UCI Letters at epsilon 1 (the DPM paper's Table 2 cells), run here with
-    and without the merge.
+  * the zoo: ``benchmarks/results/zoo.json``'s ``dpm`` rows (the default, with the merge since stop
+    44: ``merge_share=1/12``) against its ``dpm-no-merge`` rows (``merge_share=0``, whose releases
+    are the engine's before the merge, bit for bit);
+  * ``CELLS`` at epsilon 1, run here with and without the merge: Synth Table 2 and UCI Letters (the
+    DPM paper's Table 2 cells), the notebook's 16 blobs, 64 blobs in 10-D at n = 20,000, and the
+    zoo at n = 20,000 under the default private bounds (issue 24's cells).
 Medians of ARI, accuracy and k per cell. Results: benchmarks/results/merge_engine.{json,md}.
 """
 
@@ -22,25 +23,37 @@ import statistics
 import numpy as np
 
 import dpm_jax
+from dpm_jax.eval import datasets
 from dpm_jax.eval.datasets import load_dataset
 from dpm_jax.eval.zoo import labelled_scores, paper_delta
 from zoo import cell_keys
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-TABLE2 = ("synth-10d", "synth-100d", "letters")
-CONFIGS = {"dpm": dpm_jax.DPMConfig(merge_share=0.0), "dpm-merge": dpm_jax.DPMConfig(merge_share=1 / 12)}
+CONFIGS = {"dpm-no-merge": dpm_jax.DPMConfig(merge_share=0.0), "dpm": dpm_jax.DPMConfig()}
+WITHOUT, WITH = CONFIGS
+# name: (loader, private bounds?): the paper's Table 2 cells, the notebook's data, the 64 blobs of
+# issue 27's target, and issue 24's cells (the zoo at n = 20,000 under the default private bounds).
+CELLS = {
+    "synth-10d": (lambda: load_dataset("synth-10d"), False),
+    "synth-100d": (lambda: load_dataset("synth-100d"), False),
+    "letters": (lambda: load_dataset("letters"), False),
+    "notebook": (lambda: datasets.synthetic_blobs(20_000, 2, num_blobs=16, seed=0), False),
+    "blobs64-10d-20k": (lambda: datasets.synthetic_blobs(20_000, 10, seed=42), False),
+    **{f"{name}/private-bounds": (lambda name=name: load_dataset(name, n=20_000), True) for name in datasets.ZOO},
+}
 
 
-def table2_rows(keys: int) -> list[dict]:
+def cell_rows(keys: int, names) -> list[dict]:
     rows = []
-    for name in TABLE2:
-        data = load_dataset(name)
+    for name in names:
+        loader, private = CELLS[name]
+        data = loader()
         n, classes = len(data.points), int(np.max(data.labels)) + 1
-        budget = dpm_jax.Budget(1.0, paper_delta(n))
+        budget, bounds = dpm_jax.Budget(1.0, paper_delta(n)), "private" if private else data.bounds
         for algorithm, config in CONFIGS.items():
             runs = []
             for key in cell_keys(0, name, n, 1.0, keys):
-                result = dpm_jax.cluster(key, data.points, budget, data.bounds, config=config)
+                result = dpm_jax.cluster(key, data.points, budget, bounds, config=config)
                 centers, valid = np.asarray(result.centers), np.asarray(result.valid)
                 runs.append(labelled_scores(data.points, data.labels, centers, valid, classes) | {"k": int(result.k)})
             row = dict(dataset=name, n=n, epsilon=1.0, algorithm=algorithm)
@@ -52,15 +65,13 @@ def table2_rows(keys: int) -> list[dict]:
     return rows
 
 
-def zoo_rows(merged_path: pathlib.Path) -> list[dict]:
-    """Pairs (default, merged) of the zoo's cells, from zoo.py's JSON files."""
+def zoo_rows(zoo_path: pathlib.Path) -> list[dict]:
+    """The zoo's cells run both without and with the merge, from zoo.py's JSON file."""
     cell = lambda r: (r["dataset"], r["n"], r["epsilon"])
-    default = {cell(r): r for r in json.loads((RESULTS / "zoo.json").read_text())["rows"] if r["algorithm"] == "dpm"}
-    rows = []
-    for merged in json.loads(merged_path.read_text())["rows"]:
-        if merged["algorithm"] == "dpm-merge" and cell(merged) in default:
-            rows += [default[cell(merged)], merged]
-    return rows
+    rows = [r for r in json.loads(zoo_path.read_text())["rows"] if r["algorithm"] in CONFIGS]
+    cells_of = lambda algorithm: {cell(r) for r in rows if r["algorithm"] == algorithm}
+    both = cells_of(WITHOUT) & cells_of(WITH)
+    return [r for r in rows if cell(r) in both]
 
 
 def markdown(rows: list[dict]) -> str:
@@ -76,7 +87,7 @@ def markdown(rows: list[dict]) -> str:
     ]
     show = lambda r: f"{r['median_ari']:.3f} / {r['median_accuracy']:.3f} / {r['median_k']:g}"
     for (name, n, epsilon), pair in sorted(by_cell.items()):
-        a, b = pair["dpm"], pair["dpm-merge"]
+        a, b = pair[WITHOUT], pair[WITH]
         change = b["median_ari"] - a["median_ari"]
         lines.append(f"| {name} | {n:,} | {epsilon:g} | {show(a)} | {show(b)} | {change:+.3f} |")
     return "\n".join(lines) + "\n"
@@ -84,10 +95,11 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--zoo", type=pathlib.Path, default=RESULTS / "zoo_merge.json", help="zoo.py's dpm-merge rows")
+    parser.add_argument("--zoo", type=pathlib.Path, default=RESULTS / "zoo.json", help="zoo.py's results")
     parser.add_argument("--keys", type=int, default=8)
+    parser.add_argument("--cells", default="", help="comma-separated names of CELLS (default: all)")
     args = parser.parse_args(argv)
-    rows = zoo_rows(args.zoo) + table2_rows(args.keys)
+    rows = zoo_rows(args.zoo) + cell_rows(args.keys, args.cells.split(",") if args.cells else CELLS)
     (RESULTS / "merge_engine.json").write_text(json.dumps(rows, indent=1))
     (RESULTS / "merge_engine.md").write_text(markdown(rows))
     return 0

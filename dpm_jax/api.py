@@ -112,7 +112,8 @@ class ClusterResult:
       tree: the split tree (:class:`dpm_jax.tree.SplitTree`).
       split_interval_size: (d,) beta in data units (Algorithm 2; the cell grid: two of the root
         cell's half-bins, range / max_splits_per_dim).
-      leaf_node: (2**P,) heap id in ``tree`` of each cluster (0 where not valid).
+      leaf_node: (2**P,) heap id in ``tree`` of each cluster (0 where not valid): its leaf, or with
+        the merge (:mod:`dpm_jax.merge`) the split node whose leaves became one cluster.
     NOT differentially private (a function of each individual point):
       labels_nonprivate: (n,) cluster *slot* of every input point (a row of ``centers``, e.g. 0, 32,
         64, 96; not 0..k-1: indexing the k compacted centres with it is wrong, and JAX clamps
@@ -580,26 +581,25 @@ def split_bits(key: jax.Array, run_plan: RunPlan, config: DPMConfig) -> jax.Arra
 def structure_noise(key: jax.Array, run_plan: RunPlan, depth, config: DPMConfig) -> exact.Int | None:
     """The "no structure" tests' noise of every inner node in heap layout, (2**padded_depth,), or
     None without the test (:func:`dpm_jax.tree.level_structure_noise`, :mod:`dpm_jax.structure`)."""
-    by_depth = run_plan.by_depth
-    if not by_depth[0].structures:
-        return None
-    (stream,) = {test.stream for releases in by_depth for test in releases.structures}
-    return level_structure_noise(derive_key(key, stream), by_depth, depth, config.padded_depth)
-
-
-_structure_noise = jax.jit(structure_noise, static_argnames=("run_plan", "config"))
+    return _per_node_noise(key, run_plan, depth, config, lambda r: r.structures, level_structure_noise)
 
 
 def merge_noise(key: jax.Array, run_plan: RunPlan, depth, config: DPMConfig) -> exact.Int | None:
     """The merge's valley statistics' noise of every inner node in heap layout, (2**padded_depth,),
     or None without the merge (:func:`dpm_jax.tree.level_merge_noise`, :mod:`dpm_jax.merge`)."""
+    return _per_node_noise(key, run_plan, depth, config, lambda r: r.merges, level_merge_noise)
+
+
+def _per_node_noise(key, run_plan: RunPlan, depth, config: DPMConfig, releases_of, draw) -> exact.Int | None:
+    """``draw``'s noise from the key of the one stream of every depth's ``releases_of(releases)``; None when none."""
     by_depth = run_plan.by_depth
-    if not by_depth[0].merges:
+    if not releases_of(by_depth[0]):
         return None
-    (stream,) = {merge.stream for releases in by_depth for merge in releases.merges}
-    return level_merge_noise(derive_key(key, stream), by_depth, depth, config.padded_depth)
+    (stream,) = {release.stream for releases in by_depth for release in releases_of(releases)}
+    return draw(derive_key(key, stream), by_depth, depth, config.padded_depth)
 
 
+_structure_noise = jax.jit(structure_noise, static_argnames=("run_plan", "config"))
 _merge_noise = jax.jit(merge_noise, static_argnames=("run_plan", "config"))
 
 

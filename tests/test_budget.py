@@ -75,8 +75,10 @@ def test_shares_and_per_level_weights(config):
     if config.split_grid == "cell":  # no interval size: its share goes to the split choices
         eps_int, eps_exp = 0.0, eps_int + eps_exp
     eps_str = eps_avg * config.structure_share if config.tests_structure else 0.0  # from the averaging
-    eps_avg -= eps_str
+    eps_merge = eps_avg * config.merge_share if config.merges_leaves else 0.0  # from the averaging too
+    eps_avg -= eps_str + eps_merge
     assert math.isclose(math.fsum(a.structure_epsilons), eps_str, rel_tol=1e-12)
+    assert math.isclose(math.fsum(a.merge_epsilons), eps_merge, rel_tol=1e-12)
     assert math.isclose(a.interval_epsilon, eps_int)
     assert math.isclose(math.fsum(a.count_epsilons), eps_cnt, rel_tol=1e-12)
     assert math.isclose(math.fsum(a.split_epsilons), eps_exp, rel_tol=1e-12)
@@ -90,10 +92,17 @@ def test_shares_and_per_level_weights(config):
     ):
         for low, high in zip(parts, parts[1:]):
             assert math.isclose(high / low, ratio, rel_tol=1e-9)
+    # the merge's grow as l + 1 (its deeper statistics decide as much as its root's)
+    for level, part in enumerate(a.merge_epsilons):
+        assert math.isclose(part / a.merge_epsilons[0], level + 1, rel_tol=1e-9)
     # delta: 0.2 for the counts (the offsets, split evenly over the tau_r + 1 count
     # levels, plus every exact sampler's delta), 0.8 for the averaging.
     samplers = math.fsum(
-        a.count_sampler_deltas + a.split_sampler_deltas + (a.interval_sampler_delta,) + a.structure_sampler_deltas
+        a.count_sampler_deltas
+        + a.split_sampler_deltas
+        + (a.interval_sampler_delta,)
+        + a.structure_sampler_deltas
+        + a.merge_sampler_deltas
     )
     assert math.isclose(math.fsum(a.count_deltas) + samplers, budget.delta * config.delta_shares[0], rel_tol=1e-12)
     assert len(set(a.count_deltas)) <= 2  # equal parts (the last absorbs rounding)
@@ -102,6 +111,8 @@ def test_shares_and_per_level_weights(config):
         assert delta == count_sampler_tv(e) * (1 + math.exp(e))
     for delta, e in zip(a.split_sampler_deltas, a.split_epsilons):
         assert delta == em_sampler_tv(D * config.candidates_per_dim) * (1 + math.exp(e))
+    for delta, e in zip(a.merge_sampler_deltas, a.merge_epsilons):  # sensitivity 2: two draws' worth at e / 2
+        assert math.isclose(delta, 2 * count_sampler_tv(e / 2) * (1 + math.exp(e)), rel_tol=1e-12)
     assert math.isclose(a.average_delta, budget.delta * config.delta_shares[1])
     # Equation 1 offsets, through the count mechanism's own offset rule.
     for offset, e, d in zip(a.count_offsets, a.count_epsilons, a.count_deltas):
@@ -238,6 +249,7 @@ def test_the_cell_grid_gives_the_interval_share_to_the_split_choices():
         math.fsum(cell.split_epsilons), math.fsum(paper.split_epsilons) + paper.interval_epsilon, rel_tol=1e-12
     )
     assert cell.count_epsilons == paper.count_epsilons
-    # the paper's grid runs no structure test; the cell grid's takes its share from the averaging
-    assert math.isclose(cell.average_epsilon + math.fsum(cell.structure_epsilons), paper.average_epsilon, rel_tol=1e-12)
+    # the paper's grid runs no structure test and no merge; the cell grid's take their shares from the averaging
+    taken = math.fsum(cell.structure_epsilons + cell.merge_epsilons)
+    assert math.isclose(cell.average_epsilon + taken, paper.average_epsilon, rel_tol=1e-12)
     assert not any(entry.name == "interval_size" for entry in ledger)

@@ -19,6 +19,7 @@ import pytest
 
 import dpm_jax
 from dpm_jax import exact, mechanisms, merge, tree
+from dpm_jax.diagnostics import explain
 from dpm_jax.eval import audit as audit_lib
 from dpm_jax.eval.datasets import load_dataset
 from dpm_jax.eval.zoo import labelled_scores, paper_delta
@@ -26,7 +27,8 @@ from dpm_jax.testing import substituted
 from conftest import USERS_COMPILER_OPTIONS
 
 W = merge.MERGE_WINDOW
-MERGE_CONFIG = dpm_jax.DPMConfig(merge_share=1 / 12)
+MERGE_CONFIG = dpm_jax.DPMConfig(merge_share=1 / 12)  # the default
+NO_MERGE = dpm_jax.DPMConfig(merge_share=0.0)
 
 
 def brute_valley(column: np.ndarray, used: int, split_index: int) -> int:
@@ -156,7 +158,7 @@ def test_merged_clusters_sum_counts_and_weight_centres():
 def test_the_ledger_states_one_merge_line_per_level_and_adds_up_to_the_budget():
     budget = dpm_jax.Budget(1.0, 1e-6)
     on = dpm_jax.api.plan_run(budget, dataclasses.replace(MERGE_CONFIG, tau_r=4), 2)
-    off = dpm_jax.api.plan_run(budget, dpm_jax.DPMConfig(tau_r=4), 2)
+    off = dpm_jax.api.plan_run(budget, dpm_jax.DPMConfig(tau_r=4, merge_share=0.0), 2)
     ((_, releases_on),), ((_, releases_off),) = on.releases, off.releases
     lines = [line for line in releases_on.ledger() if line.name.startswith("merge/")]
     assert [line.level for line in lines] == [0, 1, 2, 3]
@@ -193,7 +195,7 @@ def test_large_clusters_cut_into_pieces_merge_and_the_splits_stay(seed):
     and below 0.7); every point's label is a valid cluster."""
     data = load_dataset("zoo-unbalanced", n=100_000)
     budget, key = dpm_jax.Budget(1.0, paper_delta(100_000)), jax.random.key(seed)
-    plain = dpm_jax.cluster(key, data.points, budget, bounds=data.bounds)
+    plain = dpm_jax.cluster(key, data.points, budget, bounds=data.bounds, config=NO_MERGE)
     merged = dpm_jax.cluster(key, data.points, budget, bounds=data.bounds, config=MERGE_CONFIG)
     for name in ("noisy_count", "is_split", "split_dim", "split_position"):
         assert np.asarray(getattr(plain.tree, name)).tobytes() == np.asarray(getattr(merged.tree, name)).tobytes()
@@ -201,6 +203,16 @@ def test_large_clusters_cut_into_pieces_merge_and_the_splits_stay(seed):
     assert int(plain.k) > 20 and ari(plain) < 0.7
     assert int(merged.k) <= 9 and ari(merged) >= 0.9
     assert np.asarray(merged.valid)[np.asarray(merged.labels_nonprivate)].all()
+    # explain reads the groups back from the release: every cluster is a leaf or a merge root.
+    report = explain(merged, MERGE_CONFIG, bounds=data.bounds)
+    nodes = set(np.asarray(merged.leaf_node)[np.asarray(merged.valid)].tolist())
+    groups = {leaf.merged_into for leaf in report.leaves} - {None}
+    alone = {leaf.node for leaf in report.leaves if leaf.merged_into is None}
+    assert groups and groups | alone == nodes and len(nodes) == int(merged.k)
+    for leaf in report.leaves:  # a leaf's group root is the leaf or one of its ancestors
+        root = leaf.merged_into
+        assert root is None or leaf.node >> (leaf.node.bit_length() - root.bit_length()) == root
+    assert "merged:" in str(report)
 
 
 # ------------------------------------------------------------------ audit on the engine's path

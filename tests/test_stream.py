@@ -252,7 +252,7 @@ def test_the_cell_grid_reads_the_data_tau_r_plus_3_times(small_blobs, budget):
 
 # The "no structure" test (dpm_jax.structure) at a budget where it runs on the first levels (epsilon
 # theta >= its gate): tau_r = 4, half of the averaging's share of epsilon 8 on the tests.
-STRUCTURE_CONFIG = dpm_jax.DPMConfig(tau_r=4, structure_share=0.5)
+STRUCTURE_CONFIG = dpm_jax.DPMConfig(tau_r=4, structure_share=0.5, merge_share=0.0)  # the test alone
 
 
 @pytest.mark.slow

@@ -197,8 +197,8 @@ def test_cell_grid_window_stops_on_one_gaussian_where_a_narrow_window_splits_it(
     data = datasets.one_gaussian(20_000)
     budget, keys = dpm_jax.Budget(1.0, 20_000**-1.5), jax.random.split(jax.random.key(0), 8)
     found = {}
-    for window in (dpm_jax.DPMConfig().split_window, 1):
-        config = dpm_jax.DPMConfig(tau_r=5, split_window=window)
+    for window in (dpm_jax.DPMConfig().split_window, 1):  # the tree alone: the merge would join the pieces
+        config = dpm_jax.DPMConfig(tau_r=5, split_window=window, merge_share=0.0)
         results = jax.vmap(lambda k: dpm_jax.cluster(k, data.points, budget, bounds=data.bounds, config=config))(keys)
         found[window] = np.asarray(results.k)
     assert np.all(found[dpm_jax.DPMConfig().split_window] <= 2), found

@@ -24,6 +24,10 @@ lambda_l read from the run's releases, :mod:`dpm_jax.dpm_releases`), whether its
   left empty because the data do not fill the box: the release cannot tell), or, with the
   "no structure" test (``DPMConfig.structure_share`` > 0, the cell grid: :mod:`dpm_jax.structure`),
   the test halted the node: the release holds the halt, not which rule made it.
+
+With the merge (``DPMConfig.merge_share`` > 0, :mod:`dpm_jax.merge`) a cluster may be a whole
+subtree: every node below a merge root (a released cluster's node that was split) says which
+group it was merged into, and the report counts the leaves the groups joined.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class NodeExplanation(NamedTuple):
     near_random: bool | None
     is_leaf: bool
     reason: str | None  # why a leaf stopped (DEPTH_LIMIT, EMPTY_CHILD, STOPPING_RULE); None if split
+    merged_into: int | None = None  # the merge root whose group holds the node (dpm_jax.merge); None if none
 
 
 class Explanation(NamedTuple):
@@ -87,15 +92,20 @@ class Explanation(NamedTuple):
         for node in self.nodes:
             scale = "-" if node.exponent_scale is None else f"{node.exponent_scale:.3g}"
             draw = "-" if node.near_random is None else ("near random" if node.near_random else "informative")
+            merged = "" if node.merged_into is None else f", merged into {node.merged_into}"
             rows.append(
                 f"{node.node:>6} {node.level:>5} {node.noisy_count:>10,.0f} {scale:>9}  {draw:<12} "
-                f"{'leaf: ' + node.reason if node.is_leaf else 'split'}"
+                f"{'leaf: ' + node.reason if node.is_leaf else 'split'}{merged}"
             )
         reasons = [node.reason for node in self.leaves]
         rows.append(
             "leaves: "
             + ", ".join(f"{reasons.count(reason)} {reason}" for reason in (STOPPING_RULE, EMPTY_CHILD, DEPTH_LIMIT))
         )
+        groups = {node.merged_into for node in self.leaves} - {None}
+        if groups:
+            joined = sum(node.merged_into is not None for node in self.leaves)
+            rows.append(f"merged: {joined} leaves into {len(groups)} clusters (no split inside them cut a valley)")
         if self.budget_limited:
             rows.append(
                 f"warning: k = {self.k} is at the limit of what this budget separates at n~ "
@@ -150,6 +160,7 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
     root = float(count[1])
     tau_e = root / 2**halvings if config.tau_e is None else float(config.tau_e)
     candidates = drawable_per_node(d, config)
+    roots = {int(v) for v in np.asarray(result.leaf_node)[np.asarray(result.valid)] if is_split[v]}  # merge roots
     nodes = []
     for node in np.flatnonzero(reached):
         level = int(node).bit_length() - 1
@@ -166,12 +177,20 @@ def explain(result: ClusterResult, config: DPMConfig = DPMConfig(), bounds=None)
                 None if scale is None else near_random(scale, candidates, config),
                 not is_split[node],
                 reason,
+                _merge_root(int(node), roots),
             )
         )
     entries = [release.entry() for release in releases._replace(depth_count=None).in_order()]  # the run's own
     run_budget = Budget(math.fsum(e.epsilon for e in entries), math.fsum(e.delta for e in entries))
     reliable = plan(max(root, 1.0), d, run_budget, config).max_reliable_k()
     return Explanation(tuple(nodes), int(np.asarray(result.k)), tau_e, splits, offsets, reliable)
+
+
+def _merge_root(node: int, roots: set[int]) -> int | None:
+    """The merge root among ``node`` and its ancestors, or None."""
+    while node >= 1 and node not in roots:
+        node //= 2
+    return node if node >= 1 else None
 
 
 def _stopping_reason(node: int, split_dim, split_position, lower, upper) -> str:

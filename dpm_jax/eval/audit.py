@@ -417,29 +417,13 @@ def structure_step_mechanism(noisy_count: int, budget: Budget, config: DPMConfig
     table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
 
     def mechanism(key, unit_points):
-        n, d = unit_points.shape
-        run_plan = api.plan_run(budget, config, d)
+        run_plan = api.plan_run(budget, config, unit_points.shape[1])
         (releases,) = run_plan.by_depth
-        count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
-        inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(0.5), config, 1)
-        grid, valid = tree.level_grid(inputs, *tree.root_cells(inputs))
-        histogram = tree.level_counts(inputs, grid, jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
-        noise = api.structure_noise(key, run_plan, 1, config)
-        level_noise = exact.Int(tuple(limb[1:2] for limb in noise.limbs))  # the root's (heap index 1)
         # Q as the engine computes it, beside the split scores (their draw is not this release's).
-        bits = jnp.zeros((1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
-        nodes, one = tree.root_node_counts(count, 1), jnp.ones(1, bool)
-        choice = tree.choose_splits(inputs, jnp.int32(0), histogram, nodes, one, valid, bits, 1.0, 0.0, grid.used)
-        halted = tree.structure_halts(
-            inputs,
-            grid,
-            choice.excess,
-            nodes,
-            jnp.ones(1, bool),
-            jnp.int32(0),
-            level_noise,
-            releases.structure_epsilons[0],
-        )
+        inputs, grid, nodes, choice = _root_choice(unit_points, noisy_count, config, table, test=True)
+        noise = _root_noise(api.structure_noise(key, run_plan, 1, config))
+        root = (nodes, jnp.ones(1, bool), jnp.int32(0))
+        halted = tree.structure_halts(inputs, grid, choice.excess, *root, noise, releases.structure_epsilons[0])
         return halted[0]
 
     return mechanism
@@ -464,20 +448,33 @@ def merge_step_mechanism(noisy_count: int, budget: Budget, config: DPMConfig) ->
     table = tuple(jnp.asarray(part) for part in mechanisms.em_weight_table())
 
     def mechanism(key, unit_points):
-        n, d = unit_points.shape
-        run_plan = api.plan_run(budget, config, d)
-        count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
-        inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(0.5), config, 1)
-        grid, valid = tree.level_grid(inputs, *tree.root_cells(inputs))
-        histogram = tree.level_counts(inputs, grid, jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
-        noise = api.merge_noise(key, run_plan, 1, config)
-        level_noise = exact.Int(tuple(limb[1:2] for limb in noise.limbs))  # the root's (heap index 1)
-        bits = jnp.zeros((1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
-        nodes, one = tree.root_node_counts(count, 1), jnp.ones(1, bool)
-        choice = tree.choose_splits(inputs, jnp.int32(0), histogram, nodes, one, valid, bits, 1.0, 0.0, None, grid.used)
-        return choice.split_index[0], merge.noisy_valleys(choice.valley, level_noise)[0]
+        run_plan = api.plan_run(budget, config, unit_points.shape[1])
+        *_, choice = _root_choice(unit_points, noisy_count, config, table, merge=True)
+        noise = _root_noise(api.merge_noise(key, run_plan, 1, config))
+        return choice.split_index[0], merge.noisy_valleys(choice.valley, noise)[0]
 
     return mechanism
+
+
+def _root_choice(unit_points, noisy_count: int, config: DPMConfig, table, test: bool = False, merge: bool = False):
+    """The root's split choice on the engine's path (``tree.choose_splits``, all-zero random words)
+    with the "no structure" test's Q (``test``) and the merge's S (``merge``) beside it, at the
+    public released count ``noisy_count``: (the tree's inputs, the root's cell grid, its count, the choice)."""
+    n, d = unit_points.shape
+    count = exact.from_int32(jnp.full((), noisy_count, jnp.int32))
+    inputs = tree.point_inputs(unit_points, table, jnp.zeros(d), jnp.ones(d), count, jnp.float32(0.5), config, 1)
+    grid, valid = tree.level_grid(inputs, *tree.root_cells(inputs))
+    histogram = tree.level_counts(inputs, grid, jnp.zeros(n, jnp.int32), jnp.ones(n, bool))
+    bits = jnp.zeros((1, mechanisms.EM_TRIES, mechanisms.EM_DIGITS), jnp.uint32)
+    nodes = tree.root_node_counts(count, 1)
+    used = lambda wanted: grid.used if wanted else None
+    level = (jnp.int32(0), histogram, nodes, jnp.ones(1, bool), valid, bits, 1.0, 0.0, used(test), used(merge))
+    return inputs, grid, nodes, tree.choose_splits(inputs, *level)
+
+
+def _root_noise(heap_noise: exact.Int) -> exact.Int:
+    """The root's entry (heap index 1) of a per-node noise draw."""
+    return exact.Int(tuple(limb[1:2] for limb in heap_noise.limbs))
 
 
 # ------------------------------------------------- entry points run on the host

@@ -53,8 +53,7 @@ DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
     "dpm-leaf0": dpm_jax.DPMConfig(leaf_slack=0),  # the default before leaf_slack (issue 27): tau_e = n~ / 2**depth
     # 0.16 of epsilon moved from the averaging to the split choices (the structure test keeps its 0.05)
     "dpm-splits38": dpm_jax.DPMConfig(epsilon_shares=(0.04, 0.18, 0.38, 0.40), structure_share=0.125),
-    "dpm-merge": dpm_jax.DPMConfig(merge_share=1 / 12),  # the merge of leaves no valley separates (issue 27)
-    "dpm-no-merge": dpm_jax.DPMConfig(merge_share=0.0),  # the default before the merge (issue 27)
+    "dpm-no-merge": dpm_jax.DPMConfig(merge_share=0.0),  # the default before the merge (issue 27, stop 44)
 }
 
 # name -> the variant of DPM_VARIANTS that is run with the data set's public lattice step.
