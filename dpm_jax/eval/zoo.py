@@ -54,6 +54,7 @@ DPM_VARIANTS: dict[str, dpm_jax.DPMConfig] = {
     # 0.16 of epsilon moved from the averaging to the split choices (the structure test keeps its 0.05)
     "dpm-splits38": dpm_jax.DPMConfig(epsilon_shares=(0.04, 0.18, 0.38, 0.40), structure_share=0.125),
     "dpm-no-merge": dpm_jax.DPMConfig(merge_share=0.0),  # the default before the merge (issue 27, stop 44)
+    "dpm-merge25": dpm_jax.DPMConfig(merge_share=0.25),  # three times the merge's share: 0.15 of epsilon
 }
 
 # name -> the variant of DPM_VARIANTS that is run with the data set's public lattice step.
