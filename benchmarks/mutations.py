@@ -310,6 +310,17 @@ MUTATIONS = (
         (_MERGE_STATISTIC, "tests/test_merge.py::test_one_point_moves_the_valley_statistic_by_minus_one_to_two"),
     ),
     Mutation(
+        "merge: a split without a full window on both sides reads as no valley (S = 2 W >= 0)",
+        "dpm_jax/merge.py",
+        (
+            (
+                "    return jnp.where(jnp.any(left, axis=-1) & jnp.any(right, axis=-1), 2 * at_split - peak, UNSEEN)",
+                "    return 2 * at_split - peak",
+            ),
+        ),
+        ("tests/test_merge.py::test_a_split_without_a_full_window_on_both_sides_reads_as_a_valley", _MERGE_STATISTIC),
+    ),
+    Mutation(
         "merge: a valley below a clear node does not block its merge",
         "dpm_jax/merge.py",
         (("    merges = candidate & ~blocked", "    merges = candidate"),),

@@ -19,22 +19,26 @@ half-bins, boundary i between half-bins i - 1 and i):
           (clipped to the cell; :func:`dpm_jax.scoring.window_counts`), each capped at 2**29;
     L   = max W_i over the full windows entirely left of the split i*  (i >= w, i + w <= i*);
     R   = max W_i over the full windows entirely right of it           (i >= i* + w, i + w <= u);
-    S   = 2 W_{i*} - min(L, R)   (0 for a side without such a window).
+    S   = 2 W_{i*} - min(L, R), or -2**29 where a side has no full window (public: u and i*).
 
-S > 0: the split's window holds more than half of the smaller peak beside it, i.e. no valley.
+S > 0: the split's window holds more than half of the smaller peak beside it, i.e. no valley. A
+split without a full window on both sides (a cell of fewer than 48 half-bins, e.g. on a coarse
+lattice, or a split within 24 half-bins of its cell's edge) cannot show a valley: it counts as one,
+so no merge crosses it (a review found that S = 2 W >= 0 there had merged clusters separated on a
+30-value lattice).
 
 Privacy: the cells, the drawn split and the set of windows are public (released). Adding one point
 to a node adds one to every window W_i holding its half-bin (several windows, one each) and takes
 nothing from any, so W_{i*} grows by 0 or 1 and so does min(L, R) (a maximum or minimum of such
-values, and the cap, are monotone and 1-Lipschitz): S = 2 W_{i*} - min(L, R) moves by -1 .. +2,
-and removing a point by the opposite. Sensitivity 2 per level (add/remove-one neighbours; in the
-point's node only: the nodes of a level are disjoint; maximum n: 2**31 - 1, the int32 counts,
-|S| <= 2**30 after the caps). Discrete Laplace noise with parameter epsilon_merge_l / 2
-(:func:`dpm_jax.mechanisms.count_noise`, exact) makes the level's release (epsilon_merge_l,
-sampler delta)-DP, composed sequentially with the level's other releases (ledger line
-``merge/level{l}``, :mod:`dpm_jax.dpm_releases`). The noisy S of every split node is released
-(:attr:`dpm_jax.tree.SplitTree.valley`); the merge itself is post-processing of it, of the tree
-and of the released leaf counts and centres.
+values, and the cap, are monotone and 1-Lipschitz): S = 2 W_{i*} - min(L, R) moves by -1 .. +2, and
+removing a point by the opposite (where a side has no full window S is a constant: it moves by 0).
+Sensitivity 2 per level (add/remove-one neighbours; in the point's node only: the nodes of a level
+are disjoint; maximum n: 2**31 - 1, the int32 counts, |S| <= 2**30 after the caps). Discrete
+Laplace noise with parameter epsilon_merge_l / 2 (:func:`dpm_jax.mechanisms.count_noise`, exact)
+makes the level's release (epsilon_merge_l, sampler delta)-DP, composed sequentially with the
+level's other releases (ledger line ``merge/level{l}``, :mod:`dpm_jax.dpm_releases`). The noisy S
+of every split node is released (:attr:`dpm_jax.tree.SplitTree.valley`); the merge itself is
+post-processing of it, of the tree and of the released leaf counts and centres.
 
 The rule (:func:`merge_roots`), with b_l = 2 / epsilon_merge_l the noise's scale at v's level l:
 v roots a merged group iff
@@ -73,6 +77,7 @@ STRICT_SCALES = 4.0  # a merge root's noisy S is at least this many noise scales
 VALLEY_SCALES = 2.0  # a split below it with noisy S under minus this many scales cut a valley: no merge
 GATE_SCALES = 2.5  # a merge root's expected full window under uniformity, in noise scales
 _CAP = 2**29  # W_i capped (1-Lipschitz) so that |S| <= 2**30 stays in int32
+UNSEEN = -_CAP  # S of a split with no full window on one side: a valley whatever the data (blocks every merge above)
 
 
 def valley_statistic(inclusive: jax.Array, used: jax.Array, split_dim: jax.Array, split_index: jax.Array) -> jax.Array:
@@ -88,10 +93,13 @@ def valley_statistic(inclusive: jax.Array, used: jax.Array, split_dim: jax.Array
     boundary = jnp.arange(1, windows.shape[-1] + 1)
     split = split_index[:, None] + 1
     full = (boundary >= MERGE_WINDOW) & (boundary + MERGE_WINDOW <= cells)
-    side_peak = lambda side: jnp.max(jnp.where(full & side, windows, 0), axis=-1)
-    peak = jnp.minimum(side_peak(boundary + MERGE_WINDOW <= split), side_peak(boundary >= split + MERGE_WINDOW))
+    left, right = full & (boundary + MERGE_WINDOW <= split), full & (boundary >= split + MERGE_WINDOW)
+    side_peak = lambda side: jnp.max(jnp.where(side, windows, 0), axis=-1)
+    peak = jnp.minimum(side_peak(left), side_peak(right))
     at_split = jnp.take_along_axis(windows, split_index[:, None], axis=1)[:, 0]
-    return 2 * at_split - peak
+    # A split without a full window on both sides cannot show a valley (a cell of fewer than 48
+    # half-bins, e.g. on a coarse lattice, or a split near the cell's edge): it reads as one (public).
+    return jnp.where(jnp.any(left, axis=-1) & jnp.any(right, axis=-1), 2 * at_split - peak, UNSEEN)
 
 
 def noisy_valleys(valley: jax.Array | None, noise: exact.Int | None) -> jax.Array | None:

@@ -36,9 +36,11 @@ def brute_valley(column: np.ndarray, used: int, split_index: int) -> int:
     window = lambda i: int(column[max(i - W, 0) : min(i + W, used)].sum())
     split = split_index + 1
     full = [i for i in range(1, len(column) + 1) if i >= W and i + W <= used]
-    left = max([window(i) for i in full if i + W <= split], default=0)
-    right = max([window(i) for i in full if i >= split + W], default=0)
-    return 2 * window(split) - min(left, right)
+    left = [window(i) for i in full if i + W <= split]
+    right = [window(i) for i in full if i >= split + W]
+    if not left or not right:
+        return merge.UNSEEN
+    return 2 * window(split) - min(max(left), max(right))
 
 
 def engine_inputs(d: int, depth: int, rng):
@@ -103,6 +105,22 @@ def test_one_point_moves_the_valley_statistic_by_minus_one_to_two():
                 neighbour[0, 0, half_bin] += 1
                 moves.add(value(neighbour) - base)
     assert moves == {-1, 0, 1, 2}
+
+
+def test_a_split_without_a_full_window_on_both_sides_reads_as_a_valley():
+    """Two clusters of 500 points on a 30-value lattice (a cell of 30 half-bins: no full window of
+    12 on both sides of any split) split between them: S is the public "valley" constant, not
+    2 W >= 0 (which had merged them); the same two clusters in a cell of 256 half-bins give S < 0."""
+
+    def valley(used: int, first: int, second: int, split_index: int) -> int:
+        counts = np.zeros((1, 1, 256), np.int64)
+        counts[0, 0, [first, second]] = 500
+        cumulative = exact.exact_cumsum(jnp.asarray(counts, jnp.int32))
+        cells = jnp.full((1, 1), used, jnp.int32)
+        return int(merge.valley_statistic(cumulative, cells, jnp.zeros(1, jnp.int32), jnp.int32([split_index]))[0])
+
+    assert valley(30, 2, 27, 13) == merge.UNSEEN
+    assert valley(256, 17, 230, 118) == -500
 
 
 # ------------------------------------------------------------------ the rule and the merged clusters
