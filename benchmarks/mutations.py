@@ -306,7 +306,7 @@ MUTATIONS = (
     Mutation(
         "merge: the side peaks over windows that overlap the split's (S no longer sees a valley's edges)",
         "dpm_jax/merge.py",
-        (("side_peak(boundary + MERGE_WINDOW <= split)", "side_peak(boundary <= split)"),),
+        (("full & (boundary + MERGE_WINDOW <= split)", "full & (boundary <= split)"),),
         (_MERGE_STATISTIC, "tests/test_merge.py::test_one_point_moves_the_valley_statistic_by_minus_one_to_two"),
     ),
     Mutation(
