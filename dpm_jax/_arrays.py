@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
+    "heap_slot",
     "fold_row_blocks",
     "map_row_blocks",
     "looped_under_vmap",
@@ -174,6 +175,13 @@ def power_of_two(exponent: jax.Array) -> jax.Array:
     """
     biased = jnp.asarray(exponent).astype(jnp.int32) + 127
     return jax.lax.bitcast_convert_type(jnp.left_shift(biased, 23), jnp.float32)
+
+
+def heap_slot(heap: jax.Array, padded: int) -> jax.Array:
+    """The leaf slot of heap node ``heap`` in a tree of padded depth ``padded``: its local index j at
+    level l, shifted to j << (padded - l) (the slot of its left-most descendant at depth ``padded``)."""
+    level = jnp.maximum(bit_length(heap) - 1, 0)  # exact (a float log2 misplaced heap ids 8192, 32768)
+    return (heap - jnp.left_shift(1, level)) << (padded - level)
 
 
 def bit_length(x: jax.Array) -> jax.Array:

@@ -65,7 +65,7 @@ import jax
 import jax.numpy as jnp
 
 from dpm_jax import exact
-from dpm_jax._arrays import bit_length
+from dpm_jax._arrays import bit_length, heap_slot
 from dpm_jax.budget import MERGE_SENSITIVITY as SENSITIVITY
 from dpm_jax.mechanisms import add_count_noise
 from dpm_jax.scoring import window_counts
@@ -169,8 +169,7 @@ def merged_slots(
     padded = num_slots.bit_length() - 1
     slot = jnp.arange(num_slots)
     group = jnp.where(roots[node] > 0, roots[node], node)  # heap id of every slot's group
-    level = jnp.maximum(bit_length(group) - 1, 0)
-    home = jnp.where(valid, (group - jnp.left_shift(1, level)) << (padded - level), slot)  # the group's slot
+    home = jnp.where(valid, heap_slot(group, padded), slot)  # the group's slot
     into = jnp.where(valid, home, num_slots)  # invalid slots add nothing (dropped)
     weight = jnp.maximum(noisy_count, 1.0)
     total_weight = jnp.zeros(num_slots).at[into].add(weight, mode="drop")

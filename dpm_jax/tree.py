@@ -56,9 +56,9 @@ import numpy as np
 from dpm_jax import exact
 from dpm_jax._arrays import (
     bin_dtype,
-    bit_length,
     divide,
     fold_row_blocks,
+    heap_slot,
     map_row_blocks,
     materialized,
     reciprocal,
@@ -1081,9 +1081,7 @@ def _leaves_by_slot(tree: SplitTree, is_leaf: jax.Array, point_slot: jax.Array, 
     which exactly one is a leaf, so a masked scatter-add places every leaf alone.
     """
     heap = jnp.arange(2 ** (padded + 1))
-    level = jnp.maximum(bit_length(heap) - 1, 0)  # exact (a float log2 misplaced heap ids 8192, 32768)
-    slot = (heap - 2**level) << (padded - level)
-    slot = jnp.where(is_leaf, slot, 2**padded)  # non-leaves are dropped
+    slot = jnp.where(is_leaf, heap_slot(heap, padded), 2**padded)  # non-leaves are dropped
     num_slots = 2**padded
     count = jnp.zeros(num_slots, jnp.float32).at[slot].add(tree.noisy_count, mode="drop")
     valid = jnp.zeros(num_slots, bool).at[slot].set(True, mode="drop")
